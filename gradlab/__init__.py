@@ -1,0 +1,40 @@
+"""gradlab: the helper package of the workbook on gradient problems in TensorFlow 2.
+
+``import gradlab as gl`` imports TensorFlow quietly (see :mod:`gradlab._env`), then exposes
+
+* computation (no widgets): :mod:`gradlab.grads` and the other topic modules,
+* plotting: :mod:`gradlab.plots`,
+* self-checks for exercises: :mod:`gradlab.checks`,
+* explorers (ipywidgets, imported on first use): :mod:`gradlab.widgets`.
+"""
+
+from __future__ import annotations
+
+from ._env import quiet_import_tensorflow, setup
+
+quiet_import_tensorflow()
+
+from . import checks, grads, plots  # noqa: E402
+from .checks import *  # noqa: E402,F403
+from .grads import *  # noqa: E402,F403
+from .plots import *  # noqa: E402,F403
+
+__version__ = "0.1.0"
+
+# Widgets load ipywidgets; they are imported only when a notebook first asks for one.
+_WIDGETS = {"GradientExplorer", "TangentExplorer", "JacobianViewer", "TracingLab"}
+
+
+def __getattr__(name: str):
+    if name in _WIDGETS:
+        from . import widgets
+
+        try:
+            return getattr(widgets, name)
+        except AttributeError:
+            pass
+    raise AttributeError(f"module 'gradlab' has no attribute {name!r}")
+
+
+__all__ = ["setup", "quiet_import_tensorflow", *grads.__all__, *plots.__all__, *checks.__all__,
+           *sorted(_WIDGETS)]

@@ -1,0 +1,125 @@
+"""Self-checks for the exercises of every chapter.
+
+Each check returns a :class:`CheckResult` that says *what* is wrong (``None``, type, shape,
+non-finite values, wrong values, or a wrong status) rather than only pass or fail. A result
+is truthy when it passed and prints as one line, ``✅ …`` or ``❌ …``.
+
+Pure computation: NumPy and TensorFlow only, no widgets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+__all__ = [
+    "CheckResult",
+    "check_array",
+    "check_arrays",
+    "check_status",
+    "check_true",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckResult:
+    """The outcome of one self-check: ``ok`` plus feedback a learner can act on."""
+
+    name: str
+    ok: bool
+    feedback: str
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def __str__(self) -> str:
+        return f"{'✅' if self.ok else '❌'} {self.name}: {self.feedback}"
+
+    __repr__ = __str__
+
+    def _repr_pretty_(self, p, cycle):  # IPython display
+        p.text(str(self))
+
+
+def _to_numpy(value):
+    """(array, problem) for a tensor-like value; problem is None when it converted cleanly."""
+    if value is None:
+        return None, (
+            "got None. A gradient is None when the target does not depend on the source "
+            "through operations the tape recorded (see chapter 02's gallery of None gradients)."
+        )
+    if isinstance(value, (str, bytes)):
+        return None, f"got a {type(value).__name__}, expected numbers"
+    try:
+        arr = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+    except Exception as err:  # noqa: BLE001 - any conversion failure is feedback
+        return None, f"could not turn a {type(value).__name__} into an array ({err})"
+    if arr.dtype == object:
+        return None, f"got a {type(value).__name__} that is not a rectangular array of numbers"
+    return arr, None
+
+
+def check_array(name: str, got, expected, *, rtol: float = 1e-4, atol: float = 1e-6) -> CheckResult:
+    """Compare ``got`` with ``expected``: None, shape, non-finite values, then the values."""
+    exp = np.asarray(expected.numpy() if hasattr(expected, "numpy") else expected, dtype=np.float64)
+    arr, problem = _to_numpy(got)
+    if problem:
+        return CheckResult(name, False, problem)
+    if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
+        return CheckResult(name, False, f"dtype {arr.dtype} is not numeric")
+    if arr.shape != exp.shape:
+        hint = ""
+        if arr.size == exp.size:
+            hint = " (same number of elements: a transpose or reshape away)"
+        elif arr.ndim < exp.ndim:
+            hint = " (fewer dimensions: did you sum over an axis, or use gradient instead of jacobian?)"
+        return CheckResult(name, False, f"shape {arr.shape}, expected {exp.shape}{hint}")
+    arr = arr.astype(np.float64)
+    if not np.all(np.isfinite(arr)):
+        bad = int(np.sum(~np.isfinite(arr)))
+        return CheckResult(name, False, f"{bad} of {arr.size} values are NaN or inf")
+    if not np.allclose(arr, exp, rtol=rtol, atol=atol):
+        diff = np.abs(arr - exp)
+        idx = np.unravel_index(int(np.argmax(diff)), diff.shape) if diff.ndim else ()
+        where = f" at index {tuple(int(i) for i in idx)}" if idx else ""
+        got_v = arr[idx] if idx else arr
+        exp_v = exp[idx] if idx else exp
+        return CheckResult(
+            name,
+            False,
+            f"values differ: largest gap {float(diff.max()):.3g}{where} "
+            f"(got {float(got_v):.4g}, expected {float(exp_v):.4g})",
+        )
+    return CheckResult(name, True, f"shape {arr.shape} and values match")
+
+
+def check_arrays(name: str, got: Sequence, expected: Sequence, **kw) -> CheckResult:
+    """Check a list of arrays (e.g. one gradient per variable) element by element."""
+    if got is None or isinstance(got, (str, bytes)) or not hasattr(got, "__len__"):
+        return CheckResult(name, False, f"expected a list of {len(expected)} arrays, got {type(got).__name__}")
+    if len(got) != len(expected):
+        return CheckResult(name, False, f"got {len(got)} arrays, expected {len(expected)}")
+    for i, (g, e) in enumerate(zip(got, expected, strict=True)):
+        r = check_array(f"{name}[{i}]", g, e, **kw)
+        if not r:
+            return CheckResult(name, False, f"item {i}: {r.feedback}")
+    return CheckResult(name, True, f"all {len(expected)} arrays match")
+
+
+def check_status(name: str, got: str, expected: str) -> CheckResult:
+    """Check a diagnosis word such as ``"vanishing"``."""
+    if got == expected:
+        return CheckResult(name, True, f"status is {expected!r}")
+    return CheckResult(name, False, f"status is {got!r}, expected {expected!r}")
+
+
+def check_true(name: str, condition: bool | Callable[[], bool], if_false: str,
+               if_true: str = "as expected") -> CheckResult:
+    """A yes/no check with the feedback to show when it fails."""
+    try:
+        ok = bool(condition() if callable(condition) else condition)
+    except Exception as err:  # noqa: BLE001
+        return CheckResult(name, False, f"raised {type(err).__name__}: {err}")
+    return CheckResult(name, ok, if_true if ok else if_false)

@@ -1,0 +1,49 @@
+"""Conventions shared by every gradlab widget: CSS classes, PNG figure views, static fallbacks."""
+
+from __future__ import annotations
+
+import ipywidgets as widgets
+
+__all__ = ["css", "FigureView", "legend_html", "status_html"]
+
+
+def css(widget, name: str):
+    """Give ``widget`` the stable CSS class ``gradlab-<name>`` and return it."""
+    widget.add_class(f"gradlab-{name}")
+    return widget
+
+
+class FigureView(widgets.Image):
+    """A matplotlib figure shown as a PNG image widget; ``refresh()`` re-renders in place.
+
+    The figure is built once by its owner; only its data changes between refreshes, and the
+    same ``Image`` widget receives the new bytes, so nothing new is created per update.
+    """
+
+    def __init__(self, fig, *, css_name: str, **kw):
+        super().__init__(format="png", **kw)
+        self.fig = fig
+        css(self, css_name)
+        self.refresh()
+
+    def refresh(self) -> None:
+        from ..plots import figure_png
+
+        self.value = figure_png(self.fig, fast=True)
+
+
+def legend_html(items) -> str:
+    """A compact HTML legend from ``(label, color, symbol)`` triples."""
+    import html
+
+    return "<br>".join(
+        f'<span style="color:{c}; font-size: 14px">{s}</span> '
+        f'<span style="font-size: 12px">{html.escape(label)}</span>'
+        for label, c, s in items
+    )
+
+
+def status_html(text: str, color: str = "inherit") -> str:
+    import html
+
+    return f'<span style="color:{color}; font-family: monospace">{html.escape(text)}</span>'

@@ -1,0 +1,137 @@
+"""Build, navigate and execute the chapters.
+
+A chapter's source of truth is ``chapters/src/NN-slug.py``, a plain Python file in the
+"percent" cell format (``# %%`` starts a code cell, ``# %% [markdown]`` a Markdown cell,
+``# %% tags=["raises-exception"]`` adds cell tags). It gives readable diffs and reviews.
+``make notebooks`` turns each source into ``chapters/NN-slug.ipynb``, writes the navigation
+cell, and runs it top to bottom in a fresh kernel (Restart & Run All), saving the outputs
+that nbval later compares. ``tests/test_chapters.py`` checks that every committed notebook
+still matches its source.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTERS = ROOT / "chapters"
+SRC = CHAPTERS / "src"
+NAV_KEY = "gradlab_nav"
+CONTENTS_ANCHOR = "Contents"
+
+_CELL = re.compile(r"^# %%(?P<md> \[markdown\])?(?:\s+tags=(?P<tags>\[.*\]))?\s*$")
+
+
+def chapter_paths() -> list[Path]:
+    """Every chapter notebook path that has a source, in order."""
+    return [CHAPTERS / (p.stem + ".ipynb") for p in sorted(SRC.glob("[0-9][0-9]-*.py"))]
+
+
+def parse_percent(text: str) -> list[nbformat.NotebookNode]:
+    """Cells of a percent-format source."""
+    cells, kind, tags, lines = [], None, [], []
+
+    def flush():
+        if kind is None:
+            return
+        body = "\n".join(lines).strip("\n")
+        if kind == "markdown":
+            body = "\n".join(
+                (ln[2:] if ln.startswith("# ") else ln[1:] if ln.startswith("#") else ln)
+                for ln in body.splitlines()
+            )
+            cell = nbformat.v4.new_markdown_cell(body)
+        else:
+            cell = nbformat.v4.new_code_cell(body)
+        if tags:
+            cell.metadata["tags"] = list(tags)
+        cells.append(cell)
+
+    for line in text.splitlines():
+        m = _CELL.match(line)
+        if m:
+            flush()
+            kind = "markdown" if m.group("md") else "code"
+            tags = json.loads(m.group("tags")) if m.group("tags") else []
+            lines = []
+        elif kind is not None:
+            lines.append(line)
+    flush()
+    for i, cell in enumerate(cells):
+        cell["id"] = f"cell-{i:03d}"
+    return cells
+
+
+def title_of(nb) -> str:
+    """The first H1 of a notebook, without the '# '."""
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            for line in cell.source.splitlines():
+                if line.startswith("# "):
+                    return line[2:].strip()
+    raise ValueError("notebook has no '# ' title")
+
+
+def short_title(title: str) -> str:
+    """'Vanishing and exploding gradients · 梯度消失…' -> 'Vanishing and exploding gradients'."""
+    return title.split(" · ")[0].strip()
+
+
+def nav_source(paths: list[Path], i: int, titles: list[str]) -> str:
+    prev = f"[< {paths[i - 1].stem[:2]} · {short_title(titles[i - 1])}]({paths[i - 1].name})" if i > 0 else "&lt; Previous"
+    nxt = (
+        f"[{paths[i + 1].stem[:2]} · {short_title(titles[i + 1])} >]({paths[i + 1].name})"
+        if i + 1 < len(paths)
+        else "Next &gt;"
+    )
+    contents = f"[Contents]({paths[0].name}#{CONTENTS_ANCHOR})"
+    return f"{prev} | {contents} | {nxt}"
+
+
+def add_navigation(nbs: list, paths: list[Path]) -> None:
+    """Insert or amend the navigation cell (right after the title) of every notebook. Idempotent."""
+    titles = [title_of(nb) for nb in nbs]
+    for i, nb in enumerate(nbs):
+        source = nav_source(paths, i, titles)
+        existing = [c for c in nb.cells if c.metadata.get(NAV_KEY)]
+        if existing:
+            existing[0].source = source
+        else:
+            cell = nbformat.v4.new_markdown_cell(source)
+            cell.metadata[NAV_KEY] = True
+            cell["id"] = "navigation"
+            nb.cells.insert(1, cell)
+
+
+def notebook_from_source(src: Path):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = parse_percent(src.read_text(encoding="utf-8"))
+    nb.metadata = {
+        "kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
+        "language_info": {"name": "python"},
+    }
+    return nb
+
+
+def code_sources(nb) -> list[tuple[str, str, list]]:
+    """(type, source, tags) of each cell, ignoring outputs: what must match the source file."""
+    return [(c.cell_type, c.source, sorted(c.metadata.get("tags", []))) for c in nb.cells]
+
+
+def execute(nb, path: Path, timeout: int = 900):
+    from nbclient import NotebookClient
+
+    client = NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(path.parent)}},
+        record_timing=False,
+    )
+    client.execute()
+    nb.metadata["language_info"] = {"name": "python"}
+    return nb
