@@ -14,10 +14,13 @@ from ._env import quiet_import_tensorflow, setup
 
 quiet_import_tensorflow()
 
-from . import checks, grads, plots  # noqa: E402
+from . import checks, grads, intro, jacobians, plots, tracing  # noqa: E402
 from .checks import *  # noqa: E402,F403
 from .grads import *  # noqa: E402,F403
+from .intro import *  # noqa: E402,F403
+from .jacobians import *  # noqa: E402,F403
 from .plots import *  # noqa: E402,F403
+from .tracing import *  # noqa: E402,F403
 
 __version__ = "0.1.0"
 
@@ -36,5 +39,14 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'gradlab' has no attribute {name!r}")
 
 
-__all__ = ["setup", "quiet_import_tensorflow", *grads.__all__, *plots.__all__, *checks.__all__,
-           *sorted(_WIDGETS)]
+__all__ = [
+    "setup",
+    "quiet_import_tensorflow",
+    *checks.__all__,
+    *grads.__all__,
+    *intro.__all__,
+    *jacobians.__all__,
+    *plots.__all__,
+    *tracing.__all__,
+    *sorted(_WIDGETS),
+]

@@ -30,12 +30,7 @@ def main(argv=None) -> int:
     for path, nb in zip(paths, nbs, strict=True):
         selected = not args.only or any(path.name.startswith(o) for o in args.only)
         if not selected:
-            # keep the stored outputs, refresh navigation only
-            if path.exists():
-                old = nbformat.read(path, as_version=4)
-                add_navigation_only(old, nb)
-                nbformat.write(old, path)
-            continue
+            continue  # untouched: run tools/add_navigation.py (or a full build) to refresh it
         if not args.no_exec:
             t0 = time.perf_counter()
             print(f"running {path.name} ...", flush=True)
@@ -43,16 +38,6 @@ def main(argv=None) -> int:
             print(f"  done in {time.perf_counter() - t0:.1f} s", flush=True)
         nbformat.write(nb, path)
     return 0
-
-
-def add_navigation_only(old, new) -> None:
-    """Copy the navigation cell of ``new`` into ``old`` (whose outputs are kept)."""
-    from tools.nbtools import NAV_KEY
-
-    src = [c for c in new.cells if c.metadata.get(NAV_KEY)][0].source
-    for c in old.cells:
-        if c.metadata.get(NAV_KEY):
-            c.source = src
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """Plotting (matplotlib, no widgets). One module per topic; everything is re-exported here."""
 
+from . import gradients, intro, jacobians, tracing
 from .gradients import *  # noqa: F403
-from .gradients import __all__ as _gradients_all
 from .intro import *  # noqa: F403
-from .intro import __all__ as _intro_all
+from .jacobians import *  # noqa: F403
+from .tracing import *  # noqa: F403
 
-__all__ = [*_gradients_all, *_intro_all]
+__all__ = [*gradients.__all__, *intro.__all__, *jacobians.__all__, *tracing.__all__]

@@ -1,0 +1,1 @@
+"""Chapter 03's interactive tracing lab."""
