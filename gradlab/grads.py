@@ -32,6 +32,7 @@ __all__ = [
     "CLIP_MODES",
     "GradientReport",
     "MLPGradientEngine",
+    "TrainingHistory",
     "activation_curves",
     "build_mlp",
     "clip_gradients",
@@ -41,6 +42,7 @@ __all__ = [
     "make_data",
     "make_initializer",
     "predicted_gain",
+    "train_mlp",
 ]
 
 #: Activation names accepted everywhere (Keras names).
@@ -376,6 +378,20 @@ def gradient_report(model, x, y, *, clip=None) -> GradientReport:
             f"y must have shape ({x.shape[0]}, {out_dim}) to match x and the output layer; "
             f"got {tuple(y.shape)}"
         )
+    loss, dzs, variables, dvars, hs = _tape_pass(layers, x, y)
+    kernel_pos = _kernel_positions(layers, variables)
+    clipped = clip_gradients(dvars, clip)
+    return _make_report(loss, dzs, [dvars[i] for i in kernel_pos],
+                        [clipped[i] for i in kernel_pos], hs, clip)
+
+
+def _kernel_positions(layers, variables) -> list[int]:
+    kernel_ids = {id(layer.kernel) for layer in layers[:-1]}
+    return [i for i, v in enumerate(variables) if id(v) in kernel_ids]
+
+
+def _tape_pass(layers, x, y):
+    """Forward and backward pass over Dense ``layers``; the tape watches every pre-activation."""
     hidden, output = layers[:-1], layers[-1]
     with tf.GradientTape() as tape:
         h = x
@@ -396,26 +412,79 @@ def gradient_report(model, x, y, *, clip=None) -> GradientReport:
     variables = [v for layer in layers for v in layer.trainable_variables]
     grads = tape.gradient(loss, zs + variables)
     dzs, dvars = grads[: len(zs)], grads[len(zs) :]
-    kernel_ids = {id(layer.kernel) for layer in hidden}
-    kernel_pos = [i for i, v in enumerate(variables) if id(v) in kernel_ids]
     dvars = [tf.zeros_like(v) if g is None else g for g, v in zip(dvars, variables, strict=True)]
-    clipped = clip_gradients(dvars, clip)
+    return loss, dzs, variables, dvars, hs
+
+
+def _make_report(loss, dzs, dkernels, clipped_kernels, hs, clip) -> GradientReport:
     signal = np.array([tf.norm(g).numpy() for g in dzs], dtype=np.float64)
-    weight = np.array([tf.norm(dvars[i]).numpy() for i in kernel_pos], dtype=np.float64)
-    clipped_w = np.array([tf.norm(clipped[i]).numpy() for i in kernel_pos], dtype=np.float64)
-    stds = np.array([tf.math.reduce_std(h).numpy() for h in hs], dtype=np.float64)
     status, message = diagnose(signal)
     return GradientReport(
         signal_norms=signal,
-        weight_norms=weight,
-        clipped_weight_norms=clipped_w,
-        activation_stds=stds,
+        weight_norms=np.array([tf.norm(g).numpy() for g in dkernels], dtype=np.float64),
+        clipped_weight_norms=np.array([tf.norm(g).numpy() for g in clipped_kernels], dtype=np.float64),
+        activation_stds=np.array([tf.math.reduce_std(h).numpy() for h in hs], dtype=np.float64),
         ratio=_ratio(signal),
         status=status,
         message=message,
         loss=float(loss.numpy()),
         clip=clip,
     )
+
+
+@dataclasses.dataclass
+class TrainingHistory:
+    """What :func:`train_mlp` recorded: one entry per step (chapter 01)."""
+
+    losses: list[float]
+    signal_norms: list[np.ndarray]
+    statuses: list[str]
+    global_norms: list[float]
+    stopped_at: int | None = None
+
+    @property
+    def signal_matrix(self) -> np.ndarray:
+        """``[steps, layers]`` array of the per-layer signal norms."""
+        return np.vstack(self.signal_norms)
+
+
+def train_mlp(model, x, y, *, optimizer, steps: int = 50, clip=None, stop_on_nonfinite: bool = True,
+              progress: bool = True, progress_every: int | None = None) -> TrainingHistory:
+    """A short training run that monitors every layer's gradient signal (chapter 01).
+
+    Each step takes one tape over the whole batch (the same pass as :func:`gradient_report`),
+    records the loss, the per-layer signal norms and the global gradient norm, clips the
+    gradients with ``clip`` and applies them with ``optimizer``. A non-finite loss or gradient
+    stops the run (``stop_on_nonfinite``), because clipping cannot repair NaN. With
+    ``progress`` a text progress bar is printed a few times during the run.
+    """
+    steps = _check_int("steps", steps, 1, 100_000)
+    clip = _check_clip(clip)
+    layers = dense_layers(model)
+    x = tf.convert_to_tensor(x, dtype=tf.float32)
+    y = tf.convert_to_tensor(y, dtype=tf.float32)
+    every = progress_every or max(1, steps // 5)
+    hist = TrainingHistory([], [], [], [])
+    for step in range(1, steps + 1):
+        loss, dzs, variables, dvars, _ = _tape_pass(layers, x, y)
+        signal = np.array([tf.norm(g).numpy() for g in dzs], dtype=np.float64)
+        gnorm = float(tf.linalg.global_norm(dvars).numpy())
+        hist.losses.append(float(loss.numpy()))
+        hist.signal_norms.append(signal)
+        hist.statuses.append(diagnose(signal)[0])
+        hist.global_norms.append(gnorm)
+        finite = math.isfinite(hist.losses[-1]) and math.isfinite(gnorm)
+        if progress and (step % every == 0 or step == steps or not finite):
+            done = int(20 * step / steps)
+            print(f"[{'#' * done}{'.' * (20 - done)}] step {step:>4}/{steps}  loss {hist.losses[-1]:.4g}"
+                  f"  grad norm {gnorm:.3g}")
+        if not finite and stop_on_nonfinite:
+            hist.stopped_at = step
+            if progress:
+                print(f"stopped at step {step}: the loss or a gradient is not finite")
+            break
+        optimizer.apply_gradients(zip(clip_gradients(dvars, clip), variables, strict=True))
+    return hist
 
 
 # ----------------------------------------------------------------------------- fast engine
@@ -572,5 +641,7 @@ def predicted_gain(report: GradientReport, engine: MLPGradientEngine, activation
     predicted = math.sqrt(engine.width * var_w * float(np.mean(d2)))
     s = report.signal_norms
     with np.errstate(divide="ignore", invalid="ignore"):
-        measured = float(np.exp(np.mean(np.log(s[:-1] / s[1:]))))
+        gains = s[:-1] / s[1:]
+    gains = gains[np.isfinite(gains) & (gains > 0)]  # skip layers that underflowed to 0
+    measured = float(np.exp(np.mean(np.log(gains)))) if gains.size else math.nan
     return predicted, measured

@@ -1,5 +1,533 @@
-"""tf.function tracing helpers, training steps and gradient-norm callbacks (chapter 03)."""
+"""tf.function tracing helpers, training steps and gradient-norm callbacks (chapter 03).
+
+Pure computation: TensorFlow and Keras in, NumPy numbers and small dataclasses out. Nothing
+here imports ipywidgets (the live :class:`~gradlab.widgets.tracing.TracingLab` does).
+
+* :class:`TraceCounter` wraps a Python function in ``tf.function`` and counts, with a
+  Python side effect, how often it is traced, and what it was traced for.
+* :func:`time_step` times a step function: the first call (tracing, compiling) apart from
+  the steady state.
+* :func:`make_train_step` builds the complete custom training step of chapter 03: one
+  ``tf.function`` with global-norm clipping, a non-finite check that skips the update, and
+  per-layer gradient norms.
+* :class:`GradNormTrainStep` is the same logic as a Keras ``Model.train_step`` override, so
+  that ``model.fit`` uses it; :class:`GradNormSequential` is a ready Sequential with it.
+* :class:`GradNormLogger` is a Keras callback that records per-layer gradient norms during
+  ``fit`` and plots them.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+import dataclasses
+import functools
+import math
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from ._env import quiet_import_tensorflow
+
+tf = quiet_import_tensorflow()
+import keras  # noqa: E402
+
+__all__ = [
+    "GradNormLogger",
+    "GradNormSequential",
+    "GradNormTrainStep",
+    "StepTiming",
+    "TraceCounter",
+    "error_summary",
+    "format_timings",
+    "layer_names",
+    "make_train_step",
+    "time_step",
+    "tracing_count",
+]
+
+
+# ----------------------------------------------------------------------------- validation
+def _check_positive_float(name: str, value, *, allow_none: bool = False):
+    if value is None and allow_none:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float, np.floating, np.integer))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        allowed = "None or a finite number > 0" if allow_none else "a finite number > 0"
+        raise ValueError(f"{name} must be {allowed}; got {value!r}")
+    return float(value)
+
+
+def _check_count(name: str, value, lo: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
+        raise ValueError(f"{name} must be an int >= {lo}; got {value!r}")
+    return int(value)
+
+
+def _check_model(model) -> None:
+    if not isinstance(model, keras.Model):
+        raise ValueError(f"model must be a keras.Model, got {type(model).__name__}")
+    if not model.built:
+        raise ValueError(
+            "model must be built before its training step is traced, so that no variable is "
+            "created inside tf.function; call model.build(input_shape) or model(x) once first"
+        )
+    if not model.trainable_variables:
+        raise ValueError(f"model {model.name!r} has no trainable variables")
+
+
+# ----------------------------------------------------------------------------- tracing
+def tracing_count(fn) -> int:
+    """How many times the ``tf.function`` ``fn`` has been traced (chapter 03).
+
+    A thin, checked wrapper around ``fn.experimental_get_tracing_count()``; a
+    :class:`TraceCounter` is accepted too.
+    """
+    if isinstance(fn, TraceCounter):
+        fn = fn.function
+    getter = getattr(fn, "experimental_get_tracing_count", None)
+    if getter is None:
+        raise ValueError(
+            f"fn must be a tf.function (or a TraceCounter); got {type(fn).__name__}. "
+            "A plain Python function is never traced."
+        )
+    return int(getter())
+
+
+def _describe(value) -> str:
+    """A short description of one argument, as a trace sees it."""
+    if isinstance(value, (tf.Tensor, tf.Variable)) or hasattr(value, "shape") and hasattr(value, "dtype"):
+        shape = "[" + ", ".join("None" if d is None else str(d) for d in value.shape) + "]"
+        return f"{value.dtype.name if hasattr(value.dtype, 'name') else value.dtype}{shape}"
+    if isinstance(value, float):
+        return f"python float {value:.6g}"
+    return f"python {type(value).__name__} {value!r}"[:60]
+
+
+class TraceCounter:
+    """A ``tf.function`` that counts its own traces with a Python side effect (chapter 03).
+
+    ``TraceCounter(fn, **tf_function_kwargs)`` wraps ``fn`` in ``tf.function``. Python code in
+    ``fn`` runs only while TensorFlow traces it, so a counter incremented there counts traces,
+    not calls: :attr:`count` grows only when a call retraces, and :attr:`log` says which
+    arguments each trace was made for. :attr:`calls` counts every call.
+
+    >>> tc = TraceCounter(lambda x, a: x * a)
+    >>> _ = tc(tf.constant(1.0), 0.5); _ = tc(tf.constant(1.0), 0.6)
+    >>> tc.count   # two Python floats -> two traces
+    2
+    """
+
+    def __init__(self, fn: Callable, **function_kwargs):
+        if not callable(fn) or hasattr(fn, "experimental_get_tracing_count"):
+            raise ValueError(
+                "fn must be a plain Python function (TraceCounter applies tf.function itself); "
+                f"got {type(fn).__name__}"
+            )
+        self.python_function = fn
+        self.count = 0
+        self.calls = 0
+        self.log: list[str] = []
+
+        @functools.wraps(fn)
+        def traced(*args, **kwargs):
+            self.count += 1
+            parts = [_describe(a) for a in args] + [f"{k}={_describe(v)}" for k, v in kwargs.items()]
+            self.log.append(", ".join(parts))
+            return fn(*args, **kwargs)
+
+        self.function = tf.function(traced, **function_kwargs)
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return self.function(*args, **kwargs)
+
+    @property
+    def tracing_count(self) -> int:
+        """TensorFlow's own count, ``experimental_get_tracing_count()``; equals :attr:`count`."""
+        return int(self.function.experimental_get_tracing_count())
+
+    def __repr__(self) -> str:
+        name = getattr(self.python_function, "__name__", "fn")
+        return f"TraceCounter({name}: {self.calls} calls, {self.count} traces)"
+
+
+def error_summary(err: BaseException) -> str:
+    """``"TypeName: the one line that says what went wrong"`` for a TensorFlow error (chapter 03).
+
+    TensorFlow errors raised from inside a ``tf.function`` carry file paths and graph node
+    names around the message. This keeps the message line, so a notebook can print a stable,
+    readable summary of an error it catches.
+    """
+    if not isinstance(err, BaseException):
+        raise ValueError(f"err must be an exception, got {type(err).__name__}")
+    name = type(err).__name__
+    for raw in str(err).splitlines():
+        line = raw.strip()
+        if (
+            not line
+            or line in ("in user code:", "Graph execution error:")
+            or line.startswith(("File ", "Detected at node", "[[{{node", "See https"))
+            or raw.startswith("        ")  # source lines quoted under a File line
+        ):
+            continue
+        if line.startswith(f"{name}: "):
+            line = line[len(name) + 2:]
+        line = line.split(" [Op:")[0].split(" See https")[0].strip()
+        return f"{name}: {line}"
+    return name
+
+
+# ----------------------------------------------------------------------------- timing
+@dataclasses.dataclass(frozen=True)
+class StepTiming:
+    """Wall-clock times of one step function, in seconds (chapter 03).
+
+    ``first_s`` is the first call (for a ``tf.function``: tracing, graph building and, with
+    ``jit_compile=True``, XLA compilation, plus one run). ``steady_s`` is the median of the
+    ``times_s`` measured after the warm-up calls.
+    """
+
+    name: str
+    first_s: float
+    steady_s: float
+    times_s: np.ndarray
+
+    @property
+    def first_ms(self) -> float:
+        return 1e3 * self.first_s
+
+    @property
+    def steady_ms(self) -> float:
+        return 1e3 * self.steady_s
+
+    def __repr__(self) -> str:
+        return f"StepTiming({self.name}: first {self.first_ms:.3g} ms, steady {self.steady_ms:.3g} ms)"
+
+
+def _block(out) -> None:
+    """Wait for every tensor in ``out`` (copy it to the host), so a timing includes the work."""
+    for t in tf.nest.flatten(out):
+        if hasattr(t, "numpy"):
+            t.numpy()
+
+
+def time_step(fn: Callable, args: Sequence = (), *, warmup: int = 3, repeats: int = 20,
+              name: str | None = None) -> StepTiming:
+    """Time ``fn(*args)``: the first call on its own, then the median of ``repeats`` calls (chapter 03).
+
+    Call it on a function that has not run yet, so the first call includes tracing. Between
+    the first call and the timed ones, ``warmup`` untimed calls let caches settle. Every call's
+    outputs are copied to the host, so the time includes the computation, not just its launch.
+    """
+    if not callable(fn):
+        raise ValueError(f"fn must be callable, got {type(fn).__name__}")
+    if not isinstance(args, (tuple, list)):
+        raise ValueError(f"args must be a tuple or list of arguments, got {type(args).__name__}")
+    warmup = _check_count("warmup", warmup, 0)
+    repeats = _check_count("repeats", repeats, 1)
+    t0 = time.perf_counter()
+    _block(fn(*args))
+    first = time.perf_counter() - t0
+    for _ in range(warmup):
+        _block(fn(*args))
+    times = np.empty(repeats)
+    for i in range(repeats):
+        t0 = time.perf_counter()
+        _block(fn(*args))
+        times[i] = time.perf_counter() - t0
+    label = name or getattr(fn, "__name__", None) or type(fn).__name__
+    return StepTiming(str(label), first, float(np.median(times)), times)
+
+
+def format_timings(timings: Sequence[StepTiming], baseline: str | None = None) -> str:
+    """A plain-text table of step times and speed-ups against ``baseline`` (chapter 03).
+
+    ``baseline`` is the ``name`` of one timing (default: the first). Speed-up is the
+    baseline's steady-state time divided by each row's.
+    """
+    timings = list(timings)
+    if not timings or not all(isinstance(t, StepTiming) for t in timings):
+        raise ValueError("timings must be a non-empty list of StepTiming (from time_step)")
+    names = [t.name for t in timings]
+    base_name = names[0] if baseline is None else baseline
+    if base_name not in names:
+        raise ValueError(f"baseline must be one of {names}; got {baseline!r}")
+    base = timings[names.index(base_name)]
+    width = max(8, *(len(n) for n in names))
+    rows = [f"{'mode':<{width}}  {'first call':>11}  {'steady step':>11}  {'speed-up':>8}  {'first/steady':>12}"]
+    for t in timings:
+        rows.append(
+            f"{t.name:<{width}}  {t.first_ms:>8.3g} ms  {t.steady_ms:>8.3g} ms  "
+            f"{base.steady_s / t.steady_s:>7.3g}x  {t.first_s / t.steady_s:>11.3g}x"
+        )
+    return "\n".join(rows)
+
+
+# ----------------------------------------------------------------------------- per-layer grouping
+def _leaf_layers(model) -> list:
+    out = []
+
+    def walk(layer):
+        subs = getattr(layer, "layers", None)
+        if subs and isinstance(layer, keras.Model):
+            for sub in subs:
+                walk(sub)
+        elif layer.trainable_weights:
+            out.append(layer)
+
+    for layer in model.layers:
+        walk(layer)
+    return out
+
+
+def _layer_groups(model) -> list[tuple[str, list[int]]]:
+    """``(layer name, indices into model.trainable_variables)`` for each layer with weights."""
+    index = {id(v): i for i, v in enumerate(model.trainable_variables)}
+    groups, seen = [], set()
+    for layer in _leaf_layers(model):
+        idx = [index[id(v)] for v in layer.trainable_weights if id(v) in index and id(v) not in seen]
+        if idx:
+            seen.update(id(model.trainable_variables[i]) for i in idx)
+            groups.append((layer.name, idx))
+    rest = [i for i, v in enumerate(model.trainable_variables) if id(v) not in seen]
+    if rest:
+        groups.append(("other", rest))
+    return groups
+
+
+def layer_names(model) -> list[str]:
+    """Names of the layers whose gradient norms the chapter-03 tools report, in order."""
+    _check_model(model)
+    return [name for name, _ in _layer_groups(model)]
+
+
+def _group_norms(grads, groups) -> dict:
+    return {
+        name: tf.sqrt(tf.add_n([tf.reduce_sum(tf.square(tf.cast(grads[i], tf.float32))) for i in idx]))
+        for name, idx in groups
+    }
+
+
+def _all_finite(grads):
+    return tf.reduce_all(tf.stack([tf.reduce_all(tf.math.is_finite(g)) for g in grads]))
+
+
+def _clip_and_apply(optimizer, grads, variables, clip_global_norm, check_finite):
+    """Shared core of make_train_step and GradNormTrainStep; returns a dict of tensors."""
+    global_norm = tf.linalg.global_norm(grads)
+    finite = _all_finite(grads)
+    if clip_global_norm is not None:
+        grads, _ = tf.clip_by_global_norm(grads, clip_global_norm, use_norm=global_norm)
+    clipped_norm = tf.linalg.global_norm(grads)
+
+    def apply():
+        optimizer.apply_gradients(zip(grads, variables))
+        return tf.constant(True)
+
+    if check_finite:
+        applied = tf.cond(finite, apply, lambda: tf.constant(False))
+    else:
+        applied = apply()
+    return {"global_norm": global_norm, "clipped_norm": clipped_norm, "finite": finite,
+            "applied": applied}
+
+
+def _mse(y_true, y_pred):
+    return tf.reduce_mean(tf.square(y_true - y_pred))
+
+
+# ----------------------------------------------------------------------------- custom loop
+def make_train_step(
+    model,
+    optimizer,
+    *,
+    loss_fn: Callable | None = None,
+    clip_global_norm: float | None = None,
+    check_finite: bool = True,
+    jit_compile: bool = False,
+    reduce_retracing: bool = False,
+):
+    """One ``tf.function`` training step with clipping, a non-finite check and per-layer norms (chapter 03).
+
+    ``step(x, y)`` runs the model on ``x`` under a ``GradientTape``, takes the gradient of
+    ``loss_fn(y, y_pred)`` (default: mean squared error, as in the source text), rescales the
+    gradients together when their global norm exceeds ``clip_global_norm``, and applies them
+    with ``optimizer``. With ``check_finite=True`` a step whose gradients hold NaN or inf is
+    skipped (the weights stay as they were) instead of poisoning the weights. The check is a
+    tensor computed in the graph, so it also works under ``jit_compile=True``, where
+    ``tf.debugging.check_numerics`` and ``assert_all_finite`` are silently dropped.
+
+    Returns a dict of tensors: ``loss``, ``global_norm`` (before clipping), ``clipped_norm``
+    (what was applied), ``finite``, ``applied`` and ``grad_norms`` (per layer name, before
+    clipping). The model must be built first; the optimizer is built here, so that no variable
+    is created inside the function. Every call returns a *new* ``tf.function``, so a new model
+    needs a new step (a step traced for one model keeps using that model's variables).
+    """
+    _check_model(model)
+    if not isinstance(optimizer, keras.optimizers.Optimizer):
+        raise ValueError(f"optimizer must be a keras.optimizers.Optimizer, got {type(optimizer).__name__}")
+    if loss_fn is not None and not callable(loss_fn):
+        raise ValueError(f"loss_fn must be None or a callable (y_true, y_pred) -> loss, got {loss_fn!r}")
+    clip_global_norm = _check_positive_float("clip_global_norm", clip_global_norm, allow_none=True)
+    for name, flag in (("check_finite", check_finite), ("jit_compile", jit_compile),
+                       ("reduce_retracing", reduce_retracing)):
+        if not isinstance(flag, bool):
+            raise ValueError(f"{name} must be True or False, got {flag!r}")
+    loss_fn = loss_fn or _mse
+    variables = list(model.trainable_variables)
+    if not optimizer.built:
+        optimizer.build(variables)
+    groups = _layer_groups(model)
+
+    def train_step(x, y):
+        with tf.GradientTape() as tape:
+            y_pred = model(x, training=True)
+            loss = loss_fn(y, y_pred)
+        grads = tape.gradient(loss, variables)
+        if any(g is None for g in grads):
+            missing = [v.path if hasattr(v, "path") else v.name for v, g in zip(variables, grads) if g is None]
+            raise ValueError(f"the loss does not depend on these variables: {missing}")
+        out = _clip_and_apply(optimizer, grads, variables, clip_global_norm, check_finite)
+        out["loss"] = loss
+        out["grad_norms"] = _group_norms(grads, groups)
+        return out
+
+    return tf.function(train_step, jit_compile=jit_compile, reduce_retracing=reduce_retracing)
+
+
+# ----------------------------------------------------------------------------- Keras fit
+class GradNormTrainStep:
+    """Mixin for ``keras.Model`` subclasses: a ``train_step`` with clipping, a non-finite check
+    and per-layer gradient norms in the logs (chapter 03).
+
+    Put it first in the bases, e.g. ``class MyModel(GradNormTrainStep, keras.Sequential)``.
+    Extra constructor keywords: ``clip_global_norm`` (``None`` = no clipping) and
+    ``check_finite`` (skip steps whose gradients hold NaN or inf). ``fit`` then logs, besides
+    the loss and compiled metrics, ``grad_norm`` (global, before clipping), ``grad_norm/<layer>``
+    for each layer and ``skipped_steps`` (non-finite steps skipped so far this epoch). These are values of
+    the batch, not running means: at the end of an epoch the logs hold the last batch's.
+    """
+
+    def __init__(self, *args, clip_global_norm: float | None = None, check_finite: bool = True,
+                 **kwargs):
+        super().__init__(*args, **kwargs)
+        self.clip_global_norm = _check_positive_float("clip_global_norm", clip_global_norm,
+                                                      allow_none=True)
+        if not isinstance(check_finite, bool):
+            raise ValueError(f"check_finite must be True or False, got {check_finite!r}")
+        self.check_finite = check_finite
+        # A Keras metric, so fit tracks it, resets it each epoch and reports it in the logs.
+        self.skipped_steps = keras.metrics.Sum(name="skipped_steps")
+
+    def train_step(self, data):
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        with tf.GradientTape() as tape:
+            y_pred = self(x, training=True)
+            loss = self.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight,
+                                     training=True)
+        variables = self.trainable_variables
+        grads = tape.gradient(loss, variables)
+        out = _clip_and_apply(self.optimizer, grads, variables, self.clip_global_norm,
+                              self.check_finite)
+        self.skipped_steps.update_state(tf.cast(tf.logical_not(out["applied"]), tf.float32))
+        for metric in self.metrics:  # the documented Keras 3 way to feed the loss tracker
+            if metric.name == "loss":
+                metric.update_state(loss)
+        logs = dict(self.compute_metrics(x, y, y_pred, sample_weight=sample_weight))
+        logs["grad_norm"] = out["global_norm"]
+        for name, norm in _group_norms(grads, _layer_groups(self)).items():
+            logs[f"grad_norm/{name}"] = norm
+        return logs
+
+
+class GradNormSequential(GradNormTrainStep, keras.Sequential):
+    """A ``keras.Sequential`` whose ``fit`` clips, skips non-finite steps and logs per-layer
+    gradient norms (chapter 03). ``GradNormSequential(layers, clip_global_norm=1.0)``."""
+
+
+class GradNormLogger(keras.callbacks.Callback):
+    """A Keras callback that records per-layer gradient norms during ``fit`` (chapter 03).
+
+    Two sources, chosen by ``probe``:
+
+    * ``probe=(x, y)``: every ``every_n`` epochs (``every="epoch"``) or batches
+      (``every="batch"``), one ``GradientTape`` on this fixed batch measures the gradient of the
+      model's compiled loss (inference mode, so dropout does not add noise). Works with any model.
+    * ``probe=None``: reads the ``grad_norm/<layer>`` entries that a :class:`GradNormTrainStep`
+      model puts in the logs (the norms of the training batch itself).
+
+    :attr:`history` maps each layer name to its list of norms, :attr:`steps` holds the epoch
+    (1-based) or global batch number of each entry, and :meth:`plot` draws them.
+    """
+
+    def __init__(self, probe=None, *, every: str = "epoch", every_n: int = 1):
+        super().__init__()
+        if every not in ("epoch", "batch"):
+            raise ValueError(f"every must be 'epoch' or 'batch'; got {every!r}")
+        self.every = every
+        self.every_n = _check_count("every_n", every_n, 1)
+        if probe is not None:
+            if not isinstance(probe, (tuple, list)) or len(probe) != 2:
+                raise ValueError(f"probe must be None or an (x, y) pair; got {type(probe).__name__}")
+            probe = (tf.convert_to_tensor(probe[0]), tf.convert_to_tensor(probe[1]))
+        self.probe = probe
+        self.history: dict[str, list[float]] = {}
+        self.steps: list[int] = []
+        self._batches = 0
+        self._probe_fn = None
+
+    # ------------------------------------------------------------------ Keras hooks
+    def on_train_begin(self, logs=None):
+        if self.probe is not None:
+            self._probe_fn = self._make_probe_fn()
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.every == "epoch" and (epoch + 1) % self.every_n == 0:
+            self._record(epoch + 1, logs)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._batches += 1
+        if self.every == "batch" and self._batches % self.every_n == 0:
+            self._record(self._batches, logs)
+
+    # ------------------------------------------------------------------ internals
+    def _make_probe_fn(self):
+        model = self.model
+        groups = _layer_groups(model)
+        variables = model.trainable_variables
+
+        @tf.function
+        def probe_norms(x, y):
+            with tf.GradientTape() as tape:
+                y_pred = model(x, training=False)
+                loss = model.compute_loss(x=x, y=y, y_pred=y_pred, training=False)
+            return _group_norms(tape.gradient(loss, variables), groups)
+
+        return probe_norms
+
+    def _record(self, step: int, logs) -> None:
+        if self._probe_fn is not None:
+            norms = {k: float(v) for k, v in self._probe_fn(*self.probe).items()}
+        else:
+            logs = logs or {}
+            norms = {k[len("grad_norm/"):]: float(v) for k, v in logs.items()
+                     if k.startswith("grad_norm/")}
+            if not norms:
+                raise ValueError(
+                    "GradNormLogger found no 'grad_norm/<layer>' entries in the logs: pass "
+                    "probe=(x, y), or train a model with GradNormTrainStep (gl.GradNormSequential)"
+                )
+        for name, value in norms.items():
+            self.history.setdefault(name, []).append(value)
+        self.steps.append(step)
+
+    def plot(self, ax=None, *, title: str | None = None):
+        """Plot :attr:`history` on a log scale; returns the figure."""
+        from .plots.tracing import plot_grad_norm_history
+
+        return plot_grad_norm_history(self.history, steps=self.steps, xlabel=self.every,
+                                      ax=ax, title=title)

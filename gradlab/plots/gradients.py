@@ -22,6 +22,7 @@ __all__ = [
     "plot_activations",
     "plot_clipping_2d",
     "plot_losses",
+    "plot_signal_history",
     "plot_report",
 ]
 
@@ -245,4 +246,24 @@ def plot_losses(histories: dict, *, ylabel: str = "loss", logy: bool = True, fig
     ax.set_xlabel("step")
     ax.set_ylabel(ylabel)
     ax.legend(fontsize=8)
+    return _show(fig)
+
+
+def plot_signal_history(history, *, figsize=(7.2, 3.2)):
+    """Heatmap of log10 per-layer signal norms over training steps (chapter 01).
+
+    ``history`` is a :class:`~gradlab.grads.TrainingHistory`. Exact zeros and NaN are shown in
+    grey, so a layer that stops receiving any gradient is visible at a glance.
+    """
+    m = history.signal_matrix.T  # layers x steps
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logm = np.where((m > 0) & np.isfinite(m), np.log10(m), np.nan)
+    fig, ax = new_figure(figsize)
+    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#bbbbbb")
+    im = ax.imshow(logm, aspect="auto", origin="lower", cmap=cmap, interpolation="nearest",
+                   extent=(0.5, m.shape[1] + 0.5, 0.5, m.shape[0] + 0.5))
+    fig.colorbar(im, ax=ax, label="log10 signal norm")
+    ax.set_xlabel("training step")
+    ax.set_ylabel("hidden layer (1 = input side)")
+    ax.grid(False)
     return _show(fig)

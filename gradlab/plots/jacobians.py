@@ -1,5 +1,144 @@
-"""Plots for chapter 02 (Jacobian heatmaps, timing plots)."""
+"""Plots for chapter 02: Jacobian heatmaps with their shapes, forward vs reverse mode timings.
+
+matplotlib only, no widgets. :class:`JacobianPlot` builds its figure once and replaces the
+image data in place (what the live :class:`~gradlab.JacobianViewer` needs);
+:func:`plot_jacobian` and :func:`plot_jacobians` are the one-shot versions for a chapter cell.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+import numpy as np
+
+from .gradients import new_figure
+
+__all__ = ["JacobianPlot", "as_matrix", "plot_forward_reverse", "plot_jacobian", "plot_jacobians"]
+
+CMAP = "RdBu_r"
+
+
+def as_matrix(j, y_ndim: int | None = None) -> tuple[np.ndarray, int]:
+    """A Jacobian of shape ``y.shape + x.shape`` flattened to a 2-D ``(y.size, x.size)`` matrix.
+
+    ``y_ndim`` is the rank of ``y`` (default: half the rank, or the whole rank of a 1-D array).
+    Also returns the number of blocks per side when the Jacobian is a batched one
+    ``(B, *out, B, *in)``, else 1, so the plot can draw the per-example block grid.
+    """
+    j = np.asarray(j, dtype=float)
+    if j.ndim == 0:
+        return j.reshape(1, 1), 1
+    if j.ndim == 1:
+        return j.reshape(1, -1), 1
+    if y_ndim is None:
+        y_ndim = max(j.ndim // 2, 1)
+    if not 1 <= y_ndim < j.ndim:
+        raise ValueError(f"y_ndim must be between 1 and {j.ndim - 1} for shape {j.shape}; got {y_ndim}")
+    rows = int(np.prod(j.shape[:y_ndim]))
+    blocks = 1
+    if y_ndim >= 2 and j.ndim - y_ndim >= 2 and j.shape[0] == j.shape[y_ndim]:
+        blocks = j.shape[0]
+    return j.reshape(rows, -1), blocks
+
+
+def _limit(m: np.ndarray) -> float:
+    finite = np.abs(m[np.isfinite(m)])
+    lim = float(finite.max()) if finite.size else 1.0
+    return lim if lim > 0 else 1.0
+
+
+class JacobianPlot:
+    """A heatmap of one Jacobian, rows = outputs, columns = inputs, with its shape in the title.
+
+    Colours are symmetric around 0 (blue negative, red positive, white zero), so structure
+    such as a diagonal or per-example blocks is visible at a glance. ``update`` swaps the data.
+    """
+
+    def __init__(self, j=None, *, title: str = "", y_ndim: int | None = None, figsize=(5.2, 4.0),
+                 colorbar: bool = True):
+        self.fig, self.ax = new_figure(figsize)
+        self.image = self.ax.imshow(np.zeros((1, 1)), cmap=CMAP, vmin=-1, vmax=1,
+                                    interpolation="nearest", aspect="auto")
+        self.ax.set_xlabel("input element (flattened x)")
+        self.ax.set_ylabel("output element (flattened y)")
+        self.ax.grid(False)
+        self.colorbar = self.fig.colorbar(self.image, ax=self.ax, shrink=0.85) if colorbar else None
+        self._block_lines: list = []
+        self.title = self.ax.set_title("", fontsize=10, loc="left")
+        if j is not None:
+            self.update(j, title=title, y_ndim=y_ndim)
+
+    def update(self, j, *, title: str = "", y_ndim: int | None = None):
+        """Show Jacobian ``j`` (any rank; see :func:`as_matrix`)."""
+        j = np.asarray(j)
+        m, blocks = as_matrix(j, y_ndim)
+        rows, cols = m.shape
+        lim = _limit(m)
+        self.image.set_data(np.ma.masked_invalid(m))
+        self.image.set_clim(-lim, lim)
+        self.image.set_extent((-0.5, cols - 0.5, rows - 0.5, -0.5))
+        self.ax.set_xlim(-0.5, cols - 0.5)
+        self.ax.set_ylim(rows - 0.5, -0.5)
+        for line in self._block_lines:
+            line.remove()
+        self._block_lines = []
+        if blocks > 1:
+            for k in range(1, blocks):
+                self._block_lines.append(self.ax.axhline(k * rows / blocks - 0.5, color="#57606a", lw=0.8))
+                self._block_lines.append(self.ax.axvline(k * cols / blocks - 0.5, color="#57606a", lw=0.8))
+        shape = tuple(int(d) for d in j.shape)
+        text = f"Jacobian shape {shape}"
+        if j.ndim > 2:
+            text += f", drawn as {rows} × {cols}"
+        self.title.set_text(f"{title}\n{text}" if title else text)
+        return self
+
+
+def plot_jacobian(j, *, title: str = "", y_ndim: int | None = None, figsize=(5.2, 4.0)):
+    """A one-shot heatmap of a Jacobian with its shape (chapter 02)."""
+    return JacobianPlot(j, title=title, y_ndim=y_ndim, figsize=figsize).fig
+
+
+def plot_jacobians(named: dict, *, y_ndim: int | None = None, figsize=None, shared_scale: bool = True):
+    """Side-by-side heatmaps, e.g. the true per-example blocks next to ``batch_jacobian``'s.
+
+    With ``shared_scale`` every panel uses the same colour range, so equal colours mean equal
+    numbers across panels (chapter 02).
+    """
+    if not named:
+        raise ValueError("named must map at least one title to a Jacobian; got an empty dict")
+    mats = {k: as_matrix(v, y_ndim)[0] for k, v in named.items()}
+    lim = max(_limit(m) for m in mats.values())
+    n = len(mats)
+    fig, axes = new_figure(figsize or (3.2 * n + 0.6, 3.2), ncols=n, squeeze=False)
+    image = None
+    for ax, (name, m), (_, raw) in zip(axes[0], mats.items(), named.items(), strict=True):
+        this = lim if shared_scale else _limit(m)
+        image = ax.imshow(m, cmap=CMAP, vmin=-this, vmax=this, interpolation="nearest")
+        ax.grid(False)
+        ax.set_title(f"{name}\nshape {tuple(int(d) for d in np.shape(raw))}", fontsize=9, loc="left")
+        ax.set_xlabel("input element")
+    axes[0][0].set_ylabel("output element")
+    if shared_scale and image is not None:
+        fig.colorbar(image, ax=list(axes[0]), shrink=0.8)
+    return fig
+
+
+def plot_forward_reverse(timing, *, figsize=(8.0, 3.3)):
+    """Forward vs reverse mode over input and output sizes, from :func:`~gradlab.time_forward_reverse`."""
+    fig, (a1, a2) = new_figure(figsize, ncols=2, sharey=True)
+    sizes = np.asarray(timing.sizes)
+    colors = {"forward": "#bc4c00", "reverse": "#0969da"}
+    labels = {"forward": "forward mode (one JVP per input)", "reverse": "reverse mode (one VJP per output)"}
+    for ax, sweep, xlabel in (
+        (a1, timing.wide_inputs, f"number of inputs n (outputs m = {timing.fixed})"),
+        (a2, timing.wide_outputs, f"number of outputs m (inputs n = {timing.fixed})"),
+    ):
+        for mode in ("forward", "reverse"):
+            ax.plot(sizes, np.asarray(sweep[mode]) * 1e3, "o-", ms=4, color=colors[mode], label=labels[mode])
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel(xlabel)
+    a1.set_ylabel("ms for the full Jacobian")
+    a1.set_title("wide input, few outputs", fontsize=10, loc="left")
+    a2.set_title("few inputs, wide output", fontsize=10, loc="left")
+    a1.legend(fontsize=8, loc="upper left")
+    return fig

@@ -1,5 +1,115 @@
-"""Plots for chapter 03 (step-time bars, gradient-norm histories)."""
+"""Plots for chapter 03 (step-time bars, gradient-norm histories, the tracing lab's call times).
+
+matplotlib only, no widgets. Figures come from :func:`gradlab.plots.gradients.new_figure`, so
+they belong to no pyplot state; a notebook cell shows the returned figure once.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from matplotlib.ticker import MaxNLocator
+
+from .gradients import new_figure
+
+__all__ = ["CallTimePlot", "plot_grad_norm_history", "plot_step_times"]
+
+FIRST_COLOR = "#bc4c00"
+STEADY_COLOR = "#0969da"
+RETRACE_COLOR = "#cf222e"
+
+
+def plot_step_times(timings: Sequence, *, title: str | None = None):
+    """Grouped bars of first-call and steady-state step times (ms, log scale) per mode (chapter 03).
+
+    ``timings`` is a list of :class:`~gradlab.tracing.StepTiming` (from ``gl.time_step``).
+    Each bar is labelled with its value, so the figure reads without the table.
+    """
+    timings = list(timings)
+    if not timings or not all(hasattr(t, "first_s") and hasattr(t, "steady_s") for t in timings):
+        raise ValueError("timings must be a non-empty list of StepTiming (from gl.time_step)")
+    fig, ax = new_figure((7.0, 3.4))
+    idx = np.arange(len(timings))
+    w = 0.38
+    first = np.array([t.first_ms for t in timings])
+    steady = np.array([t.steady_ms for t in timings])
+    bars1 = ax.bar(idx - w / 2, first, w, color=FIRST_COLOR, label="first call (traces/compiles)")
+    bars2 = ax.bar(idx + w / 2, steady, w, color=STEADY_COLOR, label="steady-state step (median)")
+    for bars in (bars1, bars2):
+        for b in bars:
+            ax.annotate(f"{b.get_height():.3g}", (b.get_x() + b.get_width() / 2, b.get_height()),
+                        ha="center", va="bottom", fontsize=8, xytext=(0, 2),
+                        textcoords="offset points")
+    ax.set_yscale("log")
+    ax.set_xticks(idx, [t.name for t in timings])
+    ax.set_ylabel("time per call (ms)")
+    ax.set_ylim(min(first.min(), steady.min()) / 2, max(first.max(), steady.max()) * 4)
+    ax.legend(loc="upper right", fontsize=8)
+    ax.set_title(title or "One training step: first call vs steady state")
+    return fig
+
+
+def plot_grad_norm_history(history: Mapping[str, Sequence[float]], steps: Sequence[int] | None = None,
+                           *, xlabel: str = "epoch", ax=None, title: str | None = None):
+    """Per-layer gradient norms over training, one line per layer, log scale (chapter 03).
+
+    ``history`` maps a layer name to its norms (e.g. ``GradNormLogger.history``). Non-positive
+    or non-finite values cannot sit on a log axis; they are left out of the line.
+    """
+    if not isinstance(history, Mapping) or not history:
+        raise ValueError("history must be a non-empty dict {layer name: [norms]}")
+    lengths = {len(v) for v in history.values()}
+    if len(lengths) != 1:
+        raise ValueError(f"every layer's history must have the same length; got lengths {sorted(lengths)}")
+    n = lengths.pop()
+    x = np.arange(1, n + 1) if steps is None else np.asarray(steps)
+    if len(x) != n:
+        raise ValueError(f"steps has {len(x)} entries but the history has {n}")
+    if ax is None:
+        fig, ax = new_figure((7.0, 3.4))
+    else:
+        fig = ax.figure
+    for name, values in history.items():
+        v = np.asarray(values, dtype=float)
+        v = np.where(np.isfinite(v) & (v > 0), v, np.nan)
+        ax.plot(x, v, marker="o", ms=3, lw=1.5, label=name)
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("gradient norm ‖∂L/∂W‖")
+    ax.legend(fontsize=8, ncol=2 if len(history) > 4 else 1)
+    ax.set_title(title or "Per-layer gradient norms during training")
+    return fig
+
+
+class CallTimePlot:
+    """The tracing lab's figure: time of each call (ms, log scale), retracing calls in red.
+
+    Built once; :meth:`update` changes the data of the two line artists in place.
+    """
+
+    def __init__(self, max_calls: int = 40):
+        self.max_calls = max_calls
+        self.fig, self.ax = new_figure((5.2, 2.6))
+        (self.line,) = self.ax.plot([], [], "-o", color=STEADY_COLOR, ms=3, lw=1,
+                                    label="call (cached graph)")
+        (self.retraced,) = self.ax.plot([], [], "o", color=RETRACE_COLOR, ms=6,
+                                        label="call that traced")
+        self.ax.set_yscale("log")
+        self.ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        self.ax.set_xlabel("call")
+        self.ax.set_ylabel("ms")
+        self.ax.legend(fontsize=7, loc="upper right")
+        self.ax.set_title("time of each call", fontsize=9)
+
+    def update(self, times_ms: Sequence[float], traced: Sequence[bool]) -> None:
+        t = np.asarray(times_ms, dtype=float)[-self.max_calls:]
+        r = np.asarray(traced, dtype=bool)[-self.max_calls:]
+        start = max(0, len(times_ms) - self.max_calls)
+        x = np.arange(start + 1, start + len(t) + 1)
+        self.line.set_data(x, t)
+        self.retraced.set_data(x[r], t[r])
+        if len(t):
+            self.ax.set_xlim(x[0] - 0.5, x[-1] + 0.5 if len(t) > 1 else x[0] + 0.5)
+            lo, hi = max(t.min(), 1e-3), max(t.max(), 1e-3)
+            self.ax.set_ylim(lo / 2, hi * 3)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipywidgets as widgets
 
-__all__ = ["css", "FigureView", "legend_html", "status_html"]
+__all__ = ["css", "FigureView", "legend_html", "static_bundle", "status_html"]
 
 
 def css(widget, name: str):
@@ -30,6 +30,22 @@ class FigureView(widgets.Image):
         from ..plots import figure_png
 
         self.value = figure_png(self.fig, fast=True)
+
+
+def static_bundle(widget, png: bytes, text: str, **kwargs) -> dict:
+    """``widget``'s mime bundle plus a static PNG and a plain-text line.
+
+    A live front end renders the widget view; GitHub, nbconvert and any viewer without a
+    kernel fall back to the PNG of the state the widget was displayed in. nbval compares
+    only the text, so ``text`` must be reproducible (no timings).
+    """
+    import base64
+
+    data = widgets.DOMWidget._repr_mimebundle_(widget, **kwargs)
+    data = dict((data[0] if isinstance(data, tuple) else data) or {})
+    data["image/png"] = base64.b64encode(png).decode("ascii")
+    data["text/plain"] = text
+    return data
 
 
 def legend_html(items) -> str:

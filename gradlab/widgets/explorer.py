@@ -14,7 +14,7 @@ from ..grads import (
     _check_int,
 )
 from ..plots.gradients import STATUS_COLORS, ReportPlot
-from ._base import FigureView, css, legend_html, status_html
+from ._base import FigureView, css, legend_html, static_bundle, status_html
 
 __all__ = ["GradientExplorer"]
 
@@ -160,13 +160,7 @@ class GradientExplorer(widgets.VBox):
 
     def _repr_mimebundle_(self, **kwargs):
         """Widget view in a live front end; a static PNG and the status line everywhere else."""
-        data = super()._repr_mimebundle_(**kwargs)
-        if isinstance(data, tuple):
-            data = data[0]
-        data = dict(data or {})
-        data["image/png"] = self.plot.value
-        data["text/plain"] = self.status_text
-        return data
+        return static_bundle(self, self.plot.value, self.status_text, **kwargs)
 
     def __repr__(self) -> str:
         return f"GradientExplorer({self.status_text})"

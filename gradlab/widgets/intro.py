@@ -7,7 +7,7 @@ import numpy as np
 
 from ..intro import slope_and_step, toy_loss
 from ..plots.intro import TangentPlot
-from ._base import FigureView, css, status_html
+from ._base import FigureView, css, static_bundle, status_html
 
 __all__ = ["TangentExplorer"]
 
@@ -55,8 +55,4 @@ class TangentExplorer(widgets.VBox):
         self.plot.refresh()
 
     def _repr_mimebundle_(self, **kwargs):
-        data = super()._repr_mimebundle_(**kwargs)
-        data = dict((data[0] if isinstance(data, tuple) else data) or {})
-        data["image/png"] = self._plot.fig and self.plot.value
-        data["text/plain"] = self.status_text
-        return data
+        return static_bundle(self, self.plot.value, self.status_text, **kwargs)

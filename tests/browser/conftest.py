@@ -1,0 +1,308 @@
+"""Fixtures of the browser tier: one JupyterLab server and one headless Chromium per session.
+
+- ``lab_server``: ``python -m jupyter lab`` from this environment on 127.0.0.1, a free port,
+  token auth, over a temporary copy of ``chapters/``. Its settings come from an
+  ``overrides.json`` in a temporary ``--LabApp.app_settings_dir``: notebook windowing off
+  (every cell is in the page), news and update checks off. User settings, workspaces,
+  runtime and config dirs are temporary too, so nothing from the host leaks in.
+- ``browser``: the system Chromium (``GRADLAB_CHROMIUM`` or /usr/bin/chromium...) through
+  Playwright. No browser: skip with one line, or fail when ``CI=true``.
+- ``page``: a fresh page per test. When a test fails, a screenshot and the server log go to
+  ``test-artifacts/browser/<test-name>/``, and the failure report names that folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CHAPTERS = ROOT / "chapters"
+ARTIFACTS = ROOT / "test-artifacts" / "browser"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+INSTALL_HINT = (
+    "no Chromium found for the browser tests: install it with `apt-get install -y chromium` "
+    "(as root), or set GRADLAB_CHROMIUM to a Chromium/Chrome executable"
+)
+LAB_OVERRIDES = {
+    # Every cell stays in the DOM, so off-screen widgets exist and can be checked.
+    "@jupyterlab/notebook-extension:tracker": {"windowingMode": "none"},
+    # No news fetching, no "check for updates", no toast asking about either.
+    "@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False},
+}
+
+# A stand-in for chapter 01 while it does not exist: the explorer alone.
+SCRATCH_EXPLORER_SOURCE = (
+    "import gradlab as gl\n"
+    "gl.setup(seed=0)\n"
+    'ex = gl.GradientExplorer(depth=20, activation="sigmoid")\n'
+    "ex"
+)
+
+
+def chapter_notebooks() -> list[Path]:
+    """The chapter notebooks present at collection time, in order."""
+    return sorted(CHAPTERS.glob("[0-9][0-9]-*.ipynb"))
+
+
+# ----------------------------------------------------------------------------- the browser
+def find_chromium() -> str | None:
+    env = os.environ.get("GRADLAB_CHROMIUM")
+    if env:
+        return env if os.access(env, os.X_OK) else None
+    for candidate in ("/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(candidate)
+        if path:
+            return path
+    return None
+
+
+def _missing(reason: str):
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI=true and {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def chromium_path() -> str:
+    path = find_chromium()
+    if path is None:
+        _missing(INSTALL_HINT)
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        _missing("playwright is not installed: `pip install -r requirements.txt`")
+    return path
+
+
+@pytest.fixture(scope="session")
+def browser(chromium_path):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=chromium_path, headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+# ----------------------------------------------------------------------------- the server
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class LabServer:
+    url: str
+    token: str
+    root: Path
+    log_path: Path
+    proc: subprocess.Popen
+    # Notebooks whose kernel has run every cell in this session and is still alive.
+    executed: set = field(default_factory=set)
+
+    def api(self, path: str, method: str = "GET", body=None):
+        req = urllib.request.Request(
+            f"{self.url}{path}",
+            method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=10) as r:
+            raw = r.read()
+        return json.loads(raw) if raw else None
+
+    def log_tail(self, n: int = 40) -> str:
+        lines = self.log_path.read_text(errors="replace").splitlines()
+        return "\n".join(lines[-n:])
+
+    def shutdown_kernel_of(self, relpath: str) -> None:
+        """Shut down the session of ``relpath`` (frees memory once a test is done with it)."""
+        for s in self.api("/api/sessions"):
+            if s.get("path") == relpath:
+                self.api(f"/api/sessions/{s['id']}", method="DELETE")
+        self.executed.discard(relpath)
+
+
+@pytest.fixture(scope="session")
+def lab_server(tmp_path_factory, chromium_path):
+    base = tmp_path_factory.mktemp("lab")
+    root = base / "root"
+    root.mkdir()
+    shutil.copytree(CHAPTERS, root / "chapters",
+                    ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+    _write_scratch_notebook(root / "scratch-explorer.ipynb")
+    settings = base / "app-settings"
+    settings.mkdir()
+    (settings / "overrides.json").write_text(json.dumps(LAB_OVERRIDES, indent=2))
+    for d in ("user-settings", "workspaces", "runtime", "config", "data"):
+        (base / d).mkdir()
+    token = os.urandom(16).hex()
+    port = _free_port()
+    venv_bin = str(Path(sys.executable).parent)
+    env = dict(os.environ)
+    env.pop("MPLBACKEND", None)  # the kernel gets JupyterLab's inline backend, as for a learner
+    env.update(
+        PATH=venv_bin + os.pathsep + env.get("PATH", ""),
+        JUPYTER_CONFIG_DIR=str(base / "config"),
+        JUPYTER_DATA_DIR=str(base / "data"),
+        JUPYTER_RUNTIME_DIR=str(base / "runtime"),
+        JUPYTERLAB_SETTINGS_DIR=str(base / "user-settings"),
+        JUPYTERLAB_WORKSPACES_DIR=str(base / "workspaces"),
+        PYTHONUNBUFFERED="1",
+    )
+    log_path = base / "jupyterlab.log"
+    cmd = [
+        sys.executable, "-m", "jupyter", "lab",
+        "--no-browser", "--allow-root",
+        "--ip=127.0.0.1", f"--port={port}", "--ServerApp.port_retries=0",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={root}",
+        f"--LabApp.app_settings_dir={settings}",
+        f"--LabApp.user_settings_dir={base / 'user-settings'}",
+        f"--LabApp.workspaces_dir={base / 'workspaces'}",
+        "--LabApp.expose_app_in_browser=True",
+        "--LabApp.news_url=None",
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        "--ServerApp.terminals_enabled=False",
+    ]
+    log = open(log_path, "w")
+    proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+    server = LabServer(f"http://127.0.0.1:{port}", token, root, log_path, proc)
+    try:
+        _wait_ready(server, timeout=90)
+        _check_overrides(server)
+        yield server
+    finally:
+        _stop(proc)
+        log.close()
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        shutil.copy(log_path, ARTIFACTS / "jupyterlab-last-session.log")
+
+
+def _write_scratch_notebook(path: Path) -> None:
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    nb.cells = [nbformat.v4.new_markdown_cell("# Scratch explorer (browser tests only)"),
+                nbformat.v4.new_code_cell(SCRATCH_EXPLORER_SOURCE)]
+    nbformat.write(nb, path)
+
+
+def _wait_ready(server: LabServer, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.proc.poll() is not None:
+            raise RuntimeError(f"JupyterLab exited with {server.proc.returncode}:\n"
+                               f"{server.log_tail()}")
+        try:
+            server.api("/api/status")
+            return
+        except OSError:
+            time.sleep(0.3)
+    raise RuntimeError(f"JupyterLab did not answer within {timeout:.0f} s:\n{server.log_tail()}")
+
+
+def _check_overrides(server: LabServer) -> None:
+    """The overrides must reach the settings JupyterLab serves, or the tests would lie."""
+    for plugin, values in LAB_OVERRIDES.items():
+        schema = server.api(f"/lab/api/settings/{plugin}")["schema"]["properties"]
+        got = {k: schema[k].get("default") for k in values}
+        if got != values:
+            raise RuntimeError(f"settings override not applied to {plugin}: {got} != {values}")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Stop the server we started, then any of its kernels that outlived it (by pid)."""
+    import psutil
+
+    if proc.poll() is not None:
+        return
+    try:
+        children = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        children = []
+    proc.terminate()  # SIGTERM: the server shuts its kernels down, then exits
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+    _, alive = psutil.wait_procs(children, timeout=5)
+    for child in alive:
+        try:
+            child.kill()
+        except psutil.Error:
+            pass
+
+
+# ----------------------------------------------------------------------------- pages, artifacts
+@pytest.fixture
+def page(request, browser, lab_server):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    pg = context.new_page()
+    pg.set_default_timeout(30_000)
+    request.node._gl_page = pg
+    request.node._gl_server = lab_server
+    request.node._gl_log_offset = lab_server.log_path.stat().st_size
+    try:
+        yield pg
+    finally:
+        request.node._gl_page = None
+        context.close()
+
+
+def artifact_dir(item) -> Path:
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", item.name).strip("_")
+    return ARTIFACTS / name
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    if not rep.failed or not hasattr(item, "_gl_server"):
+        return
+    folder = artifact_dir(item)
+    folder.mkdir(parents=True, exist_ok=True)
+    saved = []
+    pg = getattr(item, "_gl_page", None)
+    if pg is not None:
+        try:
+            pg.screenshot(path=str(folder / "screenshot.png"), full_page=True, timeout=15_000)
+            saved.append("screenshot.png")
+        except Exception as exc:  # noqa: BLE001 - a broken page must not hide the failure
+            (folder / "screenshot-error.txt").write_text(repr(exc))
+    server = item._gl_server
+    log = server.log_path.read_bytes()
+    (folder / "jupyterlab.log").write_bytes(log)
+    (folder / "jupyterlab-this-test.log").write_bytes(log[getattr(item, "_gl_log_offset", 0):])
+    saved += ["jupyterlab.log", "jupyterlab-this-test.log"]
+    note = f"browser artifacts ({', '.join(saved)}) saved in {folder}"
+    if hasattr(rep.longrepr, "addsection"):
+        rep.longrepr.addsection("browser artifacts", note)
+    else:
+        rep.sections.append(("browser artifacts", note))

@@ -1,0 +1,198 @@
+"""Chapter 02's Jacobian helpers against analytic Jacobians, and the JacobianViewer headless."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import gradlab as gl
+
+X3 = np.array([1.0, -2.0, 0.5], dtype=np.float32)
+W = np.array([[0.5, -1.0, 0.2], [0.3, 0.8, -0.4]], dtype=np.float32)  # 2 × 3
+
+
+def softmax_analytic(x):
+    s = np.exp(x - x.max())
+    s = s / s.sum()
+    return np.diag(s) - np.outer(s, s)
+
+
+# ----------------------------------------------------------------------------- analytic Jacobians
+@pytest.mark.parametrize("method", ["loop", "jacobian", "jacobian_no_pfor"])
+def test_square_is_diag_2x(method):
+    f = lambda x: x**2  # noqa: E731
+    j = {
+        "loop": lambda: gl.jacobian_loop(f, X3),
+        "jacobian": lambda: gl.jacobian(f, X3),
+        "jacobian_no_pfor": lambda: gl.jacobian(f, X3, experimental_use_pfor=False),
+    }[method]()
+    np.testing.assert_allclose(j, np.diag(2 * X3), rtol=1e-6)
+
+
+def test_loop_works_on_a_variable_like_the_source():
+    x = tf.Variable([1.0, 2.0, 3.0])
+    np.testing.assert_allclose(gl.jacobian_loop(lambda v: v**2, x), np.diag([2.0, 4.0, 6.0]))
+
+
+def test_softmax_jacobian_and_rows_sum_to_zero():
+    x = np.array([0.3, -1.2, 2.0, 0.0], dtype=np.float32)
+    j = gl.jacobian(tf.nn.softmax, x)
+    np.testing.assert_allclose(j, softmax_analytic(x), atol=1e-6)
+    np.testing.assert_allclose(j.sum(axis=1), 0.0, atol=1e-6)
+    np.testing.assert_allclose(gl.jacobian_loop(tf.nn.softmax, x), j, atol=1e-6)
+
+
+def test_matvec_tanh_jacobian():
+    f = lambda x: tf.tanh(tf.linalg.matvec(W, x))  # noqa: E731
+    expected = np.diag(1 - np.tanh(W @ X3) ** 2) @ W
+    np.testing.assert_allclose(gl.jacobian(f, X3), expected, rtol=1e-5, atol=1e-6)
+    assert gl.jacobian(f, X3).shape == (2, 3)
+
+
+def test_dense_layer_jacobian_is_block_diagonal_and_batch_jacobian_matches_blocks():
+    layer = tf.keras.layers.Dense(2, activation="tanh", kernel_initializer=tf.constant_initializer(W.T),
+                                  bias_initializer=tf.constant_initializer([0.1, -0.2]))
+    x = np.array([[1.0, 0.0, -1.0], [0.5, 0.5, 0.5], [-2.0, 1.0, 0.0]], dtype=np.float32)
+    full = gl.jacobian(layer, x)
+    assert full.shape == (3, 2, 3, 3)
+    z = x @ W.T + np.array([0.1, -0.2])
+    for b in range(3):
+        expected = (1 - np.tanh(z[b]) ** 2)[:, None] * W  # diag(1 - tanh²(z_b)) W
+        np.testing.assert_allclose(full[b, :, b, :], expected, rtol=1e-5, atol=1e-6)
+    assert gl.cross_example_max(full) == 0.0
+    bj = gl.batch_jacobian(layer, x)
+    np.testing.assert_allclose(bj, gl.diagonal_blocks(full), atol=1e-6)
+
+
+def test_batch_jacobian_is_silently_wrong_when_examples_are_coupled():
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    f = lambda x: x - tf.reduce_mean(x, axis=0)  # noqa: E731  (centering couples the batch)
+    full = gl.jacobian(f, x)
+    true_blocks = gl.diagonal_blocks(full)
+    np.testing.assert_allclose(true_blocks[0], 0.75 * np.eye(3), atol=1e-6)  # 1 - 1/B
+    assert gl.cross_example_max(full) == pytest.approx(0.25)
+    bj = gl.batch_jacobian(f, x)
+    assert bj.shape == true_blocks.shape  # right shape ...
+    np.testing.assert_allclose(bj, 0.0, atol=1e-6)  # ... wrong values: the column sums, all 0
+    assert np.abs(bj - true_blocks).max() == pytest.approx(0.75)
+
+
+# ----------------------------------------------------------------------------- products
+def test_vjp_is_jt_v_and_jvp_is_j_v():
+    f = lambda x: tf.tanh(tf.linalg.matvec(W, x))  # noqa: E731
+    j = gl.jacobian(f, X3)
+    v_out = np.array([1.0, -2.0], dtype=np.float32)
+    v_in = np.array([0.5, 1.0, -1.0], dtype=np.float32)
+    np.testing.assert_allclose(gl.vjp(f, X3, v_out), j.T @ v_out, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(gl.jvp(f, X3, v_in), j @ v_in, rtol=1e-5, atol=1e-6)
+    assert gl.vjp(f, X3, v_out).shape == X3.shape
+    assert gl.jvp(f, X3, v_in).shape == (2,)
+
+
+def test_hessian_and_hvp_of_a_quadratic():
+    a = np.array([[2.0, 1.0, 0.0], [1.0, 3.0, -1.0], [0.0, -1.0, 4.0]], dtype=np.float32)
+    b = np.array([1.0, 0.0, -1.0], dtype=np.float32)
+    f = lambda x: 0.5 * tf.tensordot(x, tf.linalg.matvec(a, x), 1) + tf.tensordot(b, x, 1)  # noqa: E731
+    np.testing.assert_allclose(gl.hessian(f, X3), a, rtol=1e-6)
+    v = np.array([1.0, 2.0, -1.0], dtype=np.float32)
+    for method in gl.HVP_METHODS:
+        np.testing.assert_allclose(gl.hvp(f, X3, v, method=method), a @ v, rtol=1e-6)
+
+
+def test_forward_and_reverse_mode_jacobians_agree():
+    fwd, rev = gl.forward_reverse_jacobians(5, 3)
+    assert fwd.shape == rev.shape == (5, 3)
+    np.testing.assert_allclose(fwd, rev, rtol=1e-5, atol=1e-6)
+
+
+def test_time_forward_reverse_shapes():
+    t = gl.time_forward_reverse((2, 8), fixed=2, repeats=1)
+    assert list(t.sizes) == [2, 8]
+    for sweep in (t.wide_inputs, t.wide_outputs):
+        assert set(sweep) == {"forward", "reverse"}
+        assert all(np.all(np.asarray(v) > 0) for v in sweep.values())
+
+
+# ----------------------------------------------------------------------------- shape table
+def test_shape_table_is_measured():
+    rows = {(r.target, r.source): r for r in gl.shape_table()}
+    r = rows[((4,), (3,))]
+    assert (r.gradient, r.jacobian) == ("(3,)", "(4, 3)")
+    assert r.batch_jacobian.startswith("error")
+    r = rows[((2, 4), (2, 3))]
+    assert (r.gradient, r.jacobian, r.batch_jacobian) == ("(2, 3)", "(2, 4, 2, 3)", "(2, 4, 3)")
+    assert all(row.gradient == str(row.source) for row in rows.values())  # always x's shape
+    text = gl.format_shape_table(gl.shape_table())
+    assert text.splitlines()[0].split() == ["target", "y", "source", "x", "gradient", "jacobian", "batch_jacobian"]
+
+
+# ----------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: gl.jacobian(lambda x: x, tf.constant([1, 2, 3])), "floating point"),
+        (lambda: gl.jacobian("not a function", X3), "callable"),
+        (lambda: gl.jacobian(lambda x: x, "abc"), "float tensor"),
+        (lambda: gl.jacobian(lambda x: tf.constant([1.0, 2.0]), X3), "None"),
+        (lambda: gl.batch_jacobian(lambda x: x, X3), "batch axis"),
+        (lambda: gl.batch_jacobian(lambda x: tf.reduce_sum(x, axis=0), np.ones((4, 3), np.float32)), "keep the batch axis"),
+        (lambda: gl.vjp(lambda x: x**2, X3, [1.0, 2.0]), r"v must have shape \(3,\)"),
+        (lambda: gl.jvp(lambda x: x**2, X3, np.ones(4, np.float32)), r"v must have shape \(3,\)"),
+        (lambda: gl.hessian(lambda x: x**2, X3), "scalar"),
+        (lambda: gl.hvp(lambda x: tf.reduce_sum(x), X3, X3, method="magic"), "method must be one of"),
+        (lambda: gl.diagonal_blocks(np.zeros((2, 3, 4, 5))), "both batch axes"),
+        (lambda: gl.JacobianBench().run("cube", 4), "function must be one of"),
+        (lambda: gl.JacobianBench().run("softmax", 0), "n must be"),
+        (lambda: gl.time_forward_reverse(()), "at least one size"),
+        (lambda: gl.JacobianViewer(size=1000), "size must be"),
+    ],
+)
+def test_bad_input_raises_value_error(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+# ----------------------------------------------------------------------------- bench and viewer
+def test_bench_methods_agree_for_every_function():
+    bench = gl.JacobianBench()
+    for name in gl.JACOBIAN_FUNCTIONS:
+        run = bench.run(name, 5, repeats=1)
+        assert run.max_disagreement < 1e-5, name
+        assert set(run.times) == set(gl.JACOBIAN_METHODS)
+
+
+def test_viewer_updates_jacobian_status_and_plot_without_retracing():
+    v = gl.JacobianViewer(function="softmax", size=8)
+    assert v.jacobian.shape == (8, 8)
+    assert v.status_text.startswith("softmax · n=8 → jacobian shape (8, 8) · jacobian ")
+    assert "batch_jacobian" in v.status_text and " ms · loop " in v.status_text
+    png = v.plot.value
+    traces = v.tracing_count()
+    for n in (3, 17, 30):
+        v.size.value = n
+        assert v.jacobian.shape == (n, n)
+        assert f"n={n} → jacobian shape ({n}, {n})" in v.status_text
+    assert v.tracing_count() == traces  # new sizes reuse the compiled functions
+    assert v.plot.value != png
+    x, _ = gl.JACOBIAN_FUNCTIONS["softmax"].inputs(30)
+    np.testing.assert_allclose(v.jacobian, softmax_analytic(x.numpy()), atol=1e-6)
+    v.function.value = "dense_batch"
+    assert v.jacobian.shape == (4, 3, 4, 30)
+    assert "jacobian shape (4, 3, 4, 30)" in v.status_text
+    v.size.value = 5
+    assert v.jacobian.shape == (4, 3, 4, 5)
+    assert v.tracing_count() <= 4  # one trace per (function, method) used, never per size
+    assert v.status.value and "dense_batch" in v.status.value
+
+
+def test_viewer_mimebundle_has_png_and_timing_free_text():
+    v = gl.JacobianViewer(function="square", size=4)
+    data = v._repr_mimebundle_()
+    assert data["image/png"][:4] == b"\x89PNG"
+    assert data["text/plain"] == "JacobianViewer(square · n=4 → jacobian shape (4, 4))"
+    assert "ms" not in data["text/plain"]
+    for name, cls in (("function", "gradlab-jacobian-function"), ("size", "gradlab-jacobian-size"),
+                      ("status", "gradlab-jacobian-status"), ("plot", "gradlab-jacobian-plot")):
+        assert cls in getattr(v, name)._dom_classes
+    assert "gradlab-jacobian" in v._dom_classes

@@ -1,0 +1,231 @@
+"""Chapter 03's training-loop pieces, the gradient-norm callback and the tracing lab."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gradlab as gl
+from gradlab.tracing import keras, tf
+
+
+def _model(seed: int = 0, width: int = 16):
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential(
+        [keras.Input((8,)), keras.layers.Dense(width, activation="relu", name="hidden"),
+         keras.layers.Dense(1, name="out")]
+    )
+
+
+def _data(n: int = 64, seed: int = 0):
+    x = tf.random.stateless_normal([n, 8], seed=[seed, 1])
+    y = tf.reduce_sum(x, axis=1, keepdims=True)
+    return x, y
+
+
+def _flat(variables):
+    return np.concatenate([np.ravel(v.numpy()) for v in variables])
+
+
+# ----------------------------------------------------------------------------- tracing
+def test_train_step_traces_once_for_many_batches():
+    model = _model()
+    step = gl.make_train_step(model, keras.optimizers.SGD(0.01))
+    for i in range(6):  # new tensors of the same shape and dtype every call
+        step(*_data(seed=i))
+    assert gl.tracing_count(step) == 1
+
+
+def test_trace_counter_counts_traces_not_calls():
+    tc = gl.TraceCounter(lambda x, a: x * a)
+    x = tf.constant(2.0)
+    for a in (0.1, 0.2, 0.3, 0.1):  # Python floats: one trace per new value
+        tc(x, a)
+    assert (tc.calls, tc.count, tc.tracing_count) == (4, 3, 3)
+    for a in (0.4, 0.5):  # tensors: one more trace serves every value
+        tc(x, tf.constant(a))
+    assert tc.count == 4
+    assert "python float 0.2" in tc.log[1]
+
+
+def test_tracing_count_rejects_plain_function():
+    with pytest.raises(ValueError, match="tf.function"):
+        gl.tracing_count(lambda: None)
+
+
+def test_error_summary_keeps_the_message_line():
+    @tf.function
+    def f(x):
+        return tf.debugging.check_numerics(tf.math.log(x), "log blew up")
+
+    with pytest.raises(tf.errors.InvalidArgumentError) as info:
+        f(tf.constant([-1.0]))
+    assert gl.error_summary(info.value) == "InvalidArgumentError: log blew up : Tensor had NaN values"
+
+
+# ----------------------------------------------------------------------------- make_train_step
+def test_clipping_bounds_the_global_norm_of_the_update():
+    model = _model()
+    before = _flat(model.trainable_variables)
+    step = gl.make_train_step(model, keras.optimizers.SGD(1.0), clip_global_norm=0.5)
+    out = step(*_data())
+    assert float(out["global_norm"]) > 0.5  # clipping had something to do
+    update = before - _flat(model.trainable_variables)  # SGD(1.0): update = clipped gradient
+    assert np.linalg.norm(update) == pytest.approx(0.5, rel=1e-4)
+    assert float(out["clipped_norm"]) == pytest.approx(0.5, rel=1e-4)
+
+
+def test_grad_norms_per_layer_combine_to_the_global_norm():
+    model = _model()
+    out = gl.make_train_step(model, keras.optimizers.SGD(0.0))(*_data())
+    norms = {k: float(v) for k, v in out["grad_norms"].items()}
+    assert list(norms) == ["hidden", "out"] == gl.layer_names(model)
+    assert np.hypot(*norms.values()) == pytest.approx(float(out["global_norm"]), rel=1e-5)
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_non_finite_gradient_is_detected_and_skipped(jit_compile):
+    model = _model()
+    before = _flat(model.trainable_variables)
+    step = gl.make_train_step(model, keras.optimizers.SGD(0.1), jit_compile=jit_compile)
+    x, y = _data()
+    x_bad = tf.tensor_scatter_nd_update(x, [[0, 0]], [np.nan])
+    out = step(x_bad, y)
+    assert not bool(out["finite"]) and not bool(out["applied"])
+    np.testing.assert_array_equal(_flat(model.trainable_variables), before)
+    out = step(x, y)
+    assert bool(out["finite"]) and bool(out["applied"])
+    assert not np.array_equal(_flat(model.trainable_variables), before)
+
+
+def test_without_the_check_nan_reaches_the_weights():
+    model = _model()
+    step = gl.make_train_step(model, keras.optimizers.SGD(0.1), check_finite=False)
+    x, y = _data()
+    step(tf.tensor_scatter_nd_update(x, [[0, 0]], [np.nan]), y)
+    assert np.isnan(_flat(model.trainable_variables)).any()
+
+
+def test_make_train_step_validates_its_input():
+    unbuilt = keras.Sequential([keras.layers.Dense(1)])
+    with pytest.raises(ValueError, match="built"):
+        gl.make_train_step(unbuilt, keras.optimizers.SGD(0.1))
+    with pytest.raises(ValueError, match="clip_global_norm"):
+        gl.make_train_step(_model(), keras.optimizers.SGD(0.1), clip_global_norm=-1.0)
+    with pytest.raises(ValueError, match="optimizer"):
+        gl.make_train_step(_model(), "sgd")
+
+
+# ----------------------------------------------------------------------------- timing
+def test_time_step_separates_first_call_from_steady_state():
+    calls = []
+
+    def fn(a):
+        calls.append(a)
+        return tf.constant(a)
+
+    t = gl.time_step(fn, (1.0,), warmup=2, repeats=5, name="toy")
+    assert len(calls) == 1 + 2 + 5 and t.times_s.shape == (5,)
+    assert t.first_s > 0 and t.steady_s == pytest.approx(float(np.median(t.times_s)))
+    table = gl.format_timings([t, gl.StepTiming("half", t.first_s, t.steady_s / 2, t.times_s)])
+    assert "2x" in table.splitlines()[2]
+    with pytest.raises(ValueError, match="repeats"):
+        gl.time_step(fn, (1.0,), repeats=0)
+    assert gl.plot_step_times([t]).axes[0].get_yscale() == "log"
+
+
+# ----------------------------------------------------------------------------- Keras fit
+def _fit_model(clip=None):
+    keras.utils.set_random_seed(0)
+    model = gl.GradNormSequential(
+        [keras.Input((8,)), keras.layers.Dense(16, activation="relu", name="hidden"),
+         keras.layers.Dense(1, name="out")],
+        clip_global_norm=clip,
+    )
+    model.compile(optimizer=keras.optimizers.SGD(0.02), loss="mse")
+    return model
+
+
+def test_train_step_override_trains_under_fit_and_logs_norms():
+    model = _fit_model(clip=5.0)
+    x, y = _data(128)
+    hist = model.fit(x, y, epochs=6, batch_size=32, verbose=0).history
+    assert hist["loss"][-1] < 0.5 * hist["loss"][0]
+    assert {"grad_norm", "grad_norm/hidden", "grad_norm/out", "skipped_steps"} <= set(hist)
+    assert hist["skipped_steps"] == [0.0] * 6
+
+
+def test_train_step_override_skips_non_finite_batches():
+    model = _fit_model()
+    x, y = _data(64)
+    x = tf.tensor_scatter_nd_update(x, [[0, 0]], [np.inf])  # poisons the first of two batches
+    before = _flat(model.trainable_variables)
+    hist = model.fit(x, y, epochs=1, batch_size=32, shuffle=False, verbose=0).history
+    assert hist["skipped_steps"] == [1.0]
+    after = _flat(model.trainable_variables)
+    assert np.isfinite(after).all() and not np.array_equal(after, before)
+
+
+def test_grad_norm_logger_reads_the_logs_one_entry_per_layer():
+    model = _fit_model()
+    logger = gl.GradNormLogger()
+    model.fit(*_data(64), epochs=3, batch_size=32, verbose=0, callbacks=[logger])
+    assert list(logger.history) == ["hidden", "out"]
+    assert logger.steps == [1, 2, 3]
+    assert all(len(v) == 3 and np.all(np.array(v) > 0) for v in logger.history.values())
+    fig = logger.plot()
+    assert len(fig.axes[0].get_lines()) == 2
+
+
+def test_grad_norm_logger_with_a_probe_batch_on_a_plain_model():
+    model = _model()
+    model.compile(optimizer=keras.optimizers.SGD(0.02), loss="mse")
+    x, y = _data(64)
+    logger = gl.GradNormLogger(probe=(x[:16], y[:16]), every="batch", every_n=2)
+    model.fit(x, y, epochs=2, batch_size=16, verbose=0, callbacks=[logger])
+    assert logger.steps == [2, 4, 6, 8]
+    assert {k: len(v) for k, v in logger.history.items()} == {"hidden": 4, "out": 4}
+    # the recorded norm is the probe batch's gradient at the weights of that moment
+    with tf.GradientTape() as tape:
+        loss = keras.losses.mean_squared_error(y[:16], model(x[:16]))
+        loss = tf.reduce_mean(loss)
+    g = tape.gradient(loss, model.layers[1].trainable_weights)
+    assert logger.history["out"][-1] == pytest.approx(float(tf.linalg.global_norm(g)), rel=1e-4)
+
+
+def test_grad_norm_logger_without_a_source_says_what_to_do():
+    model = _model()
+    model.compile(optimizer="sgd", loss="mse")
+    with pytest.raises(ValueError, match="probe"):
+        model.fit(*_data(32), epochs=1, verbose=0, callbacks=[gl.GradNormLogger()])
+    with pytest.raises(ValueError, match="every"):
+        gl.GradNormLogger(every="step")
+
+
+# ----------------------------------------------------------------------------- widget
+def test_tracing_lab_float_mode_retraces_tensor_mode_does_not():
+    lab = gl.TracingLab(value=0.1, mode="python float", plot=False)
+    assert lab.traces == 1 and "traces: 1" in lab.status_text
+    lab.value.value = 0.37
+    lab.value.value = 0.52
+    assert lab.traces == 3 and lab.last_retraced
+    lab.value.value = 0.37  # a value seen before reuses its trace
+    assert lab.traces == 3 and not lab.last_retraced
+    lab.mode.value = "tensor"
+    assert lab.traces == 1
+    for v in (0.2, 0.6, 0.9):
+        lab.value.value = v
+    assert lab.traces == 1 and "tensor · value 0.9 → traces: 1" in lab.status_text
+    lab.reset.click()
+    assert lab.traces == 1 and lab.mode.value == "tensor"
+    assert lab._repr_mimebundle_()["text/plain"] == "TracingLab(tensor · value 0.9 → traces: 1)"
+    assert "gradlab-tracing" in lab._dom_classes
+    assert "gradlab-tracing-status" in lab.status._dom_classes
+
+
+def test_tracing_lab_plot_is_updated_in_place():
+    lab = gl.TracingLab(value=0.1)
+    fig, png = lab._plot.fig, lab.plot.value
+    lab.value.value = 0.3
+    assert lab._plot.fig is fig and lab.plot.value != png
+    assert len(lab._plot.retraced.get_xdata()) == 2
