@@ -14,8 +14,9 @@ from ._env import quiet_import_tensorflow, setup
 
 quiet_import_tensorflow()
 
-from . import checks, grads, intro, jacobians, plots, tracing  # noqa: E402
+from . import checks, diagnostics, grads, intro, jacobians, plots, tracing  # noqa: E402
 from .checks import *  # noqa: E402,F403
+from .diagnostics import *  # noqa: E402,F403
 from .grads import *  # noqa: E402,F403
 from .intro import *  # noqa: E402,F403
 from .jacobians import *  # noqa: E402,F403
@@ -43,6 +44,7 @@ __all__ = [
     "setup",
     "quiet_import_tensorflow",
     *checks.__all__,
+    *diagnostics.__all__,
     *grads.__all__,
     *intro.__all__,
     *jacobians.__all__,

@@ -85,10 +85,26 @@ def setup(seed: int = 0, *, quiet: bool = True, plots: bool = True) -> None:
         _plot_defaults()
 
 
+def _inline_figures() -> None:
+    """In a Jupyter kernel, show returned ``Figure`` objects as PNG (what ``%matplotlib inline`` does).
+
+    gradlab's plotting functions return figures that belong to no pyplot state, so a cell
+    shows each figure exactly once. Without the inline formatter a kernel would print only
+    ``<Figure size ...>``.
+    """
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - IPython is always there in a notebook
+        return
+    shell = get_ipython()
+    if shell is not None and hasattr(shell, "kernel"):
+        shell.run_line_magic("matplotlib", "inline")
+
+
 def _plot_defaults() -> None:
     import matplotlib as mpl
-    import matplotlib.pyplot  # noqa: F401  (in a kernel this registers the inline figure display)
 
+    _inline_figures()
     mpl.rcParams.update(
         {
             "figure.figsize": (7.0, 3.6),

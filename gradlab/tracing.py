@@ -152,7 +152,8 @@ class TraceCounter:
 
     def __repr__(self) -> str:
         name = getattr(self.python_function, "__name__", "fn")
-        return f"TraceCounter({name}: {self.calls} calls, {self.count} traces)"
+        calls = f"{self.calls} call{'' if self.calls == 1 else 's'}"
+        return f"TraceCounter({name}: {calls}, {self.count} trace{'' if self.count == 1 else 's'})"
 
 
 def error_summary(err: BaseException) -> str:
@@ -325,7 +326,7 @@ def _clip_and_apply(optimizer, grads, variables, clip_global_norm, check_finite)
     clipped_norm = tf.linalg.global_norm(grads)
 
     def apply():
-        optimizer.apply_gradients(zip(grads, variables))
+        optimizer.apply_gradients(zip(grads, variables, strict=True))
         return tf.constant(True)
 
     if check_finite:
@@ -389,7 +390,7 @@ def make_train_step(
             loss = loss_fn(y, y_pred)
         grads = tape.gradient(loss, variables)
         if any(g is None for g in grads):
-            missing = [v.path if hasattr(v, "path") else v.name for v, g in zip(variables, grads) if g is None]
+            missing = [v.path if hasattr(v, "path") else v.name for v, g in zip(variables, grads, strict=True) if g is None]
             raise ValueError(f"the loss does not depend on these variables: {missing}")
         out = _clip_and_apply(optimizer, grads, variables, clip_global_norm, check_finite)
         out["loss"] = loss

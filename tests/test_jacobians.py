@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -189,7 +191,7 @@ def test_viewer_updates_jacobian_status_and_plot_without_retracing():
 def test_viewer_mimebundle_has_png_and_timing_free_text():
     v = gl.JacobianViewer(function="square", size=4)
     data = v._repr_mimebundle_()
-    assert data["image/png"][:4] == b"\x89PNG"
+    assert base64.b64decode(data["image/png"])[:4] == b"\x89PNG"
     assert data["text/plain"] == "JacobianViewer(square · n=4 → jacobian shape (4, 4))"
     assert "ms" not in data["text/plain"]
     for name, cls in (("function", "gradlab-jacobian-function"), ("size", "gradlab-jacobian-size"),

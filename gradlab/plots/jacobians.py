@@ -7,6 +7,7 @@ image data in place (what the live :class:`~gradlab.JacobianViewer` needs);
 
 from __future__ import annotations
 
+import matplotlib.ticker
 import numpy as np
 
 from .gradients import new_figure
@@ -19,7 +20,9 @@ CMAP = "RdBu_r"
 def as_matrix(j, y_ndim: int | None = None) -> tuple[np.ndarray, int]:
     """A Jacobian of shape ``y.shape + x.shape`` flattened to a 2-D ``(y.size, x.size)`` matrix.
 
-    ``y_ndim`` is the rank of ``y`` (default: half the rank, or the whole rank of a 1-D array).
+    ``y_ndim`` is the rank of ``y``. By default it is half the rank, rounded up: a full
+    Jacobian ``(*y, *x)`` of equal ranks, or a ``batch_jacobian`` ``(B, *out, *in)``, whose
+    rows are then the examples' outputs stacked.
     Also returns the number of blocks per side when the Jacobian is a batched one
     ``(B, *out, B, *in)``, else 1, so the plot can draw the per-example block grid.
     """
@@ -29,7 +32,7 @@ def as_matrix(j, y_ndim: int | None = None) -> tuple[np.ndarray, int]:
     if j.ndim == 1:
         return j.reshape(1, -1), 1
     if y_ndim is None:
-        y_ndim = max(j.ndim // 2, 1)
+        y_ndim = (j.ndim + 1) // 2
     if not 1 <= y_ndim < j.ndim:
         raise ValueError(f"y_ndim must be between 1 and {j.ndim - 1} for shape {j.shape}; got {y_ndim}")
     rows = int(np.prod(j.shape[:y_ndim]))
@@ -60,6 +63,8 @@ class JacobianPlot:
         self.ax.set_xlabel("input element (flattened x)")
         self.ax.set_ylabel("output element (flattened y)")
         self.ax.grid(False)
+        for axis in (self.ax.xaxis, self.ax.yaxis):
+            axis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         self.colorbar = self.fig.colorbar(self.image, ax=self.ax, shrink=0.85) if colorbar else None
         self._block_lines: list = []
         self.title = self.ax.set_title("", fontsize=10, loc="left")
@@ -106,9 +111,11 @@ def plot_jacobians(named: dict, *, y_ndim: int | None = None, figsize=None, shar
     if not named:
         raise ValueError("named must map at least one title to a Jacobian; got an empty dict")
     mats = {k: as_matrix(v, y_ndim)[0] for k, v in named.items()}
-    lim = max(_limit(m) for m in mats.values())
+    lim = _limit(np.concatenate([m.ravel() for m in mats.values()]))
     n = len(mats)
-    fig, axes = new_figure(figsize or (3.2 * n + 0.6, 3.2), ncols=n, squeeze=False)
+    ratios = [max(m.shape[1], 7) for m in mats.values()]  # equal cell widths, room for titles
+    fig, axes = new_figure(figsize or (min(2.0 + 0.28 * sum(ratios), 10.0), 3.3), ncols=n,
+                           squeeze=False, gridspec_kw={"width_ratios": ratios})
     image = None
     for ax, (name, m), (_, raw) in zip(axes[0], mats.items(), named.items(), strict=True):
         this = lim if shared_scale else _limit(m)
@@ -116,6 +123,8 @@ def plot_jacobians(named: dict, *, y_ndim: int | None = None, figsize=None, shar
         ax.grid(False)
         ax.set_title(f"{name}\nshape {tuple(int(d) for d in np.shape(raw))}", fontsize=9, loc="left")
         ax.set_xlabel("input element")
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     axes[0][0].set_ylabel("output element")
     if shared_scale and image is not None:
         fig.colorbar(image, ax=list(axes[0]), shrink=0.8)
@@ -136,6 +145,11 @@ def plot_forward_reverse(timing, *, figsize=(8.0, 3.3)):
             ax.plot(sizes, np.asarray(sweep[mode]) * 1e3, "o-", ms=4, color=colors[mode], label=labels[mode])
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
+        ax.set_xticks(sizes)
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_xlabel(xlabel)
     a1.set_ylabel("ms for the full Jacobian")
     a1.set_title("wide input, few outputs", fontsize=10, loc="left")

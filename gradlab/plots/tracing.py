@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
 
 from .gradients import new_figure
 
@@ -45,7 +45,7 @@ def plot_step_times(timings: Sequence, *, title: str | None = None):
     ax.set_xticks(idx, [t.name for t in timings])
     ax.set_ylabel("time per call (ms)")
     ax.set_ylim(min(first.min(), steady.min()) / 2, max(first.max(), steady.max()) * 4)
-    ax.legend(loc="upper right", fontsize=8)
+    ax.legend(loc="upper left", fontsize=8)
     ax.set_title(title or "One training step: first call vs steady state")
     return fig
 
@@ -75,6 +75,14 @@ def plot_grad_norm_history(history: Mapping[str, Sequence[float]], steps: Sequen
         v = np.where(np.isfinite(v) & (v > 0), v, np.nan)
         ax.plot(x, v, marker="o", ms=3, lw=1.5, label=name)
     ax.set_yscale("log")
+    short = FuncFormatter(lambda v, _pos: f"{v:.3g}")
+    ax.yaxis.set_major_formatter(short)
+    # plain numbers; label the minor ticks only when the data spans little more than a decade
+    data = np.concatenate([np.asarray(v, dtype=float) for v in history.values()])
+    data = data[np.isfinite(data) & (data > 0)]
+    few_decades = data.size and np.log10(data.max() / data.min()) <= 1.3
+    ax.yaxis.set_minor_formatter(short if few_decades else NullFormatter())
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel(xlabel)
     ax.set_ylabel("gradient norm ‖∂L/∂W‖")
     ax.legend(fontsize=8, ncol=2 if len(history) > 4 else 1)

@@ -8,7 +8,7 @@ import ipywidgets as widgets
 
 from ..jacobians import JACOBIAN_FUNCTIONS, JacobianBench, _check_int, _get_function
 from ..plots.jacobians import JacobianPlot
-from ._base import FigureView, css, status_html
+from ._base import FigureView, css, static_bundle, status_html
 
 __all__ = ["JacobianViewer"]
 
@@ -123,13 +123,7 @@ class JacobianViewer(widgets.VBox):
         ``text/plain`` leaves the timings out on purpose: nbval compares it, and timings change
         from run to run. The live status line (and :attr:`status_text`) carries them.
         """
-        data = super()._repr_mimebundle_(**kwargs)
-        if isinstance(data, tuple):
-            data = data[0]
-        data = dict(data or {})
-        data["image/png"] = self.plot.value
-        data["text/plain"] = f"JacobianViewer({self.description_text})"
-        return data
+        return static_bundle(self, self.plot.value, f"JacobianViewer({self.description_text})", **kwargs)
 
     def __repr__(self) -> str:
         return f"JacobianViewer({self.description_text})"

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..plots.tracing import RETRACE_COLOR, CallTimePlot
 from ..tracing import tf
-from ._base import FigureView, css, status_html
+from ._base import FigureView, css, static_bundle, status_html
 
 __all__ = ["TracingLab"]
 
@@ -127,13 +127,12 @@ class TracingLab(widgets.VBox):
 
     def _repr_mimebundle_(self, **kwargs):
         """Widget view in a live front end; a static PNG and the timing-free status elsewhere."""
-        data = super()._repr_mimebundle_(**kwargs)
-        if isinstance(data, tuple):
-            data = data[0]
-        data = dict(data or {})
+        text = f"TracingLab({self.summary})"
         if self.plot is not None:
-            data["image/png"] = self.plot.value
-        data["text/plain"] = f"TracingLab({self.summary})"
+            return static_bundle(self, self.plot.value, text, **kwargs)
+        data = super()._repr_mimebundle_(**kwargs)
+        data = dict((data[0] if isinstance(data, tuple) else data) or {})
+        data["text/plain"] = text
         return data
 
     def __repr__(self) -> str:

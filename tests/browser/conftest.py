@@ -262,6 +262,7 @@ def _stop(proc: subprocess.Popen) -> None:
 # ----------------------------------------------------------------------------- pages, artifacts
 @pytest.fixture
 def page(request, browser, lab_server):
+    shutil.rmtree(artifact_dir(request.node), ignore_errors=True)  # no stale artifacts
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     pg = context.new_page()
     pg.set_default_timeout(30_000)

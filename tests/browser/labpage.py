@@ -137,11 +137,13 @@ def select_option(scope, css_class: str, value: str) -> None:
     """Pick ``value`` in a Dropdown's ``<select>``: the option labelled ``value`` or ``value (...)``."""
     select = scope.locator(f".{css_class} select").first
     select.scroll_into_view_if_needed()
-    labels = select.locator("option").all_inner_texts()
-    matches = [t for t in labels if t.strip() == value or t.strip().startswith(value + " ")]
+    # ipywidgets writes option labels with non-breaking spaces.
+    labels = [t.replace("\xa0", " ").strip() for t in select.locator("option").all_inner_texts()]
+    matches = [i for i, t in enumerate(labels)
+               if t == value or t.startswith(value + " ") or t.startswith(value + ":")]
     if not matches:
         raise AssertionError(f".{css_class}: no option {value!r} among {labels}")
-    select.select_option(label=matches[0].strip())
+    select.select_option(index=matches[0])
 
 
 def selected_label(scope, css_class: str) -> str:
@@ -149,13 +151,19 @@ def selected_label(scope, css_class: str) -> str:
     return select.evaluate("(s) => s.options[s.selectedIndex] ? s.options[s.selectedIndex].text : ''")
 
 
+def click_toggle(scope, css_class: str, label: str) -> None:
+    """Click the button labelled ``label`` of a ToggleButtons widget."""
+    scope.locator(f".{css_class} button", has_text=re.compile(rf"^\s*{re.escape(label)}\s*$")).click()
+
+
 def select_values(scope, css_class: str) -> list[str]:
-    return scope.locator(f".{css_class} select option").all_inner_texts()
+    return [t.replace("\xa0", " ").strip()
+            for t in scope.locator(f".{css_class} select option").all_inner_texts()]
 
 
-ARM_LATENCY_JS = """([root, statusSel, needles]) => {
-    // Record performance.now() at the user's input (Enter / change, capture phase) and when the
-    // status text first contains every needle: the in-page input-to-status latency.
+ARM_LATENCY_JS = """([root, statusSel, needles, events]) => {
+    // Record performance.now() at the user's input (Enter key / change / click, capture phase)
+    // and when the status text first contains every needle: the in-page input-to-status latency.
     const status = root.querySelector(statusSel);
     const state = {t0: null, t1: null, text: null};
     window.__glLatency = state;
@@ -164,15 +172,13 @@ ARM_LATENCY_JS = """([root, statusSel, needles]) => {
         if (e.type === 'keydown' && e.key !== 'Enter') return;
         state.t0 = performance.now();
     };
-    root.addEventListener('keydown', onInput, true);
-    root.addEventListener('change', onInput, true);
+    for (const ev of events) root.addEventListener(ev, onInput, true);
     const check = () => {
         const t = status.innerText;
         if (state.t0 !== null && state.t1 === null && needles.every((n) => t.includes(n))) {
             state.t1 = performance.now(); state.text = t;
             obs.disconnect();
-            root.removeEventListener('keydown', onInput, true);
-            root.removeEventListener('change', onInput, true);
+            for (const ev of events) root.removeEventListener(ev, onInput, true);
         }
     };
     const obs = new MutationObserver(check);
@@ -180,11 +186,16 @@ ARM_LATENCY_JS = """([root, statusSel, needles]) => {
 }"""
 
 
-def arm_latency(root, status_selector: str, needles: list[str]) -> None:
-    """Before an input inside ``root`` (a Locator), start timing until the status names ``needles``."""
+def arm_latency(root, status_selector: str, needles: list[str],
+                events=("keydown", "change")) -> None:
+    """Before an input inside ``root`` (a Locator), start timing until the status names ``needles``.
+
+    The clock starts at the first of ``events`` inside ``root`` (``keydown`` counts only for
+    Enter), so typing into a readout is timed from the Enter that commits it.
+    """
     root.evaluate(
-        "(root, args) => (" + ARM_LATENCY_JS + ")([root, args[0], args[1]])",
-        [status_selector, needles],
+        "(root, args) => (" + ARM_LATENCY_JS + ")([root, args[0], args[1], args[2]])",
+        [status_selector, list(needles), list(events)],
     )
 
 
@@ -248,3 +259,29 @@ def open_executed(page, server, relpath: str) -> None:
         if widget_view_count(page) and not wait_widgets_rendered(page, timeout_ms=20_000):
             return
     run_notebook(page, server, relpath)
+
+
+def drive(page, ex, action, needles, *, plot_changes=True, timeout_ms=30_000,
+           status="gradlab-status", plot="gradlab-plot", events=("keydown", "change")):
+    """Do ``action`` inside widget ``ex``; wait until its status contains every needle.
+
+    Returns the input-to-status latency in ms; with ``plot_changes``, also asserts that the
+    pixels of the widget's figure (``img.<plot>``) changed.
+    """
+    before = image_digest(ex, plot) if plot_changes else None
+    arm_latency(ex, f".{status}", needles, events)
+    action()
+    try:
+        ms, text = wait_latency(page, timeout_ms=timeout_ms)
+    except Exception as exc:
+        raise AssertionError(
+            f"status never showed {needles}; it reads {status_text(ex, status)!r}"
+        ) from exc
+    if plot_changes:
+        deadline = time.monotonic() + 10
+        after = image_digest(ex, plot)
+        while after == before and time.monotonic() < deadline:
+            page.wait_for_timeout(100)
+            after = image_digest(ex, plot)
+        assert after != before, f"the plot's pixels did not change for {needles} ({text!r})"
+    return ms

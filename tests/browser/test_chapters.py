@@ -41,6 +41,12 @@ def test_chapter_runs_in_jupyterlab(page, lab_server, notebook):
     elapsed = labpage.run_notebook(page, lab_server, relpath)
     print(f"{notebook.name}: Run All Cells took {elapsed:.1f} s in JupyterLab")
 
+    in_dom, in_model = page.evaluate(
+        "() => [document.querySelectorAll('.jp-NotebookPanel .jp-Notebook .jp-Cell').length,"
+        " window.jupyterapp.shell.currentWidget.content.model.cells.length]"
+    )
+    assert in_dom == in_model, f"{relpath}: {in_dom} of {in_model} cells in the page (windowing on?)"
+
     errors, unexecuted, n_widget_outputs = saved_errors(lab_server.root / relpath)
     assert not unexecuted, f"{relpath}: code cells never executed: {unexecuted}"
     assert not errors, f"{relpath}: cells raised without the raises-exception tag:\n" + "\n".join(errors)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import statistics
-import time
 
 import pytest
 
@@ -49,25 +48,8 @@ def state(ex) -> dict:
     return m.groupdict()
 
 
-def change(page, ex, action, needles, *, plot_changes=True, timeout_ms=30_000):
-    """Do ``action``; wait until the status contains every needle; return the latency in ms."""
-    before = labpage.image_digest(ex, "gradlab-plot") if plot_changes else None
-    labpage.arm_latency(ex, ".gradlab-status", needles)
-    action()
-    try:
-        ms, text = labpage.wait_latency(page, timeout_ms=timeout_ms)
-    except Exception as exc:
-        raise AssertionError(
-            f"status never showed {needles}; it reads {labpage.status_text(ex, 'gradlab-status')!r}"
-        ) from exc
-    if plot_changes:
-        deadline = time.monotonic() + 10
-        after = labpage.image_digest(ex, "gradlab-plot")
-        while after == before and time.monotonic() < deadline:
-            page.wait_for_timeout(100)
-            after = labpage.image_digest(ex, "gradlab-plot")
-        assert after != before, f"the plot's pixels did not change for {needles} ({text!r})"
-    return ms
+def change(page, ex, action, needles, **kw):
+    return labpage.drive(page, ex, action, needles, **kw)
 
 
 def set_depth(page, ex, depth: int, needles=()):

@@ -1,0 +1,781 @@
+# %% [markdown]
+# # Non-scalar targets and Jacobians · 非标量求导的维度匹配问题
+
+# %% [markdown]
+# **What you will learn**
+#
+# - what `tape.gradient` returns when the target is a vector or a matrix, and why its result
+#   always has the source's shape;
+# - to build a Jacobian three ways (an element-by-element loop, `tape.jacobian`,
+#   `tape.batch_jacobian`), and when `batch_jacobian` gives wrong numbers without any error;
+# - to multiply by a Jacobian without building it: `output_gradients` for $J^\top v$,
+#   `tf.autodiff.ForwardAccumulator` for $J v$, and which of the two is cheaper for a given
+#   shape;
+# - why a gradient comes back `None`, seven ways, each with its fix; the common shape
+#   errors; persistent tapes and `del tape`; Hessians and Hessian-vector products;
+# - to explore Jacobians live in the **JacobianViewer**.
+
+# %% [markdown]
+# ## Setup
+
+# %%
+import gradlab as gl  # noqa: I001  (first: it imports TensorFlow quietly)
+import numpy as np
+import tensorflow as tf
+
+gl.setup(seed=0)
+
+# %% [markdown]
+# ## Take the gradient of a vector · 非标量求导
+#
+# The source text opens this section with:
+#
+# > 当对非标量（如向量或矩阵）求导时，梯度的维度需要与原始变量匹配。TensorFlow自动处理这一点，但开发者需注意维度一致。
+# >
+# > (When you differentiate a non-scalar such as a vector or a matrix, the gradient's
+# > dimensions must match the original variable. TensorFlow handles this automatically, but
+# > developers should watch the dimensions.)
+#
+# What does "handles this automatically" mean? A gradient answers "how does one number
+# change when I nudge each element of `x`?". With a vector target `y` there are several
+# numbers. `tape.gradient` then quietly differentiates their **sum**:
+
+# %%
+x = tf.Variable([1.0, 2.0, 3.0])
+
+with tf.GradientTape(persistent=True) as tape:
+    y = x**2  # a vector of 3 numbers
+    y_sum = tf.reduce_sum(y)  # one number
+
+print("gradient of y:      ", tape.gradient(y, x).numpy())  # 2*x = [2. 4. 6.]
+print("gradient of sum(y): ", tape.gradient(y_sum, x).numpy())  # the same
+del tape
+
+# %% [markdown]
+# A list of targets is treated the same way: you get the gradient of their sum, not one
+# gradient per target.
+
+# %%
+with tf.GradientTape() as tape:
+    y1 = x**2
+    y2 = 10.0 * x
+
+print("gradient of [y1, y2]:", tape.gradient([y1, y2], x).numpy())  # 2*x + 10 = [12. 14. 16.]
+
+# %% [markdown]
+# So the result of `tape.gradient` always has the **source's** shape, whatever the target's
+# shape is. Here the source is a 2×3 matrix and the target a vector of 4:
+
+# %%
+w = tf.Variable(tf.ones([2, 3]))
+with tf.GradientTape() as tape:
+    target = tf.reduce_sum(w) * tf.constant([1.0, 2.0, 3.0, 4.0])  # shape (4,)
+
+print("target shape:  ", target.shape)  # (4,)
+print("gradient shape:", tape.gradient(target, w).shape)  # (2, 3), like w
+
+# %% [markdown]
+# That is what the source's "dimensions match" means: the gradient matches the *variable*.
+# The price is that the per-element information is gone: from `[2. 4. 6.]` you cannot tell
+# which element of `y` moved. When you need it, you need the **Jacobian**: one row per
+# element of the target, one column per element of the source.
+#
+# The three tape methods give three different answers. `gl.shape_table()` calls each one on
+# a grid of target and source shapes and reports what really came back:
+
+# %%
+print(gl.format_shape_table(gl.shape_table()))
+
+# %% [markdown]
+# Read it column by column:
+#
+# - `gradient`: always the source's shape (the target is summed away);
+# - `jacobian`: target shape followed by source shape, every element against every element;
+# - `batch_jacobian`: needs target and source to share the first (batch) axis, and returns
+#   `(batch,) + target.shape[1:] + source.shape[1:]`: one Jacobian per example. Every other
+#   combination is an error.
+
+# %% [markdown]
+# ## Build a Jacobian · 示例：计算Jacobian矩阵
+#
+# The source text builds the Jacobian of $y = x^2$ with a loop over the elements of `y`.
+# Here is its code exactly as written:
+
+# %% tags=["raises-exception"]
+# 定义变量和函数
+x = tf.Variable([1.0, 2.0, 3.0])
+
+with tf.GradientTape(persistent=True) as tape:
+    y = x**2  # y是一个向量，形状为[3]
+
+# 计算Jacobian矩阵：每个输出元素对每个输入元素的梯度
+jacobian = []
+for i in range(len(y)):
+    grad = tape.gradient(y[i], x)  # grad形状与x相同，为[3]
+    jacobian.append(grad)
+jacobian = tf.stack(jacobian)  # 形状为[3, 3]
+print("Jacobian矩阵形状:", jacobian.shape)
+
+# %% [markdown]
+# It never reaches the `print`. The comment says each `grad` has shape `[3]`; look at what
+# the list really holds:
+
+# %%
+print("grads in the list:", jacobian)  # [None, None, None]
+
+# %% [markdown]
+# Every gradient is `None`, and `tf.stack` cannot stack `None`. The reason is *where*
+# `y[i]` is computed. Slicing is an operation like any other, and it runs after the `with`
+# block has closed, so the tape never recorded it. From the tape's point of view `y[i]` is a
+# brand-new tensor with no recorded path back to `x`, and "no path" means `None`.
+#
+# The fix is to take the slices while the tape is still recording:
+
+# %%
+with tf.GradientTape(persistent=True) as tape:
+    y = x**2
+    rows = [y[i] for i in range(3)]  # slicing recorded by the tape
+
+jacobian = tf.stack([tape.gradient(r, x) for r in rows])
+del tape
+print("Jacobian shape:", jacobian.shape)  # (3, 3)
+print(jacobian.numpy())  # diag(2x) = diag([2, 4, 6])
+
+# %% [markdown]
+# `gl.jacobian_loop(f, x)` is the same loop for any shapes. It calls `tape.gradient` once per
+# element of the target, which gets slow as the target grows. `tape.jacobian` does the whole
+# job in one call:
+
+# %%
+with tf.GradientTape() as tape:
+    y = x**2
+
+print(tape.jacobian(y, x).numpy())  # diag([2, 4, 6]) again
+print("loop agrees:", np.allclose(gl.jacobian_loop(lambda v: v**2, x), np.diag([2.0, 4.0, 6.0])))  # True
+
+# %% [markdown]
+# By default `tape.jacobian` uses **pfor**: it rewrites the backward pass once so that it
+# processes all rows of the Jacobian together, as one vectorised computation. With
+# `experimental_use_pfor=False` it runs an ordinary loop over the rows instead. A loop reads
+# the tape once per row, and a non-persistent tape may only be read once:
+
+# %% tags=["raises-exception"]
+with tf.GradientTape() as tape:
+    y = x**2
+
+tape.jacobian(y, x, experimental_use_pfor=False)
+
+# %% [markdown]
+# A persistent tape can be read many times, so the loop works with one:
+
+# %%
+with tf.GradientTape(persistent=True) as tape:
+    y = x**2
+
+print(tape.jacobian(y, x, experimental_use_pfor=False).numpy())  # diag([2, 4, 6])
+del tape
+
+# %% [markdown]
+# The pfor version is the default because it is usually much faster. Use `False` when pfor
+# cannot convert one of your operations (it then raises an error that names the op), or to
+# save memory on a very large Jacobian, since the loop keeps only one row's work in flight.
+#
+# ### One Jacobian per example: `batch_jacobian`
+#
+# A layer applied to a batch maps `x` of shape `(batch, n)` to `y` of shape
+# `(batch, units)`. Its full Jacobian has shape `(batch, units, batch, n)`. Here is one for a
+# `Dense(3, activation="tanh")` layer on a batch of 4 examples with 5 features:
+
+# %%
+layer = tf.keras.layers.Dense(3, activation="tanh", kernel_initializer=tf.keras.initializers.GlorotUniform(seed=1))
+xb = tf.random.stateless_normal([4, 5], seed=[0, 1])
+full = gl.jacobian(layer, xb)
+print("full Jacobian shape:", full.shape)  # (4, 3, 4, 5)
+
+# %%
+gl.plot_jacobian(full, title="Dense(3, tanh) on a batch of 4")
+
+# %% [markdown]
+# Flattened to a 12 × 20 matrix it is **block diagonal**: example 1's outputs depend only on
+# example 1's inputs, so every off-diagonal block is zero. `tape.jacobian` computed those
+# zeros anyway. `tape.batch_jacobian` computes only the diagonal blocks:
+
+# %%
+bj = gl.batch_jacobian(layer, xb)
+print("batch_jacobian shape:", bj.shape)  # (4, 3, 5)
+print("equals the diagonal blocks:", np.allclose(bj, gl.diagonal_blocks(full), atol=1e-6))  # True
+
+# %% [markdown]
+# How does it get them so cheaply? For output unit $j$ it differentiates
+# $\sum_b y_{b,j}$, the sum over the batch, with respect to the whole batch `x`. Row $b$ of
+# that gradient is $\sum_{b'} \partial y_{b',j}/\partial x_b$. This equals the block
+# $\partial y_{b,j}/\partial x_b$ **only if** no other example $b'$ depends on $x_b$.
+#
+# If the examples are coupled, `batch_jacobian` still returns an array of the right shape,
+# with wrong numbers and no error. Centering a batch (subtracting the batch mean, the first
+# step of batch normalization) couples all examples:
+
+# %%
+def center(x):
+    return x - tf.reduce_mean(x, axis=0)  # every output depends on every example
+
+
+xc = tf.reshape(tf.range(12, dtype=tf.float32), [4, 3])
+full_c = gl.jacobian(center, xc)
+true_blocks = gl.diagonal_blocks(full_c)
+bj_c = gl.batch_jacobian(center, xc)
+print("true block of example 0:\n", true_blocks[0])  # (1 - 1/4) * I = 0.75 * I
+print("batch_jacobian's block 0:\n", bj_c[0])  # all zeros: wrong
+print("largest error:", np.abs(bj_c - true_blocks).max())  # 0.75
+
+# %%
+gl.plot_jacobians({"full Jacobian (12 × 12)": full_c, "true blocks": true_blocks,
+                   "batch_jacobian": bj_c})
+
+# %% [markdown]
+# In the full Jacobian every off-diagonal block holds $-1/4$ on its diagonal. For each
+# example, `batch_jacobian` added its own block ($0.75$) to the three cross-example blocks
+# ($-0.25$ each) and got $0$. Before you trust `batch_jacobian`, check on a small batch that
+# the cross-example entries are zero:
+
+# %%
+print("Dense layer, largest cross-example entry:", gl.cross_example_max(full))  # 0.0: safe
+print("centering,   largest cross-example entry:", gl.cross_example_max(full_c))  # 0.25: unsafe
+
+# %% [markdown]
+# ## Multiply by the Jacobian without building it · grad_ys 与 output_gradients
+#
+# The source text's advice on mismatched dimensions:
+#
+# > 如果损失是非标量，需指定grad_ys参数。
+# >
+# > (If the loss is non-scalar, you need to specify the `grad_ys` argument.)
+#
+# Run it as stated, on a non-scalar `y`:
+
+# %% tags=["raises-exception"]
+with tf.GradientTape() as tape:
+    y = x**2
+
+tape.gradient(y, x, grad_ys=tf.ones(3))
+
+# %% [markdown]
+# `grad_ys` is the name of this argument in `tf.gradients`, the TensorFlow 1 graph-mode
+# function, which refuses to run eagerly in TensorFlow 2
+# (`tf.gradients is not supported when eager execution is enabled`). `GradientTape.gradient`
+# calls it **`output_gradients`**. It is also not *required*: without it the tape uses a
+# vector of ones, which is the "gradient of the sum" we saw at the top. Passing a vector
+# $v$ weights the outputs, and the result is the **vector-Jacobian product** $J^\top v$:
+
+# %%
+def f(x):
+    return tf.tanh(tf.linalg.matvec(tf.constant([[1.0, -2.0, 0.5], [0.3, 0.8, -1.0]]), x))
+
+
+x3 = tf.constant([0.5, -0.2, 1.0])
+v = tf.constant([1.0, -3.0])
+with tf.GradientTape() as tape:
+    tape.watch(x3)
+    y = f(x3)
+
+vjp = tape.gradient(y, x3, output_gradients=v)
+J = gl.jacobian(f, x3)
+print("J shape:", J.shape)  # (2, 3): 2 outputs, 3 inputs
+print("output_gradients=v:", np.round(vjp.numpy(), 4))
+print("J.T @ v:           ", np.round(J.T @ v.numpy(), 4))  # the same
+
+# %% [markdown]
+# `v` must have the target's shape and the result has the source's shape, so one backward
+# pass gives one weighted combination of the Jacobian's **rows**. Reverse mode therefore
+# needs one pass per *output* to build the full Jacobian.
+#
+# Forward mode goes the other way. `tf.autodiff.ForwardAccumulator` carries a direction $u$
+# in input space forward through the computation and returns the **Jacobian-vector
+# product** $J u$: one combination of the Jacobian's **columns** per pass.
+
+# %%
+u = tf.constant([1.0, 0.0, 2.0])
+with tf.autodiff.ForwardAccumulator(primals=x3, tangents=u) as acc:
+    y = f(x3)
+
+print("ForwardAccumulator jvp:", np.round(acc.jvp(y).numpy(), 4))
+print("J @ u:                 ", np.round(J @ u.numpy(), 4))  # the same
+
+# %% [markdown]
+# `gl.vjp(f, x, v)` and `gl.jvp(f, x, u)` wrap both. Which one builds a full Jacobian faster?
+# Reverse mode needs one pass per output, forward mode one pass per input. So for a function
+# with **many inputs and few outputs** (a loss: millions of weights, one number) reverse mode
+# should win, and for **few inputs and many outputs** forward mode should. The next cell
+# measures it for $y = \tanh(Wx)$, building the full Jacobian both ways (each vectorised, as
+# `tape.jacobian` is), once with many inputs and 4 outputs and once the other way round. The
+# numbers depend on your machine, so this cell's output is not compared when the notebook is
+# tested.
+
+# %% tags=["nbval-ignore-output"]
+timing = gl.time_forward_reverse(sizes=(4, 16, 64, 256, 1024), fixed=4)
+gl.plot_forward_reverse(timing)
+
+# %% [markdown]
+# At small sizes both take about the same time: fixed overheads dominate. As a side grows,
+# the mode that needs one pass per element of that side falls behind. Only the direction at
+# the largest size is robust enough to check, so that is all the next cell asserts:
+
+# %%
+wide_in, wide_out = timing.wide_inputs, timing.wide_outputs
+print("1024 inputs,  4 outputs: reverse faster?", bool(wide_in["reverse"][-1] < wide_in["forward"][-1]))  # True
+print("4 inputs, 1024 outputs: forward faster?", bool(wide_out["forward"][-1] < wide_out["reverse"][-1]))  # True
+
+# %% [markdown]
+# This is why training uses reverse mode (back-propagation): a loss is one number. Forward
+# mode earns its place when there are few inputs, for example the sensitivity of a whole
+# output image to one scalar parameter.
+#
+# ## Use persistent tapes with care · persistent=True 与 del tape
+#
+# The source text:
+#
+# > 使用persistent=True：允许多次求导，但需手动释放资源以避免内存泄漏，使用后调用del tape。
+# >
+# > (`persistent=True` allows taking gradients several times, but you must release the
+# > resources by hand to avoid a memory leak: call `del tape` after use.)
+#
+# The first half is true. An ordinary tape frees what it recorded after the first
+# `gradient` call, so a second call fails:
+
+# %% tags=["raises-exception"]
+with tf.GradientTape() as tape:
+    y = x**2
+    z = tf.reduce_sum(y)
+
+print("dz/dx:", tape.gradient(z, x).numpy())
+print("dy/dx:", tape.gradient(y, x).numpy())
+
+# %% [markdown]
+# What does a persistent tape keep alive? Every intermediate tensor that some gradient
+# needs. Below, `a = x * 2` is needed by the gradient of `sin(a)`. We drop our own name for
+# `a` and keep only a *weak reference*, which does not keep it alive; it reports whether
+# anything else still does:
+
+# %%
+import weakref
+
+with tf.GradientTape(persistent=True) as tape:
+    a = x * 2
+    a_ref = weakref.ref(a)
+    y = tf.sin(a)
+del a  # our own reference is gone
+
+print("a still alive while the tape exists:", a_ref() is not None)  # True
+del tape
+print("a still alive after del tape:       ", a_ref() is not None)  # False
+
+# %% [markdown]
+# So `del tape` does free the recorded tensors. But it is not a leak in the usual sense:
+# Python frees the tape as soon as nothing refers to it any more. Leaving a function whose
+# local variable was the tape has the same effect:
+
+# %%
+def gradient_twice(x):
+    with tf.GradientTape(persistent=True) as t:
+        a = x * 2
+        a_ref = weakref.ref(a)
+        y = tf.sin(a)
+    return t.gradient(y, x), t.gradient(a, x), a_ref
+
+
+g1, g2, a_ref = gradient_twice(x)
+print("two gradients from one tape:", np.round(g1.numpy(), 4), g2.numpy())
+print("a alive after the function returned:", a_ref() is not None)  # False
+
+# %% [markdown]
+# `del tape` matters where the name lives long: at the top level of a notebook or script,
+# or inside a long training loop. There the tape and everything it recorded stay in memory
+# until the name is deleted or rebound.
+#
+# You can also call `gradient` **inside** the `with` block of a persistent tape. The tape
+# then also records the gradient computation itself. That is wasteful for a first
+# derivative, and TensorFlow warns about it (the warning shows when the log level lets
+# warnings through), but it is exactly what a second derivative needs:
+
+# %%
+tf.get_logger().setLevel("WARNING")
+with tf.GradientTape(persistent=True) as tape:
+    y = x**3
+    dy = tape.gradient(y, x)  # inside: recorded
+print("dy/dx:  ", dy.numpy())  # 3x² = [3. 12. 27.]
+print("d²y/dx²:", tape.gradient(dy, x).numpy())  # 6x = [6. 12. 18.]
+del tape
+tf.get_logger().setLevel("ERROR")
+
+# %% [markdown]
+# The section on second derivatives below does this with two nested tapes, which is the
+# cleaner way.
+#
+# ## Find out why a gradient is `None`
+#
+# `tape.gradient` returns `None` when it finds no recorded path from the target back to the
+# source. It does not raise an error, so the `None` often surfaces much later, e.g. in
+# `optimizer.apply_gradients`. Here are seven common causes, each next to its fix.
+#
+# **1. An integer dtype.** Only floating-point tensors have gradients:
+
+# %%
+xi = tf.constant(3)
+with tf.GradientTape() as tape:
+    tape.watch(xi)
+    y = xi * xi
+print("int32:  ", tape.gradient(y, xi))  # None
+
+xf = tf.constant(3.0)
+with tf.GradientTape() as tape:
+    tape.watch(xf)
+    y = xf * xf
+print("float32:", tape.gradient(y, xf).numpy())  # 2*3 = 6.0
+
+# %% [markdown]
+# **2. A NumPy round-trip.** `.numpy()` leaves TensorFlow; the tape cannot see what NumPy
+# does:
+
+# %%
+with tf.GradientTape() as tape:
+    y = tf.constant(np.square(x.numpy()))  # computed by NumPy
+print("through NumPy:", tape.gradient(y, x))  # None
+
+with tf.GradientTape() as tape:
+    y = tf.square(x)  # computed by TensorFlow
+print("through TF:   ", tape.gradient(y, x).numpy())  # 2x = [2. 4. 6.]
+
+# %% [markdown]
+# **3. `x = x + 1` on a variable.** The tape watches *variables* automatically. `x + 1` is a
+# new plain tensor, and rebinding the name `x` to it means the next step watches nothing:
+
+# %%
+v = tf.Variable(2.0)
+for step in range(2):
+    with tf.GradientTape() as tape:
+        y = v * v
+    print(f"step {step}: v is a {type(v).__name__:<11} gradient {tape.gradient(y, v)}")
+    v = v + 1  # now a plain tensor, no longer a Variable
+
+# %%
+v = tf.Variable(2.0)
+for step in range(2):
+    with tf.GradientTape() as tape:
+        y = v * v
+    print(f"step {step}: gradient {tape.gradient(y, v).numpy()}")  # 2v: 4.0 then 6.0
+    v.assign_add(1.0)  # updates the variable in place
+
+# %% [markdown]
+# **4. An unwatched tensor.** Constants are not watched unless you ask:
+
+# %%
+c = tf.constant(3.0)
+with tf.GradientTape() as tape:
+    y = c * c
+print("unwatched:", tape.gradient(y, c))  # None
+
+with tf.GradientTape() as tape:
+    tape.watch(c)
+    y = c * c
+print("watched:  ", tape.gradient(y, c).numpy())  # 6.0
+
+# %% [markdown]
+# **5. A stateful read.** `assign_add` changes a variable's state; the tape does not
+# differentiate through state changes, so the path from `x0` into `x1` is lost:
+
+# %%
+x0 = tf.Variable(3.0)
+x1 = tf.Variable(0.0)
+with tf.GradientTape() as tape:
+    x1.assign_add(x0)  # x1 = x1 + x0, as a state change
+    y = x1**2
+print("through assign_add:", tape.gradient(y, x0))  # None
+
+with tf.GradientTape() as tape:
+    y = (x1 + x0) ** 2  # the same value as an ordinary expression (x1 is now 3.0)
+print("through +:         ", tape.gradient(y, x0).numpy())  # 2*(3+3) = 12.0
+
+# %% [markdown]
+# **6. Work done outside the tape.** This is the source's loop again: anything computed
+# before the `with` block opens or after it closes is invisible to the tape:
+
+# %%
+y = x**2  # before the tape
+with tf.GradientTape() as tape:
+    z = tf.reduce_sum(y)
+print("y computed outside:", tape.gradient(z, x))  # None
+
+with tf.GradientTape() as tape:
+    y = x**2
+    z = tf.reduce_sum(y)
+print("y computed inside: ", tape.gradient(z, x).numpy())  # [2. 4. 6.]
+
+# %% [markdown]
+# **7. A source that truly does not matter.** Sometimes `None` is the right answer: the
+# target does not depend on the source at all. If you want zeros instead (for instance to
+# feed an optimizer a full list), say so:
+
+# %%
+unused = tf.Variable([1.0, 1.0])
+with tf.GradientTape(persistent=True) as tape:
+    y = tf.reduce_sum(x**2)
+print("default:", tape.gradient(y, unused))  # None
+print("ZERO:   ", tape.gradient(y, unused, unconnected_gradients=tf.UnconnectedGradients.ZERO).numpy())  # [0. 0.]
+del tape
+
+# %% [markdown]
+# Use `ZERO` only when you *know* the source is unused. It also hides the six bugs above.
+#
+# ## Read the shape error messages · 维度不匹配错误
+#
+# The source text advises making sure that the target is "correctly related to the loss
+# function". In practice, shape problems announce themselves in a few recurring messages.
+#
+# **`Attempt to convert a value (None) ...`**: a `None` gradient reached a TensorFlow
+# function. We met it at the source's `tf.stack`. Look for one of the seven causes above.
+#
+# **`Incompatible shapes`**: `output_gradients` must have the target's shape:
+
+# %% tags=["raises-exception"]
+with tf.GradientTape() as tape:
+    y = x**2  # shape (3,)
+tape.gradient(y, x, output_gradients=tf.ones(4))
+
+# %% [markdown]
+# Worse, a shape that *broadcasts* raises nothing. A column of shape `(3, 1)` broadcast
+# against `y`'s `(3,)` makes a 3 × 3 grid, and the "gradient" comes back with a shape that is
+# not even `x`'s:
+
+# %%
+with tf.GradientTape() as tape:
+    y = x**2
+g = tape.gradient(y, x, output_gradients=tf.ones([3, 1]))
+print("x shape:", x.shape, " 'gradient' shape:", g.shape)  # (3,) vs (3, 3)
+
+# %% [markdown]
+# So "the gradient has the source's shape" holds only when `output_gradients` has the
+# target's exact shape. Check `v.shape == y.shape` yourself (`gl.vjp` does).
+#
+# **`Shape (3,) must have rank at least 2`**: `batch_jacobian` needs a batch axis on both
+# sides:
+
+# %% tags=["raises-exception"]
+with tf.GradientTape() as tape:
+    y = x**2
+tape.batch_jacobian(y, x)
+
+# %% [markdown]
+# Use `tape.jacobian` for a single vector, or add a batch axis of one (`x[None]`).
+#
+# **`Matrix size-incompatible`**: the forward pass itself is wrong, long before any
+# gradient. The message names both shapes; here a `(2, 3)` times a `(2, 3)`:
+
+# %% tags=["raises-exception"]
+tf.matmul(tf.ones([2, 3]), tf.ones([2, 3]))
+
+# %% [markdown]
+# ## Go to second order · Hessian
+#
+# The Hessian of a scalar function is the Jacobian of its gradient. Compute the gradient
+# with an inner tape *while an outer tape records*, then ask the outer tape for the
+# Jacobian. For $f(x) = \tfrac12 x^\top A x$ the Hessian is $A$:
+
+# %%
+A = tf.constant([[2.0, 1.0, 0.0], [1.0, 3.0, -1.0], [0.0, -1.0, 4.0]])
+xq = tf.constant([1.0, -2.0, 0.5])
+
+with tf.GradientTape() as outer:
+    outer.watch(xq)
+    with tf.GradientTape() as inner:
+        inner.watch(xq)
+        fq = 0.5 * tf.tensordot(xq, tf.linalg.matvec(A, xq), 1)
+    g = inner.gradient(fq, xq)  # A x, shape (3,)
+H = outer.jacobian(g, xq)
+print("gradient:", g.numpy())  # A @ x = [ 0.  -5.5  4. ]
+print("Hessian:\n", H.numpy())  # A
+
+# %% [markdown]
+# A Hessian has $n^2$ entries: for a model with a million weights that is $10^{12}$
+# numbers. Optimisers and curvature estimates usually need only a **Hessian-vector
+# product** $Hv$, which costs about as much as two gradients. Push a forward-mode tangent
+# $v$ through the gradient computation (forward over reverse):
+
+# %%
+vq = tf.constant([1.0, 2.0, -1.0])
+with tf.autodiff.ForwardAccumulator(primals=xq, tangents=vq) as acc:
+    with tf.GradientTape() as tape:
+        tape.watch(xq)
+        fq = 0.5 * tf.tensordot(xq, tf.linalg.matvec(A, xq), 1)
+    g = tape.gradient(fq, xq)
+print("Hv by forward over reverse:", acc.jvp(g).numpy())  # A @ v = [ 4.  8. -6.]
+print("H @ v:                     ", (H.numpy() @ vq.numpy()))
+
+# %% [markdown]
+# `gl.hessian(f, x)` and `gl.hvp(f, x, v)` wrap both; `gl.hvp(..., method="reverse_over_reverse")`
+# instead differentiates $g \cdot v$ with an outer tape, which gives the same vector.
+
+# %%
+def quad(x):
+    return 0.5 * tf.tensordot(x, tf.linalg.matvec(A, x), 1)
+
+
+print("forward over reverse:", gl.hvp(quad, xq, vq))  # [ 4.  8. -6.]
+print("reverse over reverse:", gl.hvp(quad, xq, vq, method="reverse_over_reverse"))  # the same
+
+# %% [markdown]
+# ## Explore Jacobians interactively
+#
+# The **JacobianViewer** computes the Jacobian of one of four functions with all three
+# methods and shows it as a heatmap (red positive, blue negative, white zero) with its shape:
+#
+# - `square`: $y = x^2$ elementwise; $J = \mathrm{diag}(2x)$, only a diagonal;
+# - `matvec_tanh`: $y = \tanh(Wx)$; $J = \mathrm{diag}(1 - \tanh^2(Wx))\,W$, dense;
+# - `softmax`: $J = \mathrm{diag}(s) - s s^\top$, dense, each row sums to 0;
+# - `dense_batch`: a `Dense(3, tanh)` layer over a batch of 4; $J$ is block diagonal.
+#
+# Pick a function and a size `n`. The status line under the plot says how long
+# `tape.jacobian`, `tape.batch_jacobian` and the element-by-element loop took. The compiled
+# functions accept any size, so moving the slider does not recompile them.
+
+# %%
+viewer = gl.JacobianViewer(function="softmax", size=8)
+viewer
+
+# %% [markdown]
+# The controls are ordinary attributes, so a cell can drive the viewer too. Setting a value
+# recomputes everything before the assignment returns:
+
+# %%
+viewer.function.value = "dense_batch"
+viewer.size.value = 6
+print(viewer.description_text)  # dense_batch · n=6 → jacobian shape (4, 3, 4, 6)
+print("rows of the heatmap:", int(np.prod(viewer.jacobian.shape[:2])))  # 4 examples × 3 units = 12
+
+# %% [markdown]
+# The timings of the current setting (they vary from machine to machine and run to run, so
+# this output is not compared):
+
+# %% tags=["nbval-ignore-output"]
+print(viewer.status_text)
+
+# %% [markdown]
+# Try the sizes yourself. On most machines the loop is the slowest of the three and falls
+# further behind as `n` grows, because it makes one eager `tape.gradient` call per output
+# element.
+#
+# ## Summary
+#
+# - `tape.gradient` of a non-scalar target returns the gradient of the **sum** of its
+#   elements, in the **source's** shape; a list of targets gives the sum of their gradients.
+# - A Jacobian holds every output element against every input element. Build it with
+#   `tape.jacobian` (vectorised by pfor) rather than a Python loop; with
+#   `experimental_use_pfor=False` the tape must be persistent.
+# - `tape.batch_jacobian` returns only the per-example blocks. It is correct **only** when
+#   examples do not interact (not after batch-wise operations such as centering or batch
+#   normalization), and otherwise gives wrong numbers silently.
+# - `output_gradients=v` gives $J^\top v$ (one reverse pass per output), `ForwardAccumulator`
+#   gives $Jv$ (one forward pass per input): reverse mode wins for many inputs and few
+#   outputs, forward mode for few inputs and many outputs.
+# - A `None` gradient means "no recorded path": an integer dtype, a NumPy round-trip,
+#   rebinding a variable, an unwatched tensor, a state change, work outside the tape, or a
+#   source that really is unused.
+# - A persistent tape keeps its intermediates until nothing refers to it; `del tape` is the
+#   explicit way to drop it.
+# - Hessians come from nested tapes; a Hessian-vector product never needs the Hessian.
+#
+# ### What the notebook showed about each claim of the source section
+#
+# | Source claim | What running it showed |
+# |---|---|
+# | For a non-scalar target the gradient's dimensions match the variable; TensorFlow handles it. | True: `gradient` returns the source's shape by summing the target. Exception: an `output_gradients` that broadcasts gives a gradient of another shape. |
+# | The loop `tape.gradient(y[i], x)` gives a `[3]` gradient per row and a `[3, 3]` Jacobian. | False as written: `y[i]` is computed after the tape closed, every gradient is `None`, and `tf.stack` raises `ValueError`. Slicing inside the tape, `tape.jacobian` or `gl.jacobian_loop` fix it. |
+# | With a non-scalar loss you must pass `grad_ys`. | `GradientTape.gradient` has no `grad_ys` (`TypeError`); the argument is `output_gradients`, and it is optional: the default weights every output by 1. `grad_ys` belongs to `tf.gradients`, which does not run eagerly. |
+# | `persistent=True` allows several gradient calls. | True; a plain tape raises `RuntimeError` on the second call. |
+# | A persistent tape must be released with `del tape` to avoid a memory leak. | Half true: the tape keeps its intermediates alive and `del tape` frees them, but so does any loss of the last reference (e.g. returning from a function). It matters for long-lived names. |
+# | Make sure the target is correctly related to the loss. | Made concrete: the seven causes of `None` and four shape error messages above. |
+
+# %% [markdown]
+# ## Exercises
+#
+# **1. The softmax Jacobian.** Compute the Jacobian of `tf.nn.softmax` at `z` with
+# `tape.jacobian`. Every row should sum to zero, because the outputs of a softmax always add
+# up to 1, so nudging any input cannot change their total.
+
+# %%
+z = tf.constant([0.5, -1.0, 2.0, 0.0])
+
+# --- your code
+with tf.GradientTape() as tape:
+    tape.watch(z)
+    s = tf.nn.softmax(z)
+j_softmax = tape.jacobian(s, z)
+# ---
+
+s_np = tf.nn.softmax(z).numpy()
+print(gl.check_array("softmax Jacobian", j_softmax, np.diag(s_np) - np.outer(s_np, s_np)))
+print(gl.check_array("row sums", tf.reduce_sum(j_softmax, axis=1), np.zeros(4)))
+
+# %% [markdown]
+# The check says what went wrong. Forgetting `tape.watch(z)` (a constant is not watched)
+# gives `None`, and `tape.gradient` instead of `tape.jacobian` gives the wrong shape:
+
+# %%
+with tf.GradientTape() as tape:
+    s = tf.nn.softmax(z)
+print(gl.check_array("no watch", tape.jacobian(s, z), np.zeros((4, 4))))
+
+with tf.GradientTape() as tape:
+    tape.watch(z)
+    s = tf.nn.softmax(z)
+print(gl.check_array("gradient instead", tape.gradient(s, z), np.zeros((4, 4))))
+
+# %% [markdown]
+# **2. Fix the source's loop.** Rewrite the source text's loop so that it really produces
+# the 3 × 3 Jacobian of `x**2`, keeping the loop over `tape.gradient` calls.
+
+# %%
+x = tf.Variable([1.0, 2.0, 3.0])
+
+# --- your code
+with tf.GradientTape(persistent=True) as tape:
+    y = x**2
+    elements = [y[i] for i in range(len(y))]
+my_jacobian = tf.stack([tape.gradient(e, x) for e in elements])
+del tape
+# ---
+
+print(gl.check_array("loop Jacobian", my_jacobian, np.diag([2.0, 4.0, 6.0])))
+
+# %% [markdown]
+# **3. One row of a Jacobian without the Jacobian.** For `f` from the VJP section, get the
+# second row of its Jacobian (the gradient of the second output) with a single
+# `tape.gradient` call and a suitable `output_gradients`.
+
+# %%
+# --- your code
+with tf.GradientTape() as tape:
+    tape.watch(x3)
+    y = f(x3)
+row_1 = tape.gradient(y, x3, output_gradients=tf.constant([0.0, 1.0]))
+# ---
+
+print(gl.check_array("row 1 of J", row_1, gl.jacobian(f, x3)[1]))
+
+# %% [markdown]
+# **4. Is `batch_jacobian` safe here?** Layer normalization normalizes each example over its
+# own features: $y_b = (x_b - \mathrm{mean}(x_b)) / \mathrm{std}(x_b)$. Decide whether
+# `batch_jacobian` gives the right blocks for it, then confirm with `gl.cross_example_max`.
+
+# %%
+def layer_norm(x):
+    mean, var = tf.nn.moments(x, axes=[1], keepdims=True)
+    return (x - mean) / tf.sqrt(var + 1e-3)
+
+
+my_answer = True  # --- your answer: is batch_jacobian safe for layer_norm?
+
+xl = tf.random.stateless_normal([3, 4], seed=[0, 2])
+safe = gl.cross_example_max(gl.jacobian(layer_norm, xl)) == 0.0
+print(gl.check_true("batch_jacobian safe for layer_norm", my_answer == safe,
+                    "not quite: look at which examples each output depends on",
+                    "right: each example is normalized with its own statistics only"))

@@ -1,0 +1,745 @@
+# %% [markdown]
+# # GradientTape with tf.function · tf.GradientTape与tf.function的协同使用
+
+# %% [markdown]
+# **What you will learn**
+#
+# - what `@tf.function` does to a training step: it *traces* your Python once into a graph,
+#   then runs the graph; and how to measure what that buys you (eager vs graph vs XLA,
+#   first call vs steady state) on your own machine;
+# - to *see* tracing: `print` vs `tf.print`, a tracing counter, and what makes a function
+#   retrace (Python numbers, new shapes) and how to stop it (tensors, `input_signature`,
+#   `reduce_retracing`);
+# - the traps that bite in practice: values frozen at trace time, a model rebound after
+#   tracing, variables created inside the function, side effects that run once, and
+#   numerics checks that vanish under `jit_compile=True`;
+# - a training loop you can take away: clipping, a non-finite check and per-layer gradient
+#   norms, as a `tf.function`, as a Keras `train_step` for `fit`, and as a callback.
+
+# %% [markdown]
+# ## Setup
+
+# %%
+import gradlab as gl  # noqa: I001  (first: it imports TensorFlow quietly)
+import keras
+import numpy as np
+import tensorflow as tf
+
+gl.setup(seed=0)
+
+# %% [markdown]
+# ## Run the source's training step · 协同使用示例
+#
+# The source text says that `tf.GradientTape` records operations to compute gradients,
+# that `tf.function` compiles a Python function into a TensorFlow graph "to improve
+# performance", and that putting the forward pass and the gradient computation inside a
+# `tf.function` speeds up training. Here is its example, exactly as written:
+
+# %%
+import tensorflow as tf
+
+# 定义一个简单的模型和优化器
+model = tf.keras.Sequential([tf.keras.layers.Dense(10)])
+optimizer = tf.keras.optimizers.SGD(learning_rate=0.01)
+
+@tf.function  # 编译为图，提高性能
+def train_step(inputs, labels):
+    with tf.GradientTape() as tape:
+        predictions = model(inputs, training=True)
+        loss = tf.reduce_mean(tf.square(labels - predictions))
+    gradients = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+    return loss
+
+# 示例训练循环
+for epoch in range(10):
+    inputs = tf.random.normal([32, 784])
+    labels = tf.random.normal([32, 10])
+    loss = train_step(inputs, labels)
+    print(f"Epoch {epoch+1}, Loss: {loss.numpy()}")
+
+# %% [markdown]
+# It runs. Three things are worth saying about what it printed.
+#
+# 1. **The loss does not go down, and it should not.** Every "epoch" draws *new* random
+#    inputs and *new* random labels. There is nothing to learn: the labels do not depend on
+#    the inputs. The example shows the mechanics of a training step, not training. We fix
+#    that below with data that has a pattern.
+# 2. **The numbers are reproducible.** `loss.numpy()` prints all the digits of a float32.
+#    They are the same on every run of this notebook because `gl.setup(seed=0)` seeded
+#    TensorFlow (so `tf.random.normal` and the `Dense` initializer draw the same numbers)
+#    and turned on deterministic ops. Another CPU could round the last digits differently;
+#    elsewhere in the workbook we print rounded numbers for that reason.
+# 3. **"Epoch" is a misnomer:** each iteration is one step on one batch of 32.
+#
+# Now look inside: how many times did TensorFlow trace `train_step` into a graph?
+
+# %%
+print("traces of train_step:", train_step.experimental_get_tracing_count())  # 2, for 10 calls
+
+# %% [markdown]
+# Ten calls, two traces. The second trace is not a retrace caused by the inputs (all ten
+# batches have the same shape and dtype). On the first call `model` had no weights yet and
+# the optimizer had no slots: both were created *inside* the function. When a
+# `tf.function` creates variables on its first call, TensorFlow traces it once to create
+# them and a second time to get a graph that only uses them. Build the model and the
+# optimizer first, and a single trace is enough:
+
+# %%
+def make_source_step(model, optimizer):
+    """The source's train_step body, bound to one model and optimizer, not yet decorated."""
+    def train_step(inputs, labels):
+        with tf.GradientTape() as tape:
+            predictions = model(inputs, training=True)
+            loss = tf.reduce_mean(tf.square(labels - predictions))
+        gradients = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
+        return loss
+    return train_step
+
+
+def fresh_model_and_optimizer(seed=0):
+    keras.utils.set_random_seed(seed)
+    model = tf.keras.Sequential([tf.keras.layers.Dense(10)])
+    model.build((None, 784))  # create the weights now, outside any tf.function
+    optimizer = tf.keras.optimizers.SGD(learning_rate=0.01)
+    optimizer.build(model.trainable_variables)  # and the optimizer's variables
+    return model, optimizer
+
+
+built_step = tf.function(make_source_step(*fresh_model_and_optimizer()))
+x32 = tf.random.stateless_normal([32, 784], seed=[1, 0])
+y32 = tf.random.stateless_normal([32, 10], seed=[1, 1])
+for _ in range(10):
+    built_step(x32, y32)
+print("traces when built first:", built_step.experimental_get_tracing_count())  # 1
+
+# %% [markdown]
+# ## Time eager, graph and XLA · 注意事项：图编译
+#
+# The source's note says: the first call of a `tf.function` compiles the graph, which
+# "adds a little time", and later calls are faster. Let us measure both halves of that
+# claim. `gl.time_step(fn, args)` times the first call on its own, makes a few untimed
+# warm-up calls, then reports the median of many timed calls (the *steady state*). We time
+# the same step three ways, each on a fresh model:
+#
+# - **eager**: the plain Python function; every TensorFlow op is dispatched from Python;
+# - **tf.function**: traced once into a graph, then the graph runs;
+# - **XLA** (`tf.function(..., jit_compile=True)`): the graph is also compiled by XLA into
+#   fused machine code (this works on a CPU too).
+#
+# The times below are this machine's, from the last time the notebook ran. They are not
+# compared when the notebook is tested. Re-run the cell and you get your own.
+
+# %%
+steps = {
+    "eager": make_source_step(*fresh_model_and_optimizer()),
+    "tf.function": tf.function(make_source_step(*fresh_model_and_optimizer())),
+    "XLA": tf.function(make_source_step(*fresh_model_and_optimizer()), jit_compile=True),
+}
+print("modes:", list(steps))
+
+# %% tags=["nbval-ignore-output"]
+timings = [gl.time_step(fn, (x32, y32), warmup=5, repeats=50, name=name) for name, fn in steps.items()]
+print(gl.format_timings(timings))
+
+# %%
+gl.plot_step_times(timings)
+
+# %% [markdown]
+# Rather than claim a speed-up, let the cell read the table and say what it shows:
+
+# %% tags=["nbval-ignore-output"]
+eager_t, graph_t, xla_t = timings
+for t in (graph_t, xla_t):
+    ratio = eager_t.steady_s / t.steady_s
+    verdict = "faster" if ratio > 1 else "slower"
+    print(f"{t.name:12s} steady step: {ratio:.3g}x the speed of eager ({verdict})")
+    print(f"{'':12s} first call costs as much as {t.first_s / t.steady_s:.3g} of its steady steps")
+    saved = eager_t.steady_s - t.steady_s
+    if saved > 0:
+        print(f"{'':12s} it pays back its first call after ~{(t.first_s - eager_t.steady_s) / saved:.3g} steps")
+
+# %% [markdown]
+# Where does a graph's advantage come from? In eager mode Python dispatches each op: a
+# matmul, an add, a subtraction, a square, a mean, the gradient ops, the update. That
+# overhead is roughly fixed per op, so it matters most when the ops themselves are small,
+# as in this tiny model with a batch of 32. Give the same step a batch of 4096 and the
+# matrix multiplications dominate. Compare the speed-up column of this table with the one
+# above:
+
+# %% tags=["nbval-ignore-output"]
+x4096 = tf.random.stateless_normal([4096, 784], seed=[2, 0])
+y4096 = tf.random.stateless_normal([4096, 10], seed=[2, 1])
+steps_big = {
+    "eager": make_source_step(*fresh_model_and_optimizer()),
+    "tf.function": tf.function(make_source_step(*fresh_model_and_optimizer())),
+    "XLA": tf.function(make_source_step(*fresh_model_and_optimizer()), jit_compile=True),
+}
+timings_big = [gl.time_step(fn, (x4096, y4096), warmup=2, repeats=15, name=name)
+               for name, fn in steps_big.items()]
+print(gl.format_timings(timings_big))
+
+# %% [markdown]
+# Two lessons that hold whatever your numbers are:
+#
+# - the **first call** is a different kind of cost from the steady step. Time them apart,
+#   or a benchmark of 10 calls mostly measures tracing (and XLA compiling);
+# - the **ratio depends on the work per op**. A graph removes per-op Python overhead; it
+#   does not make a large matrix multiplication faster. XLA can additionally fuse
+#   element-wise ops, which may or may not pay for its longer compile.
+
+# %% [markdown]
+# ## Make tracing visible · 注意事项：调试
+#
+# The source's second note says: inside a `tf.function` use `tf.print` instead of Python's
+# `print`, "because the function runs in graph mode". Let us see what actually happens.
+# The function below uses both and is called three times:
+
+# %%
+@tf.function
+def show_prints(x):
+    print("Python print, x =", x)
+    tf.print("tf.print,     x =", x)
+    return x * 2
+
+
+for i in range(3):
+    show_prints(tf.constant(i))
+
+# %% [markdown]
+# Python's `print` ran **once**, during tracing, and it printed a symbolic `Tensor` with a
+# shape and a dtype but no value. `tf.print` became an op in the graph, so it runs on
+# every call and prints the value. So the note is right, and the reason is more precise
+# than "graph mode": Python code in a `tf.function` runs only while TensorFlow traces it.
+# That makes `print` a handy *trace detector*, and it is how `gl.TraceCounter` counts:
+# it wraps your function in `tf.function` and increments a Python counter inside it.
+
+# %%
+def scaled_loss(x, scale):
+    return scale * tf.reduce_mean(tf.square(x))
+
+
+counted = gl.TraceCounter(scaled_loss)
+x4 = tf.ones([4])
+for scale in [0.1, 0.2, 0.3, 0.1]:  # Python floats
+    counted(x4, scale)
+print(counted)  # 4 calls, 3 traces: one per new Python value
+print("TensorFlow's own count:", gl.tracing_count(counted))  # the same, 3
+print("\n".join(counted.log))
+
+# %% [markdown]
+# A Python number is part of the trace's *signature*. Each new value is baked into a new
+# graph as a constant, so each new value retraces (0.1 came back and reused its graph).
+# In a loop over learning rates, or with a slider, that is a trace per value. Pass a
+# tensor and one trace serves every value:
+
+# %%
+counted = gl.TraceCounter(scaled_loss)
+for scale in [0.1, 0.2, 0.3, 0.4]:
+    counted(x4, tf.constant(scale))
+print(counted)  # 4 calls, 1 trace
+
+# %% [markdown]
+# Tensors retrace on a new **shape** or **dtype**. Feeding batches of different sizes (for
+# example a smaller last batch) makes new traces:
+
+# %%
+counted = gl.TraceCounter(scaled_loss)
+for n in [8, 16, 32, 8]:
+    counted(tf.ones([n]), tf.constant(1.0))
+print(counted)  # 4 calls, 3 traces: one per new shape
+print("\n".join(counted.log))
+
+# %% [markdown]
+# Two fixes. An `input_signature` declares the shapes once, with `None` for "any size";
+# calls that do not fit are an error instead of a silent retrace. `reduce_retracing=True`
+# lets TensorFlow generalise by itself: after a second shape it traces a graph for
+# `[None]`.
+
+# %%
+signature = [tf.TensorSpec([None], tf.float32), tf.TensorSpec([], tf.float32)]
+with_signature = gl.TraceCounter(scaled_loss, input_signature=signature)
+relaxed = gl.TraceCounter(scaled_loss, reduce_retracing=True)
+for n in [8, 16, 32, 8]:
+    with_signature(tf.ones([n]), tf.constant(1.0))
+    relaxed(tf.ones([n]), tf.constant(1.0))
+print("input_signature :", with_signature)  # 1 trace
+print("reduce_retracing:", relaxed)  # 2 traces: [8], then [None]
+print("\n".join(relaxed.log))
+
+# %% [markdown]
+# `reduce_retracing` does not help with Python numbers: those are constants in the graph,
+# not shapes that can be relaxed.
+
+# %%
+relaxed = gl.TraceCounter(scaled_loss, reduce_retracing=True)
+for scale in [0.1, 0.2, 0.3]:
+    relaxed(x4, scale)
+print(relaxed)  # 3 calls, 3 traces
+
+# %% [markdown]
+# ## Explore tracing live
+#
+# The lab below runs one SGD step of a small linear model with the learning rate from the
+# slider. Switch **pass as** between *python float* and *tensor*, move the slider, and
+# watch the count of traces and the time of each call (red dots are calls that traced).
+# In a live notebook it is interactive; a saved copy shows the state below.
+
+# %%
+lab = gl.TracingLab(value=0.1, mode="python float")
+for lr in [0.2, 0.3, 0.4]:
+    lab.value.value = lr  # what a slider move does
+print("python float:", lab.summary)  # 4 traces: 0.1, 0.2, 0.3, 0.4
+lab.mode.value = "tensor"
+for lr in [0.5, 0.6, 0.7]:
+    lab.value.value = lr
+print("tensor      :", lab.summary)  # 1 trace for every value
+
+# %%
+lab
+
+# %% [markdown]
+# ## Avoid the traps
+#
+# Each trap below is a runnable cell, followed by its fix. They all follow from one fact:
+# **Python runs at trace time; the graph runs at call time.**
+#
+# ### Values frozen at trace time
+#
+# A Python number that the function reads from outside (a global, an attribute) is read
+# while tracing and stored in the graph as a constant. Changing it later changes nothing:
+
+# %%
+lr = 0.1
+w = tf.Variable(1.0)
+
+
+@tf.function
+def sgd_on_w():
+    w.assign_sub(lr * 1.0)  # the gradient is 1.0 here
+
+
+sgd_on_w()  # traced with lr = 0.1
+lr = 0.0  # "stop training"
+sgd_on_w()  # no retrace: the graph still subtracts 0.1
+print("w:", f"{w.numpy():.3g}")  # 0.8, not 0.9
+
+# %% [markdown]
+# Keras optimizers show both sides of this. `optimizer.learning_rate` is stored in a
+# variable, so assigning it does take effect in a traced step. `optimizer.clipnorm` is a
+# plain Python attribute, read when the step is traced:
+
+# %%
+v = keras.Variable([0.0, 0.0])
+opt = keras.optimizers.SGD(learning_rate=1.0, clipnorm=100.0)
+
+
+@tf.function
+def step_v():
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(v * tf.constant([3.0, 4.0]))  # gradient (3, 4), norm 5
+    grads = tape.gradient(loss, [v])
+    opt.apply_gradients(zip(grads, [v], strict=True))
+
+
+step_v()
+print("after step 1 (clipnorm 100):", v.numpy())  # [-3, -4]
+opt.clipnorm = 1.0
+step_v()
+print("after step 2 (clipnorm 1)  :", v.numpy())  # moved by (3, 4) again: not clipped
+opt.learning_rate = 0.5
+step_v()
+print("after step 3 (lr 0.5)      :", v.numpy())  # moved by (1.5, 2): the new rate is used
+
+# %% [markdown]
+# Fixes: keep anything you want to change during training in a `tf.Variable` (and
+# `assign` to it), or pass it in as a tensor argument, or build a new `tf.function` after
+# the change, which traces afresh:
+
+# %%
+step_v = tf.function(step_v.python_function)  # a new function: traces with clipnorm = 1.0
+before = v.numpy()
+step_v()
+print("step norm with a fresh trace:", f"{np.linalg.norm(v.numpy() - before):.3g}")  # 0.5 = lr·1
+
+# %% [markdown]
+# ### A global model rebound after tracing
+#
+# The source's `train_step` reads the global `model`. What if you build a new model
+# under the same name?
+
+# %%
+model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1, kernel_initializer="ones")])
+
+
+@tf.function
+def predict(x):
+    return model(x)
+
+
+ones = tf.ones([1, 2])
+print("traced with the first model:", predict(ones).numpy())  # [[2.]]
+model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1, kernel_initializer="zeros")])
+print("new model, called directly :", model(ones).numpy())  # [[0.]]
+print("new model, through predict :", predict(ones).numpy())  # still [[2.]]: the old model
+print("traces:", predict.experimental_get_tracing_count())  # 1: nothing told it to retrace
+
+# %% [markdown]
+# The graph captured the *first* model's variables. Rebinding the name does not retrace.
+# A training step would keep training the old model while you evaluate the new one. Fix:
+# make one function per model with a factory, as `make_source_step` above does and as
+# `gl.make_train_step(model, optimizer)` does below.
+
+# %%
+predict = tf.function(lambda x: model(x))  # a fresh function for the current model
+print("fresh function:", predict(ones).numpy())  # [[0.]]
+
+# %% [markdown]
+# ### A variable or an optimizer created inside the function
+#
+# `tf.Variable` inside a `tf.function` is allowed only on the first trace, and only if
+# the same variables are reused afterwards. A variable created on every call is an error
+# (we catch it and print the message with `gl.error_summary`, which keeps the line that
+# matters):
+
+# %%
+@tf.function
+def make_and_use(x):
+    v = tf.Variable(1.0)  # a new variable on every call
+    return v * x
+
+
+try:
+    make_and_use(tf.constant(2.0))
+except ValueError as err:
+    print(gl.error_summary(err))
+
+# %% [markdown]
+# An optimizer holds variables too (its iteration count, momentum slots), so creating one
+# inside the step fails the same way:
+
+# %%
+w2 = tf.Variable(1.0)
+
+
+@tf.function
+def step_with_new_optimizer(x):
+    opt = keras.optimizers.SGD(0.1)  # created on every call
+    with tf.GradientTape() as tape:
+        loss = w2 * x
+    opt.apply_gradients([(tape.gradient(loss, w2), w2)])
+    return loss
+
+
+try:
+    step_with_new_optimizer(tf.constant(2.0))
+except ValueError as err:
+    print(gl.error_summary(err))
+
+# %% [markdown]
+# Fix: create models, optimizers and variables **outside** the function, once, and build
+# them before the first call (as `fresh_model_and_optimizer` does). The same applies to a
+# step that meets a new input shape later: a Keras layer built lazily on that call would
+# try to create its weights on a non-first call.
+
+# %% [markdown]
+# ### Python side effects run only while tracing
+#
+# Appending to a list, incrementing a counter, reading the clock, drawing a NumPy random
+# number: these are Python and run once per trace, not once per call.
+
+# %%
+calls = []
+
+
+@tf.function
+def logged_square(x):
+    calls.append(1)  # a Python side effect
+    return x * x
+
+
+for i in range(5):
+    logged_square(tf.constant(float(i)))
+print("calls made:", 5, " calls logged:", len(calls))  # 5 vs 1
+
+# %% [markdown]
+# Fix: keep per-call bookkeeping outside the function (the loop around it), or make it an
+# op (`tf.print`, `variable.assign_add`, a value returned from the function). We used the
+# once-per-trace behaviour on purpose in `gl.TraceCounter`.
+
+# %% [markdown]
+# ### Numerics checks under tf.function and XLA
+#
+# Chapter 01 used `tf.debugging.check_numerics` and `assert_all_finite` to stop on NaN or
+# inf. Inside a `tf.function` they still work: they are ops, and they raise when the graph
+# runs. Here the gradient of `sqrt` at 0 is infinite:
+
+# %%
+def sqrt_grad(x):
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = tf.reduce_sum(tf.sqrt(x))
+    return tape.gradient(y, x)
+
+
+def with_check_numerics(x):
+    return tf.debugging.check_numerics(sqrt_grad(x), "gradient of sqrt")
+
+
+def with_assert_all_finite(x):
+    return tf.debugging.assert_all_finite(sqrt_grad(x), "gradient of sqrt")
+
+
+zero_and_one = tf.constant([0.0, 1.0])
+for checked in (with_check_numerics, with_assert_all_finite):
+    try:
+        tf.function(checked)(zero_and_one)
+    except tf.errors.InvalidArgumentError as err:
+        print(f"{checked.__name__:24s}", gl.error_summary(err))
+
+# %% [markdown]
+# Now the same two functions with `jit_compile=True`:
+
+# %%
+for checked in (with_check_numerics, with_assert_all_finite):
+    result = tf.function(checked, jit_compile=True)(zero_and_one)
+    print(f"{checked.__name__:24s} XLA result:", result.numpy())  # [inf 0.5], no error
+
+# %% [markdown]
+# No error: the infinity went straight through. Under XLA, `check_numerics`,
+# `assert_all_finite` and `tf.debugging.Assert` compile to nothing. A check you rely on
+# under XLA must be part of the computation: compute a boolean tensor and act on it, for
+# example skip the update, and return it so the caller can see it.
+
+# %%
+def finite_flag(x):
+    return tf.reduce_all(tf.math.is_finite(sqrt_grad(x)))
+
+
+print("finite (graph):", bool(tf.function(finite_flag)(zero_and_one)))  # False
+print("finite (XLA)  :", bool(tf.function(finite_flag, jit_compile=True)(zero_and_one)))  # False
+
+# %% [markdown]
+# ## Debug with run_functions_eagerly
+#
+# When a traced function misbehaves, `tf.config.run_functions_eagerly(True)` makes every
+# `tf.function` run its Python code on every call: `print` runs each time, `.numpy()`
+# works inside, and a debugger can stop on any line. It changes the speed, not the
+# results. Switch it off again afterwards (here in `finally`, so an error cannot leave
+# it on):
+
+# %%
+@tf.function
+def debug_me(x):
+    y = x * 2
+    print("y inside =", y.numpy())  # .numpy() fails while tracing, works when eager
+    return y
+
+
+tf.config.run_functions_eagerly(True)
+try:
+    for i in range(2):
+        debug_me(tf.constant(i))
+finally:
+    tf.config.run_functions_eagerly(False)
+print("traces while eager:", debug_me.experimental_get_tracing_count())  # 0
+
+# %% [markdown]
+# Use it to find a bug, never to benchmark or to train: it gives up every graph
+# advantage measured above. Use it also when you suspect a trace-time trap: if a function
+# behaves differently eagerly, the difference is Python that ran only while tracing.
+
+# %% [markdown]
+# ## Put it together: a training loop to keep
+#
+# `gl.make_train_step(model, optimizer, clip_global_norm=..., check_finite=True)` returns
+# a `tf.function` training step with everything from this chapter and chapter 01:
+#
+# - one trace for all batches of one shape (model and optimizer built beforehand);
+# - global-norm clipping (`tf.clip_by_global_norm`, which keeps the update's direction);
+# - a non-finite check computed as a tensor, so it also works under `jit_compile=True`: a
+#   step with NaN or inf gradients is **skipped** instead of writing NaN into the weights;
+# - per-layer gradient norms, returned with the loss.
+#
+# This time the data has something to learn: $y = x\,w_\text{true} + \text{noise}$.
+
+# %%
+def regression_data(n, seed):
+    x = tf.random.stateless_normal([n, 20], seed=[seed, 0])
+    w_true = tf.random.stateless_normal([20, 1], seed=[99, 0])
+    noise = 0.1 * tf.random.stateless_normal([n, 1], seed=[seed, 1])
+    return x, x @ w_true + noise
+
+
+keras.utils.set_random_seed(0)
+net = keras.Sequential([
+    keras.Input((20,)),
+    keras.layers.Dense(32, activation="relu", name="hidden1"),
+    keras.layers.Dense(32, activation="relu", name="hidden2"),
+    keras.layers.Dense(1, name="output"),
+])
+step = gl.make_train_step(net, keras.optimizers.SGD(0.05), clip_global_norm=5.0)
+print("layers:", gl.layer_names(net))
+
+# %%
+for i in range(60):
+    out = step(*regression_data(64, seed=i))
+    if i % 15 == 0 or i == 59:
+        norms = {k: f"{v.numpy():.3g}" for k, v in out["grad_norms"].items()}
+        print(f"step {i:2d} loss {out['loss'].numpy():.3g}  global norm {out['global_norm'].numpy():.3g} "
+              f"→ applied {out['clipped_norm'].numpy():.3g}  {norms}")
+print("traces:", gl.tracing_count(step))  # 1 for 60 steps
+
+# %% [markdown]
+# Whenever the raw global norm was above 5, the update actually applied was rescaled to
+# exactly 5, in the same direction; a step whose norm was below 5 passed unchanged. The
+# loss still fell: clipping limits the size of a step, not where it goes. Now a batch with
+# a NaN in it, the way a corrupt record would arrive:
+
+# %%
+weights_before = [v.numpy().copy() for v in net.trainable_variables]
+x_bad, y_bad = regression_data(64, seed=1000)
+x_bad = tf.tensor_scatter_nd_update(x_bad, [[0, 0]], [np.nan])
+out = step(x_bad, y_bad)
+unchanged = all(np.array_equal(a, v.numpy()) for a, v in zip(weights_before, net.trainable_variables, strict=True))
+print("finite:", bool(out["finite"]), " applied:", bool(out["applied"]))  # False False
+print("weights unchanged:", unchanged)  # True
+print("traces:", gl.tracing_count(step))  # still 1
+
+# %% [markdown]
+# In your own loop, decide what a skipped step means: count them, stop after a few in a
+# row, or raise. The flag is returned, so the decision stays in your Python loop.
+#
+# ### The same step inside `model.fit`
+#
+# Keras 3 lets a model override `train_step`; `fit` then traces *that* into its training
+# function. `gl.GradNormTrainStep` is a mixin with the same logic (clipping, skip on
+# non-finite, per-layer norms), and `gl.GradNormSequential` is a `keras.Sequential` with
+# it. The logs gain `grad_norm`, `grad_norm/<layer>` and `skipped_steps`.
+
+# %%
+keras.utils.set_random_seed(0)
+fit_net = gl.GradNormSequential(
+    [keras.Input((20,)),
+     keras.layers.Dense(32, activation="relu", name="hidden1"),
+     keras.layers.Dense(32, activation="relu", name="hidden2"),
+     keras.layers.Dense(1, name="output")],
+    clip_global_norm=5.0,
+)
+fit_net.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+x_train, y_train = regression_data(512, seed=7)
+norm_logger = gl.GradNormLogger()  # reads grad_norm/<layer> from the logs
+history = fit_net.fit(x_train, y_train, epochs=8, batch_size=64, shuffle=False,
+                      verbose=0, callbacks=[norm_logger])
+print("loss per epoch:", np.round(history.history["loss"], 3))
+print("skipped steps :", history.history["skipped_steps"])
+print("layers logged :", list(norm_logger.history))
+
+# %%
+norm_logger.plot(title="Per-layer gradient norms, last batch of each epoch")
+
+# %% [markdown]
+# ### A callback for any model
+#
+# For a model you did not write, `gl.GradNormLogger(probe=(x, y))` measures the gradient
+# of the compiled loss on a fixed probe batch with its own `GradientTape`, at the end of
+# every epoch (or every `every_n` batches with `every="batch"`). Because the batch is
+# fixed, the curves show how the model changes, not how batches differ.
+
+# %%
+keras.utils.set_random_seed(0)
+plain = keras.Sequential([
+    keras.Input((20,)),
+    keras.layers.Dense(32, activation="tanh", name="hidden1"),
+    keras.layers.Dense(32, activation="tanh", name="hidden2"),
+    keras.layers.Dense(1, name="output"),
+])
+plain.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+probe = regression_data(128, seed=500)
+probe_logger = gl.GradNormLogger(probe=probe, every="batch", every_n=4)
+plain.fit(x_train, y_train, epochs=4, batch_size=64, shuffle=False, verbose=0,
+          callbacks=[probe_logger])
+print("entries per layer:", {k: len(v) for k, v in probe_logger.history.items()})  # 8 each
+print("hidden1 norms:", np.round(probe_logger.history["hidden1"], 3))
+
+# %%
+probe_logger.plot(title="Gradient norms on a fixed probe batch, every 4 batches")
+
+# %% [markdown]
+# ## Summary
+#
+# - `tf.function` traces Python into a graph once per input signature and then runs the
+#   graph. Its first call costs extra (more with `jit_compile=True`); what the later calls
+#   save depends on how much Python overhead the eager version had. The table in this
+#   chapter measures both on your machine; the next cell reprints it.
+# - Python code inside a `tf.function` runs only while tracing: `print` shows symbolic
+#   tensors once, `tf.print` prints values every call.
+# - Python numbers and new shapes retrace. Pass tensors; use `input_signature` or
+#   `reduce_retracing` for varying batch sizes. Watch `experimental_get_tracing_count()`.
+# - Anything read at trace time is frozen: Python hyperparameters (`optimizer.clipnorm`),
+#   a global model rebound later. Use variables, arguments, or a new function per model.
+# - Create variables and optimizers outside the step, and build them before the first call.
+# - `check_numerics` / `assert_all_finite` raise inside a graph but are silently dropped
+#   under XLA. A check that must hold everywhere is a tensor you compute and act on.
+# - `tf.config.run_functions_eagerly(True)` is for debugging only.
+
+# %% tags=["nbval-ignore-output"]
+print(gl.format_timings(timings))  # this machine, batch of 32, from the timing section
+
+# %%
+print("source train_step, 10 calls:", train_step.experimental_get_tracing_count(), "traces")  # 2
+print("built model first, 10 calls:", built_step.experimental_get_tracing_count(), "trace")  # 1
+print("gl.make_train_step, 61 calls:", gl.tracing_count(step), "trace")  # 1
+print("tracing lab:", lab.summary)  # tensor mode: 1 trace
+
+# %% [markdown]
+# ## Exercises
+#
+# **1. Stop the retracing.** `noisy_step` below takes a Python float `scale`, so a sweep
+# over 5 values traces it 5 times. Change the *loop* (not the function) so the sweep traces
+# once.
+
+# %%
+def noisy_step(x, scale):
+    return scale * tf.reduce_mean(x)
+
+
+sweep = gl.TraceCounter(noisy_step)
+for scale in [0.1, 0.2, 0.3, 0.4, 0.5]:
+    # --- your code
+    sweep(tf.ones([3]), tf.constant(scale))
+    # ---
+print(gl.check_true("one trace for the sweep", sweep.count == 1,
+                    f"{sweep.count} traces: is scale still a Python float?",
+                    f"{sweep.calls} calls, {sweep.count} trace"))
+
+# %% [markdown]
+# **2. Predict the count.** Without running anything new, how many traces does this
+# sequence of calls make? (Arguments: a tensor of shape `[2]`, then `[2]` again, then
+# `[3]`, then the Python int `1`, then `1` again.)
+
+# %%
+predicted = 3  # --- your answer
+
+counter = gl.TraceCounter(lambda x: x + 1)
+for arg in [tf.ones([2]), tf.zeros([2]), tf.ones([3]), 1, 1]:
+    counter(arg)
+print(gl.check_true("predicted traces", predicted == counter.count,
+                    f"you predicted {predicted}, TensorFlow traced {counter.count} times",
+                    f"{counter.count} traces: {counter.log}"))
+
+# %% [markdown]
+# **3. Clip for real.** Build a training step for `net` with `gl.make_train_step` that
+# clips the global norm to 1.0, run it on one batch, and check that the update actually
+# applied has norm at most 1.0 while the raw gradient's norm is larger.
+
+# %%
+# --- your code
+clipped_step = gl.make_train_step(net, keras.optimizers.SGD(0.05), clip_global_norm=1.0)
+result = clipped_step(*regression_data(64, seed=2000))
+# ---
+print(gl.check_true("update bounded by 1.0",
+                    float(result["clipped_norm"]) <= 1.0 + 1e-5 < float(result["global_norm"]),
+                    f"applied {float(result['clipped_norm']):.3g}, raw {float(result['global_norm']):.3g}",
+                    f"raw norm {float(result['global_norm']):.3g} → applied {float(result['clipped_norm']):.3g}"))
