@@ -19,6 +19,7 @@ __all__ = [
     "check_array",
     "check_arrays",
     "check_status",
+    "check_trains",
     "check_true",
 ]
 
@@ -123,3 +124,50 @@ def check_true(name: str, condition: bool | Callable[[], bool], if_false: str,
     except Exception as err:  # noqa: BLE001
         return CheckResult(name, False, f"raised {type(err).__name__}: {err}")
     return CheckResult(name, ok, if_true if ok else if_false)
+
+
+def check_trains(name: str, model, x, y, *, optimizer, steps: int, below: float,
+                 loss_fn: Callable | None = None, clip_global_norm: float | None = None) -> CheckResult:
+    """Train ``model`` for ``steps`` steps and check that it really trains (chapter 04).
+
+    Passes when the loss falls below ``below`` within ``steps`` steps, every loss and gradient
+    stays finite, and no trainable variable has a ``None`` gradient. The feedback names the
+    condition that failed: the variables without a gradient, the step where the loss or the
+    gradients went NaN/inf, or the best loss reached. The model is trained in place with
+    :func:`gradlab.train_steps` (one tape per step on the batch ``(x, y)``, mean squared error
+    unless ``loss_fn`` is given, global-norm clipping when ``clip_global_norm`` is set).
+    """
+    from .diagnostics import keras, train_steps
+
+    if model is None:
+        return CheckResult(name, False, "got None instead of a model: did your function forget to return it?")
+    if not isinstance(model, keras.Model):
+        return CheckResult(name, False, f"expected a keras.Model, got {type(model).__name__}")
+    if not isinstance(optimizer, keras.optimizers.Optimizer):
+        return CheckResult(name, False,
+                           f"expected a keras optimizer such as keras.optimizers.SGD(0.05), got {type(optimizer).__name__}")
+    try:
+        run = train_steps(model, x, y, optimizer=optimizer, steps=steps, loss_fn=loss_fn,
+                          clip_global_norm=clip_global_norm, stop_on_none=True)
+    except Exception as err:  # noqa: BLE001 - any failure to train is feedback
+        return CheckResult(name, False, f"could not train: {type(err).__name__}: {err}")
+    if run.none_gradients:
+        return CheckResult(name, False,
+                           f"no gradient (None) for {', '.join(run.none_gradients)}: these variables never "
+                           "train. Find what disconnects them from the loss (chapter 02's None gallery).")
+    if run.stopped_at is not None:
+        last = run.losses[-1]
+        what = f"the loss is {last}" if not np.isfinite(last) else f"the gradient norm is {run.global_norms[-1]}"
+        return CheckResult(name, False,
+                           f"at step {run.stopped_at} {what}: training diverged. Lower the learning rate, "
+                           "clip the global norm, or fix the initializer.")
+    hit = run.first_below(below)
+    if hit is None:
+        best = min(run.losses)
+        return CheckResult(name, False,
+                           f"after {steps} steps the loss is {run.final_loss:.4g} (best {best:.4g}), not below "
+                           f"{below:g}: it trains too slowly. Check for vanishing gradients or a too small "
+                           "learning rate.")
+    return CheckResult(name, True,
+                       f"loss {run.losses[hit - 1]:.4g} < {below:g} at step {hit} of {steps}; final loss "
+                       f"{run.final_loss:.4g}; every gradient finite; no None gradients")

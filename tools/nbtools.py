@@ -134,4 +134,27 @@ def execute(nb, path: Path, timeout: int = 900):
     )
     client.execute()
     nb.metadata["language_info"] = {"name": "python"}
+    drop_live_widget_views(nb)
     return nb
+
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def drop_live_widget_views(nb) -> int:
+    """Keep only the static PNG (and text) of widget outputs that carry one; return how many.
+
+    A stored widget view points at a model that exists only while its kernel runs. Opened
+    later, JupyterLab shows "Error displaying widget" and nbconvert an empty box, because they
+    prefer the widget view over the PNG in the same output. gradlab's explorers put a PNG of
+    their starting state beside the view, so dropping the view leaves a figure that every
+    viewer shows; running the cell brings the live widget back. nbval ignores widget views.
+    """
+    dropped = 0
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            if WIDGET_VIEW in data and "image/png" in data:
+                del data[WIDGET_VIEW]
+                dropped += 1
+    return dropped
