@@ -22,6 +22,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from ._env import quiet_import_tensorflow
+from ._validate import check_choice as _check_choice
+from ._validate import check_int as _check_int
 
 tf = quiet_import_tensorflow()
 import keras  # noqa: E402
@@ -80,21 +82,6 @@ STATUSES = ("healthy", "vanishing", "exploding", "non-finite")
 
 
 # ----------------------------------------------------------------------------- validation
-def _check_choice(name: str, value, allowed: Sequence[str]) -> str:
-    if not isinstance(value, str) or value not in allowed:
-        raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
-    return value
-
-
-def _check_int(name: str, value, lo: int, hi: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an int, got {value!r}")
-    if value < lo or (hi is not None and value > hi):
-        allowed = f"{lo} to {hi}" if hi is not None else f">= {lo}"
-        raise ValueError(f"{name} must be {allowed}; got {value}")
-    return int(value)
-
-
 def _check_clip(clip):
     if clip is None:
         return None

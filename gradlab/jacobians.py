@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ._env import quiet_import_tensorflow
+from ._validate import check_int as _check_int
 
 tf = quiet_import_tensorflow()
 
@@ -108,15 +109,6 @@ def _not_none(result, what: str):
             "recorded (see chapter 02's gallery of None gradients)"
         )
     return result
-
-
-def _check_int(name: str, value, lo: int, hi: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an int, got {value!r}")
-    if value < lo or (hi is not None and value > hi):
-        allowed = f"{lo} to {hi}" if hi is not None else f">= {lo}"
-        raise ValueError(f"{name} must be {allowed}; got {value}")
-    return int(value)
 
 
 # ----------------------------------------------------------------------------- Jacobians

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from ._env import quiet_import_tensorflow
+from ._validate import check_positive as _check_positive_float
 
 tf = quiet_import_tensorflow()
 import keras  # noqa: E402
@@ -47,20 +47,6 @@ __all__ = [
 
 
 # ----------------------------------------------------------------------------- validation
-def _check_positive_float(name: str, value, *, allow_none: bool = False):
-    if value is None and allow_none:
-        return None
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float, np.floating, np.integer))
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        allowed = "None or a finite number > 0" if allow_none else "a finite number > 0"
-        raise ValueError(f"{name} must be {allowed}; got {value!r}")
-    return float(value)
-
-
 def _check_count(name: str, value, lo: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
         raise ValueError(f"{name} must be an int >= {lo}; got {value!r}")
