@@ -5,6 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PORT ?= 8888
+ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 # nbval and the browser tests start kernels from this environment
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 export PYTHONUNBUFFERED := 1
@@ -27,8 +28,9 @@ $(STAMP): requirements.txt pyproject.toml
 
 install: $(STAMP)
 
+# Token authentication is JupyterLab's default; the URL with the token is printed on start.
 lab: install
-	$(VENV)/bin/jupyter lab --ip=127.0.0.1 --port=$(PORT) --no-browser \
+	$(VENV)/bin/jupyter lab --ip=127.0.0.1 --port=$(PORT) --no-browser $(ALLOW_ROOT) \
 		--ServerApp.root_dir="$(CURDIR)" \
 		--LabApp.default_url=/lab/tree/chapters/00-introduction.ipynb
 

@@ -48,8 +48,9 @@ def _to_numpy(value):
     """(array, problem) for a tensor-like value; problem is None when it converted cleanly."""
     if value is None:
         return None, (
-            "got None. A gradient is None when the target does not depend on the source "
-            "through operations the tape recorded (see chapter 02's gallery of None gradients)."
+            "got None: nothing is returned or assigned yet? If it is a gradient, it is None "
+            "because the target does not depend on the source through operations the tape "
+            "recorded (chapter 02's gallery of None gradients)."
         )
     if isinstance(value, (str, bytes)):
         return None, f"got a {type(value).__name__}, expected numbers"
@@ -139,6 +140,8 @@ def check_trains(name: str, model, x, y, *, optimizer, steps: int, below: float,
     """
     from .diagnostics import keras, train_steps
 
+    if isinstance(below, bool) or not isinstance(below, (int, float, np.integer, np.floating)) or not below > 0:
+        raise ValueError(f"below must be a number > 0; got {below!r}")
     if model is None:
         return CheckResult(name, False, "got None instead of a model: did your function forget to return it?")
     if not isinstance(model, keras.Model):
@@ -157,7 +160,8 @@ def check_trains(name: str, model, x, y, *, optimizer, steps: int, below: float,
                            "train. Find what disconnects them from the loss (chapter 02's None gallery).")
     if run.stopped_at is not None:
         last = run.losses[-1]
-        what = f"the loss is {last}" if not np.isfinite(last) else f"the gradient norm is {run.global_norms[-1]}"
+        what = (f"the loss is {last}" if not np.isfinite(last)
+                else f"the gradient norm is {run.global_norms[-1]}")
         return CheckResult(name, False,
                            f"at step {run.stopped_at} {what}: training diverged. Lower the learning rate, "
                            "clip the global norm, or fix the initializer.")
@@ -165,9 +169,9 @@ def check_trains(name: str, model, x, y, *, optimizer, steps: int, below: float,
     if hit is None:
         best = min(run.losses)
         return CheckResult(name, False,
-                           f"after {steps} steps the loss is {run.final_loss:.4g} (best {best:.4g}), not below "
-                           f"{below:g}: it trains too slowly. Check for vanishing gradients or a too small "
-                           "learning rate.")
+                           f"after {steps} steps the loss is {run.final_loss:.3g} (best {best:.3g}), not below "
+                           f"{below:g}. Look for vanishing gradients, and a learning rate that is too small "
+                           "(the loss falls slowly) or too large for the clipping (it stalls or jumps).")
     return CheckResult(name, True,
-                       f"loss {run.losses[hit - 1]:.4g} < {below:g} at step {hit} of {steps}; final loss "
-                       f"{run.final_loss:.4g}; every gradient finite; no None gradients")
+                       f"loss {run.losses[hit - 1]:.3g} < {below:g} at step {hit} of {steps}; final loss "
+                       f"{run.final_loss:.3g}; every gradient finite; no None gradients")

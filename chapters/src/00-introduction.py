@@ -227,18 +227,17 @@ print("TF_CPP_MIN_LOG_LEVEL  =", os.environ.get("TF_CPP_MIN_LOG_LEVEL"))
 #
 # ## Exercises
 #
+# Fill in the cells; each check says what is still wrong. As shipped they hold
+# placeholders, so the checks show ❌; worked answers are in [Solutions](#Solutions).
+#
 # **1.** Compute $\frac{d}{dx}\,\sin(x)\,x^2$ at $x = 1.5$ with a tape, and compare it with
-# the hand-derived $\cos(x)x^2 + 2x\sin(x)$. Replace the `None` below.
+# the hand-derived $\cos(x)x^2 + 2x\sin(x)$.
 
 # %%
 x = tf.constant(1.5)
-# --- your code: record sin(x) * x**2 and take its gradient
-with tf.GradientTape() as tape:
-    tape.watch(x)
-    f = tf.sin(x) * x**2
-answer_1 = tape.gradient(f, x)
-# ---
-print(gl.check_array("d/dx sin(x)·x²", answer_1, np.cos(1.5) * 1.5**2 + 2 * 1.5 * np.sin(1.5)))
+answer_1 = None  # your code here: record sin(x) * x**2 on a tape and take its gradient
+expected_1 = np.cos(1.5) * 1.5**2 + 2 * 1.5 * np.sin(1.5)
+print(gl.check_array("d/dx sin(x)·x²", answer_1, expected_1))
 
 # %% [markdown]
 # **2.** Return the gradients of the model's mean squared error with respect to its
@@ -246,11 +245,7 @@ print(gl.check_array("d/dx sin(x)·x²", answer_1, np.cos(1.5) * 1.5**2 + 2 * 1.
 
 # %%
 def model_gradients(model, x, y):
-    # --- your code
-    with tf.GradientTape() as tape:
-        loss = tf.reduce_mean(tf.square(model(x) - y))
-    return tape.gradient(loss, model.trainable_variables)
-    # ---
+    return None  # your code here
 
 
 with tf.GradientTape() as ref_tape:
@@ -259,10 +254,33 @@ reference = ref_tape.gradient(ref_loss, model.trainable_variables)
 print(gl.check_arrays("model gradients", model_gradients(model, xb, yb), reference))
 
 # %% [markdown]
-# The self-checks tell you what went wrong. For example, forgetting `tape.watch` in
-# exercise 1 gives `None`, and the check says so:
+# ## Solutions
+#
+# **1.** `x` is a constant, so the tape must be told to watch it:
+
+# %%
+with tf.GradientTape() as tape:
+    tape.watch(x)
+    f = tf.sin(x) * x**2
+answer_1 = tape.gradient(f, x)
+print(gl.check_array("d/dx sin(x)·x²", answer_1, expected_1))
+
+# %% [markdown]
+# Forgetting `tape.watch` gives `None`, and the check says so:
 
 # %%
 with tf.GradientTape() as tape:
     f = tf.sin(x) * x**2  # x is a tensor and nobody watched it
-print(gl.check_array("d/dx sin(x)·x²", tape.gradient(f, x), 1.0))
+print(gl.check_array("d/dx sin(x)·x²", tape.gradient(f, x), expected_1))
+
+# %% [markdown]
+# **2.** The model's variables are watched automatically:
+
+# %%
+def model_gradients(model, x, y):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x) - y))
+    return tape.gradient(loss, model.trainable_variables)
+
+
+print(gl.check_arrays("model gradients", model_gradients(model, xb, yb), reference))

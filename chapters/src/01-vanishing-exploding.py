@@ -49,7 +49,10 @@ gl.setup(seed=0)
 # backward signal.
 #
 # `gl.gradient_report` measures exactly these quantities for any stack of `Dense` layers.
-# Build a 6-layer sigmoid network and a batch of synthetic data:
+# Its verdict comes from `gl.diagnose(signal_norms)`: if the signal at layer 1 is less than
+# $10^{-3}$ times the signal at the last layer it says *vanishing*, more than $10^{3}$ times
+# *exploding*, NaN or inf anywhere *non-finite*, otherwise *healthy*. Build a 6-layer sigmoid
+# network and a batch of synthetic data:
 
 # %%
 model = gl.build_mlp(6, activation="sigmoid", initializer="glorot_uniform")
@@ -91,14 +94,23 @@ for depth in (5, 10, 20, 50):
     print(f"0.25 ** {depth:2d} = {0.25**depth:.3g}")
 
 # %% [markdown]
-# In `float32`, the dtype networks use, such a product does not even stay positive: below
-# about $1.4\times10^{-45}$ it **underflows to exactly zero**. Then no amount of training
-# can move the early layers.
+# In `float32`, the dtype networks use, such a product does not even stay positive. The
+# smallest normal `float32` number is about $1.18\times10^{-38}$, and TensorFlow's CPU
+# kernels *flush* smaller (subnormal) results to zero, so below that the signal
+# **underflows to exactly zero**. Then no amount of training can move the early layers.
 
 # %%
+print("smallest normal float32:", np.finfo(np.float32).tiny)
 quarter = tf.constant(0.25, dtype=tf.float32)
 for depth in (60, 70, 80):
-    print(f"float32 0.25 ** {depth} =", (quarter**depth).numpy())  # the last one is 0.0
+    print(f"float32 0.25 ** {depth} =", (quarter**depth).numpy())  # 70 and 80 give 0.0
+
+# %% [markdown]
+# NumPy keeps subnormal numbers, TensorFlow's CPU kernels do not:
+
+# %%
+print("NumPy     : 1e-20 * 1e-19 =", np.float32(1e-20) * np.float32(1e-19))  # subnormal 1e-39
+print("TensorFlow: 1e-20 * 1e-19 =", (tf.constant(1e-20) * tf.constant(1e-19)).numpy())  # flushed to 0
 
 # %% [markdown]
 # ## See it: the GradientExplorer · 交互探索
@@ -183,9 +195,9 @@ gl.plot_report(r, title="relu + glorot_uniform, depth 50")
 # Going deeper, the forward activations shrink by about the same factor per layer as the
 # backward signal grows, so their product, the weight gradient, stays about constant: the
 # orange line is flat while the blue one falls by eight orders of magnitude. A rule based on
-# weight gradients would call this healthy; but the *relative* update of the first layers is
-# tiny compared with their inputs, and deeper networks make it worse. The signal ratio sees
-# it.
+# weight gradients would call this network healthy. The signal ratio flags it, and the
+# forward std shows the same sickness from the other side: by layer 50 the activations are
+# about $10^{8}$ times smaller than at layer 1, so the output hardly depends on the input.
 
 # %% [markdown]
 # ### Theory against measurement: the variance argument
@@ -268,12 +280,14 @@ print("gradient:", grad.numpy())
 tf.debugging.assert_all_finite(grad, "gradient of the norm is not finite")
 
 # %% [markdown]
-# `tf.debugging.check_numerics(t, message)` does the same for a single tensor, returns the
-# tensor so it can sit inside an expression, and names the kind of problem (NaN or inf):
+# The error names the op that raised it, `CheckNumerics`: `assert_all_finite` is a thin
+# wrapper around `tf.debugging.check_numerics(t, message)`. Both take one tensor, return it
+# unchanged (so the check can sit inside an expression) and say whether it held NaN or inf.
+# A softmax written by hand is a classic source:
 
 # %% tags=["raises-exception"]
 logits = tf.constant([1.0, 1000.0])
-probs = tf.exp(logits) / tf.reduce_sum(tf.exp(logits))  # exp(1000) overflows to inf
+probs = tf.exp(logits) / tf.reduce_sum(tf.exp(logits))  # exp(1000) = inf, and inf / inf = NaN
 tf.debugging.check_numerics(probs, "softmax by hand")
 
 # %% [markdown]
@@ -289,12 +303,14 @@ try:
     b = tf.exp(a)                     # the first op with an inf output
     c = b / tf.reduce_sum(b)          # inf / inf = NaN, but we never get here
 except tf.errors.InvalidArgumentError as err:
-    print([line for line in err.message.splitlines() if line.startswith("!!!")][0])
+    for line in err.message.splitlines():
+        if line.startswith("!!!") or "# of" in line:
+            print(line.strip())
 finally:
     tf.debugging.disable_check_numerics()
 
 # %% [markdown]
-# The message names the op type `Exp`, and that it produced `+Inf`. Turn it off again
+# The message names the op type `Exp`, and that one of its outputs was `+Inf`. Turn it off again
 # afterwards: it slows every op down.
 #
 # ### Clipping does not cure NaN
@@ -359,9 +375,24 @@ print("norms before:", [f"{float(tf.norm(g)):.3g}" for g in gradients])
 print("norms after :", [f"{float(tf.norm(g)):.3g}" for g in clipped_gradients])  # each ≤ 1
 
 # %% [markdown]
-# It works, with one subtlety: `clip_by_norm` clips **each tensor separately**. The kernel's
-# gradient was shrunk, the bias's was not, so the update no longer points along the
-# gradient. TensorFlow has three functions; on a 2-D gradient the difference is visible:
+# It runs, with two subtleties.
+#
+# First, the source pairs clipping with **Adam**. Adam divides each gradient element by a
+# running estimate of its own size, so rescaling a gradient barely changes Adam's step: its
+# first step is about `learning_rate` times the sign of each element, whatever the scale.
+# Clipping matters most for optimizers whose step is proportional to the gradient, like SGD:
+
+# %%
+for name, make_opt in [("Adam", lambda: keras.optimizers.Adam()), ("SGD(0.1)", lambda: keras.optimizers.SGD(0.1))]:
+    for scale in (1.0, 0.01):
+        v = tf.Variable([0.0, 0.0])
+        make_opt().apply_gradients([(scale * tf.constant([3.0, 0.5]), v)])
+        print(f"{name:8s} gradient × {scale:<4}: first step {np.round(-v.numpy(), 4)}")
+
+# %% [markdown]
+# Second, `clip_by_norm` clips **each tensor separately**. The kernel's gradient was
+# shrunk, the bias's was not, so the update no longer points along the gradient.
+# TensorFlow has three functions; on a 2-D gradient the difference is visible:
 
 # %%
 g2d = tf.constant([3.0, 0.5])
@@ -383,8 +414,12 @@ gl.plot_clipping_2d(g2d.numpy(), clipped, threshold=threshold)
 pair = [tf.constant([3.0, 4.0]), tf.constant([0.3, 0.4])]
 per_tensor = gl.clip_gradients(pair, ("norm", 1.0))
 global_ = gl.clip_gradients(pair, ("global_norm", 1.0))
-print("clip_by_norm       :", [np.round(t.numpy(), 3).tolist() for t in per_tensor])  # norms 5:0.5 → 1:0.5
-print("clip_by_global_norm:", [np.round(t.numpy(), 3).tolist() for t in global_])     # ratio kept 10:1
+def fmt(tensors):
+    return [[f"{v:.3g}" for v in t.numpy()] for t in tensors]
+
+
+print("clip_by_norm       :", fmt(per_tensor))  # norms 5 and 0.5 become 1 and 0.5
+print("clip_by_global_norm:", fmt(global_))     # both scaled by 1/5.02: ratio kept 10:1
 
 # %% [markdown]
 # Keras optimizers do the same through arguments: `clipvalue` (each element),
@@ -486,8 +521,8 @@ for act in ["sigmoid", "tanh", "relu", "selu"]:
     print(f"{act:10s}" + "".join(f"{s:>15s}" for s in row))
 
 # %% [markdown]
-# Initialization alone cannot save sigmoid at depth 50 (its derivative caps each factor at
-# 0.25), but it decides everything for ReLU: Glorot's variance is half of what ReLU needs,
+# No standard initializer (Glorot, He, LeCun, orthogonal) saves sigmoid at depth 50: its
+# derivative caps each factor at 0.25. For ReLU the initializer decides everything: Glorot's variance is half of what ReLU needs,
 # so the signal shrinks by about $1/\sqrt{2}$ per layer and vanishes; He's is just right.
 # Too small (`small_normal`) vanishes for every activation. Too large (`large_normal`)
 # explodes or overflows to NaN, with one exception: sigmoid comes out "healthy", because its
@@ -523,25 +558,31 @@ for name, act in [("relu", tf.nn.relu), ("LeakyReLU(negative_slope=0.1)", keras.
 # all, a "dead" unit. Leaky ReLU keeps a small slope there (`negative_slope`; the layer's
 # default is 0.3, the `"leaky_relu"` activation string's is 0.2).
 #
-# Dead units are easy to make. Shift every pre-activation down by a negative bias and
-# compare how many of the last hidden layer's units pass any gradient:
+# Dead units are easy to make. Shift every pre-activation down with a bias of -1.5, then
+# count the units of the last hidden layer that are positive for at least one example
+# (only those pass a ReLU gradient), and measure the signal that reaches layer 1:
 
 # %%
-def passing_units(activation):
+def shifted_network(activation):
     m = gl.build_mlp(10, activation=activation, initializer="he_normal")
     for layer in m.layers[:-1]:
         layer.bias.assign(tf.fill(layer.bias.shape, -1.5))   # push units into the negative side
-    r = gl.gradient_report(m, x, y)
-    return r
+    return m
 
 
 for act in ["relu", "leaky_relu"]:
-    r = passing_units(act)
-    print(f"{act:10s} signal at layer 1: {r.signal_norms[0]:.3g}   status: {r.status}")
+    m = shifted_network(act)
+    h = x
+    for layer in m.layers[:-1]:
+        h = layer(h)
+    alive = int(np.sum(np.any(h.numpy() > 0, axis=0)))
+    r = gl.gradient_report(m, x, y)
+    print(f"{act:10s} last-layer units ever positive: {alive}/64   signal at layer 1: {r.signal_norms[0]:.3g}")
 
 # %% [markdown]
-# With ReLU the signal at layer 1 is exactly 0: the negative bias killed every unit, and
-# no gradient can revive them. Leaky ReLU still passes a (small) gradient.
+# With ReLU no unit of the last hidden layer is ever positive, so no gradient passes and the
+# signal at layer 1 is exactly 0: training can never revive these units. Leaky ReLU's units
+# are just as negative, yet its slope of 0.2 still passes a (small) gradient.
 #
 # ReLU is also not a cure on its own: with the wrong initializer it vanishes (the table
 # above), and at great depth even with He initialization the signal drifts, because
@@ -569,47 +610,99 @@ for act in ["relu", "leaky_relu"]:
 # %% [markdown]
 # ## Exercises
 #
+# Each exercise has a cell to fill in and a check that says what is still wrong. As
+# shipped, the cells hold placeholders, so the checks show ❌ with their feedback; the
+# worked answers are in [Solutions](#Solutions) at the end.
+#
 # **1. Healthy at depth 60.** Choose an activation and an initializer so that a depth-60
 # network in the explorer is healthy. (Try it with the sliders first.)
 
 # %%
-my_choice = dict(activation="leaky_relu", initializer="he_uniform")  # your choice
-r60 = engine.report(60, **my_choice)
-print(gl.check_status("depth 60 with " + ", ".join(my_choice.values()), r60.status, "healthy"))
+my_choice = dict(activation="sigmoid", initializer="glorot_uniform")  # change these
+print(gl.check_status("depth 60 with " + ", ".join(my_choice.values()),
+                      engine.report(60, **my_choice).status, "healthy"))
 
 # %% [markdown]
 # **2. Global-norm clipping by hand.** Write `my_clip_by_global_norm(grads, t)` without
 # calling `tf.clip_by_global_norm`: compute the global norm $\sqrt{\sum_i \lVert g_i\rVert^2}$
-# and, if it exceeds `t`, multiply every gradient by `t / global_norm`.
+# and, if it exceeds `t`, multiply every gradient by `t / global_norm`; otherwise return the
+# gradients unchanged. The check tries a threshold below the global norm and one above it.
 
 # %%
 def my_clip_by_global_norm(grads, t):
-    # --- your code
-    global_norm = tf.sqrt(tf.add_n([tf.reduce_sum(tf.square(g)) for g in grads]))
-    scale = t / tf.maximum(global_norm, t)
-    return [g * scale for g in grads]
-    # ---
+    return None  # your code here
 
 
-test_grads = [tf.constant([3.0, 4.0]), tf.constant([[1.0, 2.0], [2.0, 0.0]])]
-expected, _ = tf.clip_by_global_norm(test_grads, 2.0)
-print(gl.check_arrays("my_clip_by_global_norm", my_clip_by_global_norm(test_grads, 2.0), expected))
+test_grads = [tf.constant([3.0, 4.0]), tf.constant([[1.0, 2.0], [2.0, 0.0]])]  # global norm 5.83
 
-# %% [markdown]
-# The check says what is wrong. A common mistake is to clip each tensor on its own:
 
-# %%
-print(gl.check_arrays("per-tensor instead", [tf.clip_by_norm(g, 2.0) for g in test_grads], expected))
+def check_exercise_2(fn):
+    for t in (2.0, 10.0):
+        expected, _ = tf.clip_by_global_norm(test_grads, t)
+        result = gl.check_arrays(f"my_clip_by_global_norm(t={t:g})", fn(test_grads, t), expected)
+        if not result:
+            return result
+    return result
+
+
+print(check_exercise_2(my_clip_by_global_norm))
 
 # %% [markdown]
 # **3. Where does it underflow?** For the sigmoid/Glorot network of depth 50, find the
-# index (1-based) of the **last** layer, counting from the input side, whose signal is
+# (1-based) index of the **last** layer, counting from the input side, whose signal is
 # exactly zero.
 
 # %%
 sig50 = engine.report(50, "sigmoid", "glorot_uniform").signal_norms
-# --- your code
+last_zero_layer = None  # your code here
+
+
+def check_exercise_3(answer):
+    if isinstance(answer, bool) or not isinstance(answer, (int, np.integer)):
+        return gl.check_true("last underflowed layer", False, f"expected a layer number (an int), got {answer!r}")
+    return gl.check_true(
+        "last underflowed layer",
+        lambda: 1 <= answer < 50 and sig50[answer - 1] == 0 and sig50[answer] > 0,
+        f"layer {answer} is not the last exact zero: look at np.nonzero(sig50 == 0)",
+        f"layer {answer}",
+    )
+
+
+print(check_exercise_3(last_zero_layer))
+
+# %% [markdown]
+# ## Solutions
+#
+# **1.** Any activation with an initializer scaled for it: `relu` or `leaky_relu` with a He
+# initializer, `selu` with `lecun_normal`, `tanh` with Glorot. For example:
+
+# %%
+my_choice = dict(activation="leaky_relu", initializer="he_uniform")
+print(gl.check_status("depth 60 with " + ", ".join(my_choice.values()),
+                      engine.report(60, **my_choice).status, "healthy"))
+
+# %% [markdown]
+# **2.** `tf.maximum(global_norm, t)` makes the scale exactly 1 when the norm is below the
+# threshold:
+
+# %%
+def my_clip_by_global_norm(grads, t):
+    global_norm = tf.sqrt(tf.add_n([tf.reduce_sum(tf.square(g)) for g in grads]))
+    scale = t / tf.maximum(global_norm, t)
+    return [g * scale for g in grads]
+
+
+print(check_exercise_2(my_clip_by_global_norm))
+
+# %% [markdown]
+# A common mistake, clipping each tensor on its own, gets specific feedback:
+
+# %%
+print(check_exercise_2(lambda grads, t: [tf.clip_by_norm(g, t) for g in grads]))
+
+# %% [markdown]
+# **3.** The largest index where the signal is zero, plus one for 1-based counting:
+
+# %%
 last_zero_layer = int(np.nonzero(sig50 == 0)[0].max()) + 1
-# ---
-print(gl.check_true("last underflowed layer", sig50[last_zero_layer - 1] == 0 and sig50[last_zero_layer] > 0,
-                    "that layer's signal is not the last exact zero", f"layer {last_zero_layer}"))
+print(check_exercise_3(last_zero_layer))

@@ -237,7 +237,7 @@ class Standardize(keras.layers.Layer):
 
     def call(self, inputs):
         centred = inputs - self.shift
-        scaled = centred * self.scale
+        scaled = centred * self.scale  # noqa: F841
         return centred
 
 
@@ -288,8 +288,8 @@ gl.inspect_training_step(make_broken_model(), cx, cy)
 # Two problems before a single step is taken. Read the `None` gradient first: which variable
 # is it, and why does the loss not depend on it? (Chapter 02's list of causes.)
 #
-# **Hint 2: the vanishing signal.** The signal at the first layer is about $10^{-18}$ times
-# the signal at the last. Set the explorer to this network's shape (depth 8, width 32,
+# **Hint 2: the vanishing signal.** The signal at the first layer is many orders of
+# magnitude smaller than at the last. Set the explorer to this network's shape (depth 8, width 32,
 # sigmoid, small normal weights), then look for an activation and an initializer that keep it
 # healthy:
 
@@ -314,7 +314,7 @@ class MyStandardize(Standardize):
     def call(self, inputs):
         # --- your code: make the layer's output use both of its weights
         centred = inputs - self.shift
-        scaled = centred * self.scale
+        scaled = centred * self.scale  # noqa: F841
         return centred
         # ---
 
@@ -351,7 +351,8 @@ print(gl.check_trains("capstone", make_my_model(), cx, cy, optimizer=make_my_opt
 # **Step 1: the `None` gradient.** The report named `broken/standardize/scale`. `call`
 # computes `scaled` and then returns `centred`, so the loss never depends on `scale`: a
 # wrong return value, the last of chapter 02's causes (a source the target truly does not
-# depend on). Return the scaled value:
+# depend on). A linter sees it too: ruff reports `scaled` as assigned but never used
+# (rule F841), which is why the broken cells carry a `noqa` for it. Return the scaled value:
 
 # %%
 class FixedStandardize(Standardize):
@@ -377,9 +378,17 @@ print("None gradients:", step1.none_gradients)  # ()
 print("problems left :", step1.problem_kinds)  # ('vanishing',)
 
 # %% [markdown]
-# **Step 2: the vanishing signal.** In the explorer, sigmoid stays vanishing with every
-# initializer at this depth (its derivative is at most 0.25 per layer), while ReLU with He
-# initialization is healthy:
+# **Step 2: the vanishing signal.** Try every initializer with sigmoid at this depth. The
+# explorer's engine gives the same diagnosis as its sliders:
+
+# %%
+engine = capstone_explorer.engine
+print({init: engine.report(8, "sigmoid", init).status for init in gl.INITIALIZERS})
+
+# %% [markdown]
+# Only `large_normal` comes out "healthy", and chapter 01 showed why that is no cure: its
+# saturated sigmoids and oversized weights happen to cancel in the ratio, and such a network
+# still trains badly. Change the activation instead. ReLU with He initialization is healthy:
 
 # %%
 capstone_explorer.set(activation="relu", initializer="he_normal")

@@ -238,7 +238,8 @@ def plot_losses(histories: dict, *, ylabel: str = "loss", logy: bool = True, fig
             first = int(np.argmax(bad))
             y = h[np.isfinite(h)].max() if np.isfinite(h).any() else 1.0
             ax.plot([steps[first]], [y], "x", ms=10, mew=2, color=line.get_color())
-            ax.annotate(f"{name}: NaN from step {steps[first]}", (steps[first], y),
+            kind = "NaN" if np.isnan(h[first]) else "inf"
+            ax.annotate(f"{name}: {kind} from step {steps[first]}", (steps[first], y),
                         textcoords="offset points", xytext=(5, -12), fontsize=8,
                         color=line.get_color())
     if logy:
