@@ -23,6 +23,8 @@ from collections.abc import Callable
 import numpy as np
 
 from ._env import quiet_import_tensorflow
+from ._validate import check_int
+from ._validate import check_positive as _check_positive
 from .grads import diagnose
 
 tf = quiet_import_tensorflow()
@@ -78,11 +80,16 @@ def _as_float_tensor(name: str, value):
     return t
 
 
-def _check_threshold(name: str, value) -> float:
-    if (isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer))
-            or not math.isfinite(value) or value <= 0):
-        raise ValueError(f"{name} must be a finite number > 0; got {value!r}")
-    return float(value)
+def _prepare(model, x, y):
+    """Validated float tensors ``x`` and ``y``, the model built, and its trainable variables."""
+    x = _as_float_tensor("x", x)
+    y = _as_float_tensor("y", y)
+    if not model.built:
+        model(x[:1])
+    variables = list(model.trainable_variables)
+    if not variables:
+        raise ValueError(f"model {model.name!r} has no trainable variables: there is nothing to train")
+    return x, y, variables
 
 
 def _mse(y_true, y_pred):
@@ -490,18 +497,12 @@ def inspect_training_step(
         raise ValueError(f"step_fn must be None or a callable step_fn(x, y); got {type(step_fn).__name__}")
     if not isinstance(training, bool):
         raise ValueError(f"training must be True or False; got {training!r}")
-    vanish_below = _check_threshold("vanish_below", vanish_below)
-    explode_above = _check_threshold("explode_above", explode_above)
-    huge_above = _check_threshold("huge_above", huge_above)
+    vanish_below = _check_positive("vanish_below", vanish_below)
+    explode_above = _check_positive("explode_above", explode_above)
+    huge_above = _check_positive("huge_above", huge_above)
     if not vanish_below < explode_above:
         raise ValueError(f"need vanish_below < explode_above; got {vanish_below} and {explode_above}")
-    x = _as_float_tensor("x", x)
-    y = _as_float_tensor("y", y)
-    if not model.built:
-        model(x[:1])
-    variables = list(model.trainable_variables)
-    if not variables:
-        raise ValueError(f"model {model.name!r} has no trainable variables: there is nothing to train")
+    x, y, variables = _prepare(model, x, y)
 
     with tf.GradientTape(persistent=True) as tape:
         y_pred, rows = _forward(model, x, tape, training)
@@ -668,20 +669,13 @@ def train_steps(
     loss_fn_ = _loss_fn(loss_fn)
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         raise ValueError(f"optimizer must be a keras.optimizers.Optimizer; got {type(optimizer).__name__}")
-    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or not 1 <= steps <= 100_000:
-        raise ValueError(f"steps must be an int from 1 to 100000; got {steps!r}")
+    steps = check_int("steps", steps, 1, 100_000)
     if clip_global_norm is not None:
-        clip_global_norm = _check_threshold("clip_global_norm", clip_global_norm)
+        clip_global_norm = _check_positive("clip_global_norm", clip_global_norm)
     for flag_name, flag in (("stop_on_nonfinite", stop_on_nonfinite), ("stop_on_none", stop_on_none)):
         if not isinstance(flag, bool):
             raise ValueError(f"{flag_name} must be True or False; got {flag!r}")
-    x = _as_float_tensor("x", x)
-    y = _as_float_tensor("y", y)
-    if not model.built:
-        model(x[:1])
-    variables = list(model.trainable_variables)
-    if not variables:
-        raise ValueError(f"model {model.name!r} has no trainable variables: there is nothing to train")
+    x, y, variables = _prepare(model, x, y)
     with tf.GradientTape() as tape:
         y_pred = model(x, training=True)
         _check_shapes(x, y, y_pred, loss_fn is None)
