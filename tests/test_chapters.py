@@ -100,7 +100,7 @@ def heading_anchors(nb) -> set[str]:
         for line in cell.source.splitlines():
             m = re.match(r"^#{1,6}\s+(.*)$", line)
             if m:
-                text = re.sub(r"[`*_]", "", m.group(1)).strip()
+                text = re.sub(r"`|\*\*", "", m.group(1)).strip()  # code spans, bold
                 text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)
                 anchors.add(text.replace(" ", "-"))
     return anchors

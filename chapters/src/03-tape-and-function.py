@@ -760,8 +760,8 @@ probe_logger.plot(title="Gradient norms on a fixed probe batch, once per epoch")
 # - Anything read at trace time is frozen: Python hyperparameters (`optimizer.clipnorm`),
 #   a global model rebound later. Use variables, arguments, or a new function per model.
 # - Create variables and optimizers outside the step, and build them before the first call.
-# - `check_numerics` / `assert_all_finite` raise inside a graph but are silently dropped
-#   under XLA. A check that must hold everywhere is a tensor you compute and act on.
+# - `check_numerics`, `assert_all_finite` and `tf.debugging.Assert` raise inside a graph but
+#   are silently dropped under XLA. A check that must hold everywhere is a tensor you compute and act on.
 # - `tf.config.run_functions_eagerly(True)` is for debugging only.
 
 # %% tags=["nbval-ignore-output"]
