@@ -135,20 +135,22 @@ class GradientExplorer(widgets.VBox):
         unknown = set(values) - names
         if unknown:
             raise ValueError(f"unknown control(s) {sorted(unknown)}; allowed: {sorted(names)}")
-        with self.hold_trait_notifications_all():
+        self._muted = True  # one recompute at the end, not one per control
+        try:
             for name, value in values.items():
                 getattr(self, name).value = value
+        finally:
+            self._muted = False
         self._on_change()
-
-    def hold_trait_notifications_all(self):
-        return _Muted(self)
 
     # --------------------------------------------------------------------- internals
     def _set_status(self) -> None:
         self.status.value = status_html(self.status_text, STATUS_COLORS.get(self.report.status, "black"))
 
+    _muted = False
+
     def _on_change(self, change=None) -> None:
-        if getattr(self, "_muted", False):
+        if self._muted:
             return
         self.clip_norm.disabled = self.clip_mode.value == "off"
         self.report = self.engine.report(
@@ -165,13 +167,3 @@ class GradientExplorer(widgets.VBox):
     def __repr__(self) -> str:
         return f"GradientExplorer({self.status_text})"
 
-
-class _Muted:
-    def __init__(self, owner):
-        self.owner = owner
-
-    def __enter__(self):
-        self.owner._muted = True
-
-    def __exit__(self, *exc):
-        self.owner._muted = False
