@@ -57,7 +57,6 @@ def quiet_import_tensorflow():
         # machine without a GPU. Run one here, still silenced.
         tf.config.list_physical_devices()
         _ = tf.constant(0.0) + 1.0
-    tf.get_logger().setLevel("ERROR")
     return tf
 
 

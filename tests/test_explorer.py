@@ -157,6 +157,9 @@ def test_tangent_explorer():
     assert t.slope < 0 and t.w_next > -0.5
     t.w.value = 3.5
     assert t.slope > 0 and t.w_next < 3.5 and "to the left" in t.status_text
+    t.w.value, t.learning_rate.value = 0.0, 1.5  # too large a step: past the minimum, loss rises
+    assert t.w_next == pytest.approx(4.5) and "(loss 6.4" in t.status_text
+    assert gl.toy_loss(4.5).numpy() > t.loss
     with pytest.raises(ValueError, match="w must be between"):
         gl.TangentExplorer(w=10)
     with pytest.raises(ValueError, match="learning_rate"):

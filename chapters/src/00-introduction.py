@@ -68,8 +68,9 @@ print("loss after     :", round(float(gl.toy_loss(w_next)), 4))  # smaller than 
 #
 # Move `w` and the learning rate. The blue line is the tangent, whose slope is exactly the
 # number `tape.gradient` returned; the green arrow is one gradient-descent step. Try a
-# learning rate of 1.0 from `w = 0`: the step overshoots the minimum. Too large a step is
-# the one-weight version of *exploding* updates, which chapter 01 studies in deep networks.
+# learning rate of 1.5 from `w = 0`: the step jumps past the minimum to a *higher* loss.
+# Too large a step is the one-weight version of *exploding* updates, which chapter 01
+# studies in deep networks.
 
 # %%
 tangent = gl.TangentExplorer(w=-0.5, learning_rate=0.3)
@@ -144,6 +145,7 @@ print("second:", tape.gradient(y, x))
 # gradient shaped like its variable.
 
 # %%
+keras.utils.set_random_seed(1)  # the same initial weights each time this cell runs
 model = keras.Sequential(
     [keras.Input((4,)), keras.layers.Dense(3, activation="relu"), keras.layers.Dense(1)]
 )
@@ -155,7 +157,7 @@ with tf.GradientTape() as tape:
 grads = tape.gradient(loss, model.trainable_variables)
 
 for v, g in zip(model.trainable_variables, grads):
-    print(f"{v.path:18s} variable {str(v.shape):8s} gradient {str(g.shape):8s} norm {float(tf.norm(g)):.3g}")
+    print(f"{v.path:26s} variable {str(v.shape):8s} gradient {str(g.shape):8s} norm {float(tf.norm(g)):.3g}")
 
 # %% [markdown]
 # One step of plain gradient descent with these gradients lowers the loss, which is all
@@ -187,7 +189,9 @@ print("loss after :", f"{float(tf.reduce_mean(tf.square(model(xb) - yb))):.4f}")
 #
 # - **Run cells in order** (Shift+Enter), or *Run → Run All Cells*. Each chapter stands
 #   alone: its Setup cell is all it needs. *Kernel → Restart Kernel and Run All Cells*
-#   gives you exactly the outputs stored in the file.
+#   gives you the outputs stored in the file, apart from cells that time something (and,
+#   on a different CPU, perhaps a last digit). Re-running a single cell out of order can
+#   give other numbers, because the random generators have moved on.
 # - **Move the sliders.** The explorers recompute as soon as a control changes. Each one
 #   is a Python object too (`explorer.depth.value = 50`), so you can script experiments.
 # - **Cells marked as errors are errors on purpose.** Where the source text's code fails or
@@ -204,16 +208,27 @@ print("loss after :", f"{float(tf.reduce_mean(tf.square(model(xb) - yb))):.4f}")
 # TensorFlow 2.21 prints several C++ log lines when it loads (`WARNING: All log messages
 # before absl::InitializeLog() ...`, an oneDNN notice, a CUDA notice on machines without a
 # GPU). `TF_CPP_MIN_LOG_LEVEL` cannot stop them because they come before logging is
-# configured. `import gradlab` loads TensorFlow with the process's standard error pointed
-# at `/dev/null` for the duration of that import only; any warning or error TensorFlow
-# prints later still appears. It also sets `TF_ENABLE_ONEDNN_OPTS=0` before the import so
-# CPU results do not depend on oneDNN's threading. The switch is visible:
+# configured. `import gradlab` therefore makes three changes, all visible below:
+#
+# 1. It loads TensorFlow with the process's standard error pointed at `/dev/null` for the
+#    duration of that import (and its first op) only.
+# 2. Before the import it sets two environment variables, unless you set them yourself:
+#    `TF_CPP_MIN_LOG_LEVEL=2`, which hides TensorFlow's C++ *info and warning* lines for the
+#    whole session (errors still show), and `TF_ENABLE_ONEDNN_OPTS=0`, so CPU results do not
+#    depend on oneDNN's threading.
+# 3. `gl.setup()` sets TensorFlow's Python logger to `ERROR`; `gl.setup(seed=0, quiet=False)`
+#    leaves it alone.
+#
+# To see TensorFlow's warnings again, call `tf.get_logger().setLevel("WARNING")` (Python
+# side), or set `TF_CPP_MIN_LOG_LEVEL=0` in the environment before starting Jupyter (C++
+# side). Chapter 02 does the first when it wants to show you one of those warnings.
 
 # %%
 import os
 
 print("TF_ENABLE_ONEDNN_OPTS =", os.environ.get("TF_ENABLE_ONEDNN_OPTS"))
 print("TF_CPP_MIN_LOG_LEVEL  =", os.environ.get("TF_CPP_MIN_LOG_LEVEL"))
+print("Python logger level   =", tf.get_logger().getEffectiveLevel())  # 40 = ERROR
 
 # %% [markdown]
 # ## Summary

@@ -72,7 +72,8 @@ gl.setup(seed=0)
 #   and the common shape errors: [Read the shape error messages](02-jacobians.ipynb#Read-the-shape-error-messages-·-维度不匹配错误).
 #
 # **4. `tf.GradientTape` with `tf.function` (协同使用).**
-# - The source's training step runs, but its loss cannot fall (random labels) and it traces
+# - The source's training step runs, but its labels are fresh noise each step, so the model
+#   learns nothing about its inputs (the loss only falls towards the labels' variance), and it traces
 #   twice: [Run the source's training step](03-tape-and-function.ipynb#Run-the-source's-training-step-·-协同使用示例).
 # - Python `print` runs only while tracing, `tf.print` on every call; Python numbers and new
 #   shapes retrace: [Make tracing visible](03-tape-and-function.ipynb#Make-tracing-visible-·-注意事项：调试).

@@ -19,14 +19,14 @@ class TangentExplorer(widgets.VBox):
         slope_and_step(w, learning_rate)  # validates both
         if not -1.0 <= w <= 5.0:
             raise ValueError(f"w must be between -1 and 5, got {w}")
-        if not 0.0 <= learning_rate <= 1.0:
-            raise ValueError(f"learning_rate must be between 0 and 1, got {learning_rate}")
+        if not 0.0 <= learning_rate <= 2.0:
+            raise ValueError(f"learning_rate must be between 0 and 2, got {learning_rate}")
         ws = np.linspace(-1.0, 5.0, 241, dtype=np.float32)
         self._plot = TangentPlot(ws, toy_loss(ws).numpy())
         self.w = css(widgets.FloatSlider(value=w, min=-1.0, max=5.0, step=0.05, description="w"),
                      "tangent-w")
         self.learning_rate = css(
-            widgets.FloatSlider(value=learning_rate, min=0.0, max=1.0, step=0.05,
+            widgets.FloatSlider(value=learning_rate, min=0.0, max=2.0, step=0.05,
                                 description="learning rate"),
             "tangent-lr",
         )
