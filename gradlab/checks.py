@@ -127,14 +127,22 @@ def check_true(name: str, condition: bool | Callable[[], bool], if_false: str,
     return CheckResult(name, ok, if_true if ok else if_false)
 
 
+FINAL_WINDOW = 10  # check_trains judges the mean loss of this many last steps
+
+
 def check_trains(name: str, model, x, y, *, optimizer, steps: int, below: float,
-                 loss_fn: Callable | None = None, clip_global_norm: float | None = None) -> CheckResult:
+                 loss_fn: Callable | None = None, clip_global_norm: float | None = None,
+                 require_variables: Sequence[str] = ()) -> CheckResult:
     """Train ``model`` for ``steps`` steps and check that it really trains (chapter 04).
 
-    Passes when the loss falls below ``below`` within ``steps`` steps, every loss and gradient
-    stays finite, and no trainable variable has a ``None`` gradient. The feedback names the
-    condition that failed: the variables without a gradient, the step where the loss or the
-    gradients went NaN/inf, or the best loss reached. The model is trained in place with
+    Passes when the **final** loss, the mean loss of the last 10 steps (of all steps when
+    there are fewer), is below ``below``; every loss and gradient stays finite; no trainable
+    variable has a ``None`` gradient; and every name in ``require_variables`` (a part of a
+    variable path such as ``"standardize/scale"``) matches a trainable variable of the model,
+    so deleting a layer does not pass for repairing it. A loss that only dips below the
+    threshold at some step and rises again fails. The feedback names the condition that
+    failed: the variables without a gradient or missing, the step where the loss or the
+    gradients went NaN/inf, or the final and best losses. The model is trained in place with
     :func:`gradlab.train_steps` (one tape per step on the batch ``(x, y)``, mean squared error
     unless ``loss_fn`` is given, global-norm clipping when ``clip_global_norm`` is set).
     """
@@ -142,6 +150,10 @@ def check_trains(name: str, model, x, y, *, optimizer, steps: int, below: float,
 
     if isinstance(below, bool) or not isinstance(below, (int, float, np.integer, np.floating)) or not below > 0:
         raise ValueError(f"below must be a number > 0; got {below!r}")
+    if isinstance(require_variables, (str, bytes)) or not isinstance(require_variables, Sequence) or not all(
+            isinstance(r, str) and r for r in require_variables):
+        raise ValueError("require_variables must be a list or tuple of non-empty strings (parts of variable "
+                         f"paths such as 'standardize/scale'); got {require_variables!r}")
     if model is None:
         return CheckResult(name, False, "got None instead of a model: did your function forget to return it?")
     if not isinstance(model, keras.Model):
@@ -158,6 +170,13 @@ def check_trains(name: str, model, x, y, *, optimizer, steps: int, below: float,
         return CheckResult(name, False,
                            f"no gradient (None) for {', '.join(run.none_gradients)}: these variables never "
                            "train. Find what disconnects them from the loss (chapter 02's None gallery).")
+    paths = [getattr(v, "path", v.name) for v in model.trainable_variables]
+    missing = [r for r in require_variables if not any(r in p for p in paths)]
+    if missing:
+        return CheckResult(name, False,
+                           f"the model has no trainable variable {' or '.join(repr(m) for m in missing)}: "
+                           "removing (or freezing) that layer is not a fix. Keep it and repair it so that "
+                           "its variables get a gradient.")
     if run.stopped_at is not None:
         last = run.losses[-1]
         what = (f"the loss is {last}" if not np.isfinite(last)
@@ -165,13 +184,27 @@ def check_trains(name: str, model, x, y, *, optimizer, steps: int, below: float,
         return CheckResult(name, False,
                            f"at step {run.stopped_at} {what}: training diverged. Lower the learning rate, "
                            "clip the global norm, or fix the initializer.")
+    window = run.losses[-FINAL_WINDOW:]
+    final = float(np.mean(window))
+    final_text = f"the final loss (mean of the last {len(window)} steps) is {final:.3g}"
     hit = run.first_below(below)
-    if hit is None:
+    if not final < below:
         best = min(run.losses)
+        if hit is not None and run.losses[-1] <= min(window) and run.losses[-1] < window[0]:
+            advice = (f" The loss first went below {below:g} at step {hit} and is still falling: it gets there "
+                      "too late. Make each step count for more (momentum, or a larger rate with clipping) "
+                      "or train longer.")
+        elif hit is not None:
+            advice = (f" The loss dipped below {below:g} at step {hit} but did not stay there (last step "
+                      f"{run.losses[-1]:.3g}): it jumps around instead of settling. Shorter steps (a lower "
+                      "learning rate, clipping) settle it.")
+        else:
+            advice = (" Look for vanishing gradients, and a learning rate that is too small (the loss falls "
+                      "slowly) or too large for the clipping (it stalls or jumps).")
         return CheckResult(name, False,
-                           f"after {steps} steps the loss is {run.final_loss:.3g} (best {best:.3g}), not below "
-                           f"{below:g}. Look for vanishing gradients, and a learning rate that is too small "
-                           "(the loss falls slowly) or too large for the clipping (it stalls or jumps).")
+                           f"after {steps} steps {final_text} (best single step {best:.3g}), not below "
+                           f"{below:g}.{advice}")
+    required = f"; {', '.join(require_variables)} present and trained" if require_variables else ""
     return CheckResult(name, True,
-                       f"loss {run.losses[hit - 1]:.3g} < {below:g} at step {hit} of {steps}; final loss "
-                       f"{run.final_loss:.3g}; every gradient finite; no None gradients")
+                       f"{final_text} < {below:g} (first below it at step {hit} of {steps}); every gradient "
+                       f"finite; no None gradients{required}")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Callable
 
 import numpy as np
@@ -152,7 +153,9 @@ class LayerStats:
     ``signal`` is the norm of dLoss/d(pre-activation) for a ``Dense`` layer of a
     ``Sequential`` model (as in chapter 01) and of dLoss/d(output) for every other layer.
     ``weight_grad`` is the joint norm of the gradients of all the layer's trainable variables
-    (kernel and bias together; ``None`` when it has none, or all its gradients are ``None``).
+    (kernel and bias together for a ``Dense`` layer, so it is larger than chapter 01's
+    kernel-only norms; ``None`` when it has none, or all its gradients are ``None``). The
+    printed table labels this column ``grad (all weights)``.
     """
 
     name: str
@@ -176,6 +179,9 @@ class VariableStats:
     value_finite: bool
 
 
+GRAD_HEADER = "grad (all weights)"  # kernel and bias together, unlike chapter 01's kernel-only norms
+
+
 def _fmt(v) -> str:
     if v is None:
         return "-"
@@ -189,7 +195,15 @@ class StepReport:
     Print it (or let the notebook show it) for a table; read :attr:`problems` for the
     findings in plain words, each with its fix. ``status`` is :func:`gradlab.grads.diagnose`'s
     word for the back-propagated signal (``healthy``, ``vanishing``, ``exploding``,
-    ``non-finite``), or ``"n/a"`` when the model gave no per-layer signal.
+    ``non-finite``), or ``"n/a"`` when the model gave no per-layer signal; ``message`` is its
+    explanation, with the layers named as in the table (not numbered).
+    ``first_nonfinite_layer`` is the first layer whose *output* is NaN/inf (forward overflow);
+    ``first_nonfinite_gradient_layer`` is the layer where the *backward* pass first goes NaN/inf,
+    which also catches an op with an infinite derivative (``sqrt`` or ``log`` at 0) whose forward
+    values are finite. ``looks_untrained`` is ``True`` when every bias is still exactly 0, as
+    Keras initializes them (no training step has run), ``False`` when some bias is not, and
+    ``None`` when the model has no biases; the fixes suggested for overflow depend on it.
+    ``tracing_count_before`` is the tracing count before this call ran ``step_fn``.
     """
 
     loss: float
@@ -204,6 +218,8 @@ class StepReport:
     tracing_count: int | None = None
     traced_this_call: bool | None = None
     step_loss: float | None = None
+    looks_untrained: bool | None = None
+    tracing_count_before: int | None = None
     problems: tuple[Problem, ...] = ()
 
     # ---------------------------------------------------------------- convenience views
@@ -245,14 +261,14 @@ class StepReport:
         if self.layers:
             w = max(5, *(len(layer.name) for layer in self.layers))
             k = max(4, *(len(layer.kind) for layer in self.layers))
-            lines.append(f"  {'layer':<{w}}  {'kind':<{k}}  {'output std':>10}  {'signal':>9}  {'grad norm':>9}")
+            lines.append(f"  {'layer':<{w}}  {'kind':<{k}}  {'output std':>10}  {'signal':>9}  {GRAD_HEADER:>18}")
             for layer in self.layers:
                 std = _fmt(layer.output_std) if layer.output_finite else "NaN/inf"
                 wg = _fmt(layer.weight_grad) if layer.has_weights else ""
                 if layer.has_weights and layer.weight_grad is None:
                     wg = "None"
                 lines.append(f"  {layer.name:<{w}}  {layer.kind:<{k}}  {std:>10}  "
-                             f"{_fmt(layer.signal):>9}  {wg:>9}")
+                             f"{_fmt(layer.signal):>9}  {wg:>18}")
         else:
             w = max(8, *(len(v.path) for v in self.variables))
             lines.append(f"  {'variable':<{w}}  {'gradient norm':>13}")
@@ -364,6 +380,24 @@ def _variable_layers(model) -> dict[int, str]:
 
 
 # ----------------------------------------------------------------------------- problems
+def _name_layers(message: str, names: list[str]) -> str:
+    """``diagnose``'s message with "layer 3" replaced by the third diagnosed layer's name."""
+
+    def name(match):
+        i = int(match.group(1))
+        return f"{names[i - 1]!r}" if 1 <= i <= len(names) else match.group(0)
+
+    return re.sub(r"\blayer (\d+)\b", name, message)
+
+
+def _looks_untrained(model) -> bool | None:
+    """True when every bias is exactly 0 (Keras's initial value), None without biases."""
+    biases = [v for v in model.trainable_variables if getattr(v, "path", v.name).split("/")[-1].startswith("bias")]
+    if not biases:
+        return None
+    return all(not bool(tf.reduce_any(tf.not_equal(tf.convert_to_tensor(b), 0)).numpy()) for b in biases)
+
+
 def _ratio_text(r: dict) -> str:
     names = r["diagnosed_layers"]
     by_name = {layer.name: layer.signal for layer in r["layers"]}
@@ -391,9 +425,7 @@ def _problems(report_args: dict, *, huge_above: float) -> list[Problem]:
             "non-finite-forward",
             f"The forward pass overflows: layer {r['first_nonfinite_layer']!r} is the first whose output "
             "holds NaN/inf.",
-            "look at that layer's input scale and weights; lower the learning rate that made the "
-            "weights grow, or use an initializer matched to the activation; "
-            "tf.debugging.enable_check_numerics() names the op.",
+            _overflow_fix(r["looks_untrained"]),
         ))
     if not math.isfinite(r["loss"]) and r["first_nonfinite_layer"] is None and not bad_w:
         out.append(Problem(
@@ -447,16 +479,50 @@ def _problems(report_args: dict, *, huge_above: float) -> list[Problem]:
         ))
     count = r["tracing_count"]
     if count is not None and count > 1:
-        out.append(Problem(
-            "retracing",
-            f"step_fn has traced {count} times"
-            + (", including during this call" if r["traced_this_call"] else "")
-            + ". Two traces on the first call mean variables were created inside it; more mean "
-            "new Python values or shapes in the arguments.",
-            "build the model and optimizer before the first call, pass tensors instead of Python "
-            "numbers, and give varying batch sizes an input_signature or reduce_retracing=True.",
-        ))
+        out.append(_retracing_problem(count, r["tracing_count_before"], r["traced_this_call"]))
     return out
+
+
+def _overflow_fix(untrained: bool | None) -> str:
+    numerics = "tf.debugging.enable_check_numerics() names the op."
+    if untrained:
+        return ("the model has not been trained yet (every bias is still 0), so its initial weights are "
+                "too large for its depth: use an initializer matched to the activation (glorot_uniform "
+                "for tanh or linear layers, he_normal for relu) or fewer layers; " + numerics)
+    if untrained is False:
+        return ("the biases are no longer 0, so training steps have run: a learning rate too large for "
+                "the gradients made the weights grow. Rebuild the model, then lower the learning rate "
+                "or clip the global norm; " + numerics)
+    return ("if the model is freshly built, its initial weights are too large: use an initializer "
+            "matched to the activation; if it has been trained, the learning rate made the weights "
+            "grow: rebuild it and lower the rate or clip; " + numerics)
+
+
+def _retracing_problem(count: int, before: int | None, traced_now: bool | None) -> Problem:
+    shapes_fix = ("pass tensors instead of Python numbers, and give varying batch sizes an "
+                  "input_signature (None in the batch axis) or reduce_retracing=True.")
+    if traced_now and before == 0:
+        return Problem(
+            "retracing",
+            f"step_fn traced {count} times during its first call: it traced again because variables "
+            "(model weights, optimizer slots) were created inside it.",
+            "build the model and the optimizer (optimizer.build(model.trainable_variables)) before "
+            "the first call.",
+        )
+    if traced_now:
+        return Problem(
+            "retracing",
+            f"step_fn traced again during this call ({count} traces in all): the arguments of this call "
+            "differ from earlier calls' in shape or dtype (such as a new batch size), or a Python "
+            "argument has a new value.",
+            shapes_fix,
+        )
+    return Problem(
+        "retracing",
+        f"step_fn has traced {count} times, on earlier calls (this call reused a trace): earlier calls "
+        "passed new shapes, dtypes or Python values, or created variables on the first call.",
+        "build the model and optimizer before the first call; " + shapes_fix,
+    )
 
 
 # ----------------------------------------------------------------------------- main entry
@@ -564,10 +630,12 @@ def inspect_training_step(
     elif diagnosed:
         status, message = diagnose([ls.signal for ls in diagnosed], vanish_below=vanish_below,
                                    explode_above=explode_above)
+        message = _name_layers(message, [ls.name for ls in diagnosed])
     else:
         status, message = "n/a", "no per-layer signal for this kind of model"
 
-    count = traced = step_loss = None
+    untrained = _looks_untrained(model)  # before step_fn trains it
+    count = traced = step_loss = before = None
     if step_fn is not None:
         from .tracing import TraceCounter, tracing_count
 
@@ -595,6 +663,8 @@ def inspect_training_step(
         tracing_count=count,
         traced_this_call=traced,
         step_loss=step_loss,
+        looks_untrained=untrained,
+        tracing_count_before=before,
     )
     problems = _problems(args, huge_above=huge_above)
     return StepReport(**args, problems=tuple(problems))

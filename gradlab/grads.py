@@ -232,7 +232,8 @@ def diagnose(signal_norms, *, vanish_below: float = 1e-3, explode_above: float =
         return (
             "exploding",
             f"the signal at layer 1 is {ratio:.2g}× the signal at layer {n}, so early layers "
-            "get huge updates. Use a smaller-variance initializer (glorot, he) and clip gradients.",
+            "get huge updates. Use a smaller-variance initializer (glorot, he); clipping bounds the "
+            "step but not the cause.",
         )
     return (
         "healthy",

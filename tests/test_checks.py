@@ -168,7 +168,8 @@ class _Forgotten(keras.layers.Layer):
 def test_check_trains_passes_a_working_setup():
     r = gl.check_trains("fit", _model(), *_data(), optimizer=keras.optimizers.SGD(0.05), steps=100, below=0.5)
     assert r, r.feedback
-    assert "< 0.5 at step" in r.feedback and "no None gradients" in r.feedback
+    assert "final loss (mean of the last 10 steps)" in r.feedback and "< 0.5" in r.feedback
+    assert "first below it at step" in r.feedback and "no None gradients" in r.feedback
 
 
 def test_check_trains_none_instead_of_a_model():
@@ -197,7 +198,7 @@ def test_check_trains_reports_divergence_with_the_step():
 
 def test_check_trains_reports_a_loss_that_stays_too_high():
     r = gl.check_trains("fit", _model(), *_data(), optimizer=keras.optimizers.SGD(1e-4), steps=5, below=0.01)
-    _fails(r, "after 5 steps the loss is", "not below 0.01", "best")
+    _fails(r, "after 5 steps the final loss (mean of the last 5 steps)", "not below 0.01", "best")
 
 
 def test_check_trains_wrong_target_shape_is_feedback():
@@ -209,3 +210,67 @@ def test_check_trains_wrong_target_shape_is_feedback():
 def test_check_trains_rejects_a_bad_threshold():
     with pytest.raises(ValueError, match="below must be a number > 0"):
         gl.check_trains("fit", _model(), *_data(), optimizer=keras.optimizers.SGD(0.05), steps=5, below="low")
+
+
+def _fake_run(monkeypatch, losses):
+    """Make check_trains see a training run with these losses (its decision logic alone)."""
+    import gradlab.diagnostics as diagnostics
+
+    run = diagnostics.TrainingRun(tuple(losses), tuple(1.0 for _ in losses), (), None, len(losses))
+    monkeypatch.setattr(diagnostics, "train_steps", lambda *a, **k: run)
+
+
+def test_check_trains_fails_a_loss_that_dips_below_and_rises_again(monkeypatch):
+    losses = [1.0] * 150 + [0.05] + [0.3] * 49  # below 0.1 at step 151 only, ends at 0.3
+    _fake_run(monkeypatch, losses)
+    r = gl.check_trains("fit", _model(), *_data(), optimizer=keras.optimizers.SGD(0.05), steps=200, below=0.1)
+    _fails(r, "mean of the last 10 steps) is 0.3", "dipped below 0.1 at step 151", "did not stay",
+           "a lower learning rate")
+
+
+def test_check_trains_a_loss_still_falling_at_the_end_gets_other_advice(monkeypatch):
+    _fake_run(monkeypatch, [1.0] * 190 + [0.2, 0.18, 0.16, 0.14, 0.12, 0.1, 0.09, 0.08, 0.07, 0.06])
+    r = gl.check_trains("fit", _model(), *_data(), optimizer=keras.optimizers.SGD(0.05), steps=200, below=0.1)
+    _fails(r, "is 0.12", "first went below 0.1 at step 197 and is still falling", "momentum")
+    assert "did not stay" not in r.feedback
+
+
+def test_check_trains_judges_the_mean_of_the_last_ten_steps(monkeypatch):
+    _fake_run(monkeypatch, [1.0] * 190 + [0.05] * 9 + [0.5])  # final step above, mean 0.095 below
+    r = gl.check_trains("fit", _model(), *_data(), optimizer=keras.optimizers.SGD(0.05), steps=200, below=0.1)
+    assert r, r.feedback
+    assert "is 0.095 < 0.1" in r.feedback and "first below it at step 191" in r.feedback
+    _fake_run(monkeypatch, [1.0] * 190 + [0.05] * 5 + [0.2] * 5)  # mean 0.125: fails
+    _fails(gl.check_trains("fit", _model(), *_data(), optimizer=keras.optimizers.SGD(0.05), steps=200,
+                           below=0.1), "is 0.125", "not below 0.1")
+
+
+def test_check_trains_fails_a_real_run_that_overshoots():
+    # SGD(0.35) reaches a loss near 0.14 early, then jumps up and stalls above 1
+    r = gl.check_trains("fit", _model(), *_data(), optimizer=keras.optimizers.SGD(0.35), steps=60, below=0.2)
+    _fails(r, "not below 0.2", "dipped below 0.2 at step")
+
+
+def test_check_trains_requires_named_variables_to_exist():
+    r = gl.check_trains("fit", _model(), *_data(), optimizer=keras.optimizers.SGD(0.05), steps=100, below=0.5,
+                        require_variables=("standardize/scale", "hidden/kernel"))
+    _fails(r, "no trainable variable 'standardize/scale'", "not a fix")
+    assert "hidden/kernel" not in r.feedback
+    r = gl.check_trains("fit", _model(), *_data(), optimizer=keras.optimizers.SGD(0.05), steps=100, below=0.5,
+                        require_variables=["hidden/kernel", "out/bias"])
+    assert r, r.feedback
+    assert "hidden/kernel, out/bias present and trained" in r.feedback
+
+
+def test_check_trains_required_variable_without_gradient_fails():
+    model = keras.Sequential([keras.Input((4,)), _Forgotten(name="forgotten"), keras.layers.Dense(1, name="out")],
+                             name="n")
+    _fails(gl.check_trains("fit", model, *_data(), optimizer=keras.optimizers.SGD(0.05), steps=5, below=10.0,
+                           require_variables=["forgotten/gain"]), "no gradient (None)", "n/forgotten/gain")
+
+
+@pytest.mark.parametrize("bad", ["standardize/scale", [""], [3], None])
+def test_check_trains_rejects_bad_require_variables(bad):
+    with pytest.raises(ValueError, match="require_variables must be a list or tuple of non-empty strings"):
+        gl.check_trains("fit", _model(), *_data(), optimizer=keras.optimizers.SGD(0.05), steps=5, below=0.5,
+                        require_variables=bad)

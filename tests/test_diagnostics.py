@@ -348,3 +348,103 @@ def test_train_steps_bad_input(kwargs, match):
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         gl.train_steps(_small(), *_data(), **args)
+
+
+# ----------------------------------------------------------------------------- wording of the report
+def test_diagnosis_line_names_layers_like_the_table():
+    model = gl.build_mlp(12, width=32, activation="sigmoid", initializer="glorot_uniform", input_dim=16)
+    r = gl.inspect_training_step(model, *_data(features=16))
+    assert r.status == "vanishing"
+    assert "'hidden_1'" in r.message and f"'{r.diagnosed_layers[-1]}'" in r.message
+    assert "layer 1 " not in r.message and "layer 12" not in r.message
+    assert f"diagnosis: vanishing: {r.message}" in str(r)
+
+
+def test_name_layers_leaves_other_text_alone():
+    from gradlab.diagnostics import _name_layers
+
+    msg = "2 of 3 layers have NaN/inf gradients (the first is layer 2): every layer's signal at layer 3"
+    assert _name_layers(msg, ["a", "b", "c"]) == (
+        "2 of 3 layers have NaN/inf gradients (the first is 'b'): every layer's signal at 'c'")
+    assert _name_layers("layer 7", ["a"]) == "layer 7"  # out of range: unchanged
+
+
+def test_gradient_column_says_it_includes_the_bias():
+    r = gl.inspect_training_step(_small(), *_data())
+    header = str(r).splitlines()[1]
+    assert "grad (all weights)" in header and "grad norm" not in header
+
+
+def _overflowing(seed=0):
+    keras.utils.set_random_seed(seed)
+    layers = [keras.Input((4,))] + [
+        keras.layers.Dense(4 if i < 19 else 1, name=f"d{i}", kernel_initializer=keras.initializers.Constant(100.0))
+        for i in range(20)]
+    return keras.Sequential(layers, name="over")
+
+
+def test_overflow_fix_of_an_untrained_model_blames_the_initializer():
+    r = gl.inspect_training_step(_overflowing(), *_data())
+    assert r.looks_untrained is True
+    fix = next(p.fix for p in r.problems if p.kind == "non-finite-forward")
+    assert "not been trained" in fix and "initializer" in fix and "learning rate" not in fix
+
+
+def test_overflow_fix_after_training_blames_the_learning_rate():
+    model = _overflowing()
+    for layer in model.layers:
+        layer.bias.assign(tf.fill(layer.bias.shape, 0.1))  # as a training step would leave them
+    r = gl.inspect_training_step(model, *_data())
+    assert r.looks_untrained is False
+    fix = next(p.fix for p in r.problems if p.kind == "non-finite-forward")
+    assert "learning rate" in fix and "not been trained" not in fix
+
+
+def test_overflow_fix_without_biases_names_both_causes():
+    keras.utils.set_random_seed(0)
+    layers = [keras.Input((4,))] + [
+        keras.layers.Dense(4 if i < 19 else 1, use_bias=False, kernel_initializer=keras.initializers.Constant(100.0))
+        for i in range(20)]
+    r = gl.inspect_training_step(keras.Sequential(layers), *_data())
+    assert r.looks_untrained is None
+    fix = next(p.fix for p in r.problems if p.kind == "non-finite-forward")
+    assert "freshly built" in fix and "learning rate" in fix
+
+
+def test_looks_untrained_is_measured_before_step_fn_trains():
+    model = _small()
+    step = gl.make_train_step(model, keras.optimizers.SGD(0.1))
+    x, y = _data()
+    assert gl.inspect_training_step(model, x, y, step_fn=step).looks_untrained is True
+    assert gl.inspect_training_step(model, x, y, step_fn=step).looks_untrained is False
+
+
+def test_retracing_on_a_later_call_blames_the_new_shape():
+    model = _small()
+    step = gl.make_train_step(model, keras.optimizers.SGD(0.01))
+    x, y = _data()
+    gl.inspect_training_step(model, x, y, step_fn=step)
+    r = gl.inspect_training_step(model, x[:16], y[:16], step_fn=step)
+    assert r.tracing_count_before == 1
+    p = next(p for p in r.problems if p.kind == "retracing")
+    assert "traced again during this call" in p.finding and "batch size" in p.finding
+    assert "first call" not in p.finding and "variables" not in p.finding
+    again = gl.inspect_training_step(model, x[:16], y[:16], step_fn=step)
+    p = next(p for p in again.problems if p.kind == "retracing")
+    assert "on earlier calls" in p.finding and "reused" in p.finding
+
+
+def test_retracing_on_the_first_call_blames_variable_creation():
+    made = []
+
+    @tf.function
+    def step(x, y):
+        if not made:
+            made.append(tf.Variable(1.0))
+        return tf.reduce_mean(x) * made[0]
+
+    r = gl.inspect_training_step(_small(), *_data(), step_fn=step)
+    assert r.tracing_count_before == 0 and r.tracing_count == 2
+    p = next(p for p in r.problems if p.kind == "retracing")
+    assert "during its first call" in p.finding and "variables" in p.finding
+    assert "build the model and the optimizer" in p.fix
