@@ -14,12 +14,14 @@ from ._env import quiet_import_tensorflow, setup
 
 quiet_import_tensorflow()
 
-from . import checks, diagnostics, grads, intro, jacobians, plots, tracing  # noqa: E402
+from . import checks, diagnostics, engine, grads, intro, jacobians, mlp, plots, tracing  # noqa: E402
 from .checks import *  # noqa: E402,F403
 from .diagnostics import *  # noqa: E402,F403
+from .engine import *  # noqa: E402,F403
 from .grads import *  # noqa: E402,F403
 from .intro import *  # noqa: E402,F403
 from .jacobians import *  # noqa: E402,F403
+from .mlp import *  # noqa: E402,F403
 from .plots import *  # noqa: E402,F403
 from .tracing import *  # noqa: E402,F403
 
@@ -45,9 +47,11 @@ __all__ = [
     "quiet_import_tensorflow",
     *checks.__all__,
     *diagnostics.__all__,
+    *engine.__all__,
     *grads.__all__,
     *intro.__all__,
     *jacobians.__all__,
+    *mlp.__all__,
     *plots.__all__,
     *tracing.__all__,
     *sorted(_WIDGETS),

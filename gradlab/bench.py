@@ -41,7 +41,8 @@ def time_explorer(depth: int, changes: int = 40) -> list[float]:
 
 def time_naive(depth: int, changes: int = 8) -> list[float]:
     """Seconds per change done naively: new Keras model, eager tape, new figure each time."""
-    from .grads import build_mlp, gradient_report, make_data
+    from .grads import gradient_report
+    from .mlp import build_mlp, make_data
     from .plots import figure_png, plot_report
 
     x, y = make_data(128, 64, 0)

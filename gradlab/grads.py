@@ -1,16 +1,17 @@
-"""Per-layer gradient reports for stacks of Dense layers (chapters 00, 01 and 04).
+"""Per-layer gradient reports, the verdict on them, and clipping (chapters 00, 01 and 04).
 
 Pure computation: TensorFlow in, NumPy arrays and small dataclasses out. Nothing here
 imports ipywidgets, so tests, benchmarks and other chapters can use it headless.
 
-Two ways to get the same numbers:
-
 * :func:`gradient_report` takes any Keras model that is a stack of Dense layers
-  (the learner's own included) and runs one eager GradientTape over it.
-* :class:`MLPGradientEngine` is the fast path behind the live explorer. Its weights are
-  plain tensors sampled once per initializer with the same Keras initializers and seeds as
-  :func:`build_mlp`, and one ``tf.function`` per activation does the forward and backward
-  pass for any depth without retracing. ``tests/test_grads.py`` checks that both agree.
+  (the learner's own included) and runs one eager GradientTape over it. The explorer's fast
+  engine (:mod:`gradlab.engine`) computes the same report; ``tests/test_grads.py`` checks
+  that both agree.
+* :func:`diagnose` turns per-layer signal norms into a verdict from the total ratio and the
+  per-layer gain (:func:`per_layer_gain`).
+* :func:`true_norm` is the norm every report uses: taken in float64, so that a float32
+  gradient whose elements are all below about 1e-19 is not reported as 0 (their float32
+  squares would flush to zero).
 """
 
 from __future__ import annotations
@@ -22,67 +23,45 @@ from collections.abc import Sequence
 import numpy as np
 
 from ._env import quiet_import_tensorflow
-from ._validate import check_choice as _check_choice
 from ._validate import check_int as _check_int
 
 tf = quiet_import_tensorflow()
 import keras  # noqa: E402
 
 __all__ = [
-    "ACTIVATIONS",
-    "INITIALIZERS",
     "CLIP_MODES",
+    "GAIN_TOLERANCE",
+    "MILD_RATIO",
     "GradientReport",
-    "MLPGradientEngine",
     "TrainingHistory",
-    "activation_curves",
-    "build_mlp",
+    "check_clip",
     "clip_gradients",
     "dense_layers",
     "diagnose",
     "gradient_report",
-    "make_data",
-    "make_initializer",
-    "predicted_gain",
+    "per_layer_gain",
     "train_mlp",
+    "true_global_norm",
+    "true_norm",
 ]
-
-#: Activation names accepted everywhere (Keras names).
-ACTIVATIONS: tuple[str, ...] = (
-    "linear",
-    "sigmoid",
-    "tanh",
-    "relu",
-    "leaky_relu",
-    "elu",
-    "selu",
-    "gelu",
-)
-
-#: Initializer names, with the label the explorer shows. All but two are Keras names;
-#: ``small_normal`` and ``large_normal`` are ``RandomNormal(stddev=0.01)`` and ``(stddev=1)``.
-INITIALIZERS: dict[str, str] = {
-    "zeros": "zeros",
-    "small_normal": "small normal (σ=0.01)",
-    "large_normal": "large normal (σ=1)",
-    "glorot_uniform": "glorot_uniform (Xavier)",
-    "glorot_normal": "glorot_normal (Xavier)",
-    "he_normal": "he_normal",
-    "he_uniform": "he_uniform",
-    "lecun_normal": "lecun_normal",
-    "lecun_uniform": "lecun_uniform",
-    "orthogonal": "orthogonal",
-}
 
 #: Clipping modes: what ``tf.clip_by_value``, ``tf.clip_by_norm`` and ``tf.clip_by_global_norm`` do.
 CLIP_MODES: tuple[str, ...] = ("value", "norm", "global_norm")
 
-MAX_DEPTH = 200
 STATUSES = ("healthy", "vanishing", "exploding", "non-finite")
+
+#: :func:`diagnose`'s per-layer rule: a signal that changes by more than this fraction per
+#: layer (gain below 0.95 or above 1/0.95) *and* by more than :data:`MILD_RATIO` overall is
+#: flagged, however shallow the network.
+GAIN_TOLERANCE = 0.05
+#: :func:`diagnose`'s per-layer rule also needs a total change of at least this factor
+#: (0.1 or 10): a mild decay in a shallow network stays healthy.
+MILD_RATIO = 10.0
 
 
 # ----------------------------------------------------------------------------- validation
-def _check_clip(clip):
+def check_clip(clip):
+    """``None`` or a validated ``(mode, threshold)`` clip setting (see :func:`clip_gradients`)."""
     if clip is None:
         return None
     if (
@@ -101,87 +80,61 @@ def _check_clip(clip):
     return (clip[0], float(clip[1]))
 
 
-# ----------------------------------------------------------------------------- building
-def make_initializer(name: str, seed: int = 0) -> keras.initializers.Initializer:
-    """Return a seeded Keras initializer for one of :data:`INITIALIZERS` (chapter 01).
+def true_norm(t) -> float:
+    """The L2 norm of a tensor, taken in float64 (chapter 01, and every report in gradlab).
 
-    A seeded Keras 3 initializer returns the same values every call, so the same
-    ``(name, seed, shape)`` always gives the same kernel.
+    ``tf.norm`` of a float32 tensor squares in float32: every element below about 1e-19
+    squares to below float32's smallest normal number (1.18e-38) and is flushed to 0, so the
+    norm of a tiny but non-zero gradient comes out as exactly 0. Here the norm is 0 only when
+    every element is 0. ``IndexedSlices`` are summed per row first, as the dense gradient.
     """
-    _check_choice("initializer", name, tuple(INITIALIZERS))
-    if name == "zeros":
-        return keras.initializers.Zeros()
-    if name == "small_normal":
-        return keras.initializers.RandomNormal(stddev=0.01, seed=seed)
-    if name == "large_normal":
-        return keras.initializers.RandomNormal(stddev=1.0, seed=seed)
-    return type(keras.initializers.get(name))(seed=seed)
+    if isinstance(t, tf.IndexedSlices):
+        t = tf.convert_to_tensor(t)
+    return float(tf.norm(tf.cast(t, tf.float64)).numpy())
 
 
-_OUTPUT_SEED_OFFSET = 10_000
-
-
-def build_mlp(
-    depth: int,
-    *,
-    width: int = 64,
-    activation: str = "relu",
-    initializer: str = "glorot_uniform",
-    input_dim: int | None = None,
-    seed: int = 0,
-) -> keras.Sequential:
-    """Build ``depth`` hidden ``Dense(width)`` layers and a ``Dense(1)`` output (chapters 01, 04).
-
-    Hidden layer ``i`` (0-based) uses ``make_initializer(initializer, seed + i)``; the output
-    layer uses Keras' default ``glorot_uniform`` with its own fixed seed, so it does not change
-    with ``depth``. Biases start at zero. ``input_dim`` defaults to ``width``.
-    """
-    depth = _check_int("depth", depth, 1, MAX_DEPTH)
-    width = _check_int("width", width, 1, 4096)
-    _check_choice("activation", activation, ACTIVATIONS)
-    _check_choice("initializer", initializer, tuple(INITIALIZERS))
-    input_dim = width if input_dim is None else _check_int("input_dim", input_dim, 1, 100_000)
-    seed = _check_int("seed", seed, 0)
-    layers = [keras.Input((input_dim,))]
-    for i in range(depth):
-        layers.append(
-            keras.layers.Dense(
-                width,
-                activation=activation,
-                kernel_initializer=make_initializer(initializer, seed + i),
-                name=f"hidden_{i + 1}",
-            )
-        )
-    layers.append(
-        keras.layers.Dense(
-            1,
-            kernel_initializer=keras.initializers.GlorotUniform(seed=seed + _OUTPUT_SEED_OFFSET),
-            name="output",
-        )
-    )
-    return keras.Sequential(layers, name=f"mlp_{depth}x{width}_{activation}")
-
-
-def make_data(batch_size: int = 128, input_dim: int = 64, seed: int = 0):
-    """A synthetic regression batch ``(x, y)``: standard normal inputs and targets (chapter 01).
-
-    Stateless random ops, so the same arguments give the same batch in any process.
-    """
-    batch_size = _check_int("batch_size", batch_size, 1, 1_000_000)
-    input_dim = _check_int("input_dim", input_dim, 1, 100_000)
-    seed = _check_int("seed", seed, 0)
-    x = tf.random.stateless_normal([batch_size, input_dim], seed=[seed, 1])
-    y = tf.random.stateless_normal([batch_size, 1], seed=[seed, 2])
-    return x, y
+def true_global_norm(grads) -> float:
+    """The joint L2 norm of several gradients (``None`` skipped), in float64 like :func:`true_norm`."""
+    norms = [true_norm(g) for g in grads if g is not None]
+    return math.sqrt(sum(n * n for n in norms)) if norms else 0.0
 
 
 # ----------------------------------------------------------------------------- diagnosis
+def per_layer_gain(signal_norms) -> float:
+    """The geometric mean of the successive ratios ``s[l] / s[l+1]`` of per-layer norms.
+
+    The product of the successive ratios telescopes to ``s[0] / s[-1]``, so the gain is
+    ``(s[0] / s[-1]) ** (1 / (n - 1))``: the factor by which one layer multiplies the
+    back-propagated signal on average (chapter 01). 0 when the first norm is exactly 0,
+    ``inf`` when only the last is, ``nan`` for one layer or NaN/inf norms.
+    """
+    s = np.asarray(signal_norms, dtype=np.float64).ravel()
+    if s.size < 2 or not np.all(np.isfinite(s)):
+        return math.nan
+    if s[0] == 0 and s[-1] == 0:
+        return math.nan
+    if s[0] == 0:
+        return 0.0
+    if s[-1] == 0:
+        return math.inf
+    return float(np.exp((np.log(s[0]) - np.log(s[-1])) / (s.size - 1)))
+
+
 def diagnose(signal_norms, *, vanish_below: float = 1e-3, explode_above: float = 1e3):
     """Return ``(status, message)`` for per-layer back-propagated signal norms (chapter 01).
 
-    ``signal_norms`` runs input side first. Any NaN or inf gives ``"non-finite"``.
-    Otherwise the ratio ``signal_norms[0] / signal_norms[-1]`` decides: below
-    ``vanish_below`` is ``"vanishing"``, above ``explode_above`` is ``"exploding"``.
+    ``signal_norms`` runs input side first. Any NaN or inf gives ``"non-finite"``. Otherwise
+    two rules decide, on the total ratio ``r = signal_norms[0] / signal_norms[-1]`` and the
+    per-layer gain ``g = r ** (1 / (depth - 1))`` (:func:`per_layer_gain`):
+
+    * **total**: ``r < vanish_below`` is ``"vanishing"``, ``r > explode_above`` is
+      ``"exploding"``, whatever the depth;
+    * **per layer**: a signal that shrinks by more than :data:`GAIN_TOLERANCE` (5 %) per
+      layer *and* by more than :data:`MILD_RATIO` (10×) overall is ``"vanishing"``, and the
+      mirror image (``g > 1/0.95`` and ``r > 10``) is ``"exploding"``. A network that clearly
+      shrinks the signal layer after layer is flagged even when shallow (sigmoid with Glorot
+      at depth 5: ``g ≈ 0.21``), while a mild decay stays healthy (ReLU with Glorot at depth
+      3: ``g ≈ 0.7``, ``r ≈ 0.5``).
 
     Why the signal (dLoss/d pre-activation) and not the weight gradients: a weight gradient
     is the product of the forward activation and the backward signal. When the forward
@@ -202,6 +155,11 @@ def diagnose(signal_norms, *, vanish_below: float = 1e-3, explode_above: float =
         raise ValueError(f"signal_norms must be a 1-D sequence of numbers; got {signal_norms!r}") from err
     if s.ndim != 1 or s.size == 0:
         raise ValueError(f"signal_norms must be a non-empty 1-D sequence; got shape {s.shape}")
+    if isinstance(signal_norms, (list, tuple)) and any(v is None for v in signal_norms):
+        raise ValueError(
+            "signal_norms holds None: a layer whose gradient is None is not connected to the "
+            "loss (chapter 02); leave it out or fix the connection"
+        )
     if np.any(s < 0):
         raise ValueError("signal_norms are norms and cannot be negative")
     n = s.size
@@ -220,25 +178,32 @@ def diagnose(signal_norms, *, vanish_below: float = 1e-3, explode_above: float =
             "every layer's gradient signal is exactly 0: nothing reaches the network. Zero "
             "weights or dead units (relu at 0) block it; use a random initializer.",
         )
+    if n == 1:
+        return "healthy", "one layer: no depth for the signal to vanish or explode over."
     ratio = math.inf if s[-1] == 0 else s[0] / s[-1]
-    if ratio < vanish_below:
-        size = "underflowed to exactly 0" if s[0] == 0 else f"is {ratio:.2g}× the signal at layer {n}"
+    gain = per_layer_gain(s)
+    low, high = 1.0 - GAIN_TOLERANCE, 1.0 / (1.0 - GAIN_TOLERANCE)
+    per_layer = f"{gain:.3g}× per layer, {ratio:.2g}× from layer {n} to layer 1"
+    if ratio < vanish_below or (gain < low and ratio < 1.0 / MILD_RATIO):
+        if s[0] == 0:
+            what = ("the gradient at layer 1 is exactly 0: every element underflowed in float32 "
+                    "(TensorFlow's CPU kernels flush values below 1.18e-38 to 0)")
+        else:
+            what = f"the signal shrinks {per_layer}"
         return (
             "vanishing",
-            f"the signal at layer 1 {size}, so early layers barely learn. Try relu with "
-            "he_normal, fewer layers, or normalization.",
+            f"{what}, so early layers barely learn. Try relu with he_normal, fewer layers, or "
+            "normalization.",
         )
-    if ratio > explode_above:
+    if ratio > explode_above or (gain > high and ratio > MILD_RATIO):
         return (
             "exploding",
-            f"the signal at layer 1 is {ratio:.2g}× the signal at layer {n}, so early layers "
-            "get huge updates. Use a smaller-variance initializer (glorot, he); clipping bounds the "
-            "step but not the cause.",
+            f"the signal grows {per_layer}, so early layers get huge updates. Use a "
+            "smaller-variance initializer (glorot, he); clipping bounds the step but not the cause.",
         )
     return (
         "healthy",
-        f"the signal at layer 1 is {ratio:.2g}× the signal at layer {n}: every layer gets a "
-        "gradient of usable size.",
+        f"the signal changes {per_layer}: every layer gets a gradient of usable size.",
     )
 
 
@@ -259,6 +224,8 @@ class GradientReport:
     message: str
     loss: float
     clip: tuple[str, float] | None = None
+    #: :func:`per_layer_gain` of ``signal_norms``: the average factor per layer.
+    gain: float = math.nan
 
     @property
     def depth(self) -> int:
@@ -268,7 +235,7 @@ class GradientReport:
         """A short, rounded, printable summary (stable across CPUs)."""
         return (
             f"{self.depth} layers · loss {self.loss:.3g} · signal ratio {self.ratio:.3g} "
-            f"→ {self.status}"
+            f"(gain {self.gain:.3g} per layer) → {self.status}"
         )
 
     def __str__(self) -> str:
@@ -287,9 +254,26 @@ class GradientReport:
         return "\n".join(lines)
 
 
-def _ratio(s: np.ndarray) -> float:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return float(np.float64(s[0]) / np.float64(s[-1]))
+    @classmethod
+    def from_norms(cls, *, loss: float, signal_norms, weight_norms, clipped_weight_norms,
+                   activation_stds, clip=None) -> GradientReport:
+        """A report from per-layer norms (input side first), with its ratio, gain and verdict."""
+        signal = np.asarray(signal_norms, dtype=np.float64)
+        status, message = diagnose(signal)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = float(signal[0] / signal[-1])
+        return cls(
+            signal_norms=signal,
+            weight_norms=np.asarray(weight_norms, dtype=np.float64),
+            clipped_weight_norms=np.asarray(clipped_weight_norms, dtype=np.float64),
+            activation_stds=np.asarray(activation_stds, dtype=np.float64),
+            ratio=ratio,
+            status=status,
+            message=message,
+            loss=float(loss),
+            clip=clip,
+            gain=per_layer_gain(signal),
+        )
 
 
 def clip_gradients(grads: Sequence, clip):
@@ -299,7 +283,7 @@ def clip_gradients(grads: Sequence, clip):
     element, ``norm`` rescales each tensor whose L2 norm exceeds ``t``, ``global_norm``
     rescales all together when their joint norm exceeds ``t`` (chapter 01).
     """
-    clip = _check_clip(clip)
+    clip = check_clip(clip)
     grads = list(grads)
     if clip is None:
         return grads
@@ -349,7 +333,7 @@ def gradient_report(model, x, y, *, clip=None) -> GradientReport:
     applied to the gradients of all trainable variables, as an optimizer would apply it, and
     ``clipped_weight_norms`` reports the hidden kernels after it.
     """
-    clip = _check_clip(clip)
+    clip = check_clip(clip)
     layers = dense_layers(model)
     x = tf.convert_to_tensor(x, dtype=tf.float32)
     y = tf.convert_to_tensor(y, dtype=tf.float32)
@@ -405,17 +389,12 @@ def _tape_pass(layers, x, y):
 
 
 def _make_report(loss, dzs, dkernels, clipped_kernels, hs, clip) -> GradientReport:
-    signal = np.array([tf.norm(g).numpy() for g in dzs], dtype=np.float64)
-    status, message = diagnose(signal)
-    return GradientReport(
-        signal_norms=signal,
-        weight_norms=np.array([tf.norm(g).numpy() for g in dkernels], dtype=np.float64),
-        clipped_weight_norms=np.array([tf.norm(g).numpy() for g in clipped_kernels], dtype=np.float64),
-        activation_stds=np.array([tf.math.reduce_std(h).numpy() for h in hs], dtype=np.float64),
-        ratio=_ratio(signal),
-        status=status,
-        message=message,
+    return GradientReport.from_norms(
         loss=float(loss.numpy()),
+        signal_norms=[true_norm(g) for g in dzs],
+        weight_norms=[true_norm(g) for g in dkernels],
+        clipped_weight_norms=[true_norm(g) for g in clipped_kernels],
+        activation_stds=[float(tf.math.reduce_std(tf.cast(h, tf.float64)).numpy()) for h in hs],
         clip=clip,
     )
 
@@ -447,7 +426,7 @@ def train_mlp(model, x, y, *, optimizer, steps: int = 50, clip=None, stop_on_non
     ``progress`` a text progress bar is printed a few times during the run.
     """
     steps = _check_int("steps", steps, 1, 100_000)
-    clip = _check_clip(clip)
+    clip = check_clip(clip)
     layers = dense_layers(model)
     x = tf.convert_to_tensor(x, dtype=tf.float32)
     y = tf.convert_to_tensor(y, dtype=tf.float32)
@@ -455,8 +434,8 @@ def train_mlp(model, x, y, *, optimizer, steps: int = 50, clip=None, stop_on_non
     hist = TrainingHistory([], [], [], [])
     for step in range(1, steps + 1):
         loss, dzs, variables, dvars, _ = _tape_pass(layers, x, y)
-        signal = np.array([tf.norm(g).numpy() for g in dzs], dtype=np.float64)
-        gnorm = float(tf.linalg.global_norm(dvars).numpy())
+        signal = np.array([true_norm(g) for g in dzs], dtype=np.float64)
+        gnorm = true_global_norm(dvars)
         hist.losses.append(float(loss.numpy()))
         hist.signal_norms.append(signal)
         hist.statuses.append(diagnose(signal)[0])
@@ -473,163 +452,3 @@ def train_mlp(model, x, y, *, optimizer, steps: int = 50, clip=None, stop_on_non
             break
         optimizer.apply_gradients(zip(clip_gradients(dvars, clip), variables, strict=True))
     return hist
-
-
-# ----------------------------------------------------------------------------- fast engine
-def _make_step(activation: str):
-    act = keras.activations.get(activation)
-
-    def step(x, y, kernels, out_kernel, out_bias, clip_t):
-        depth = tf.shape(kernels)[0]
-        n = tf.shape(x)[0]
-        width = tf.shape(kernels)[2]
-        # A zero "probe" added to every pre-activation: d loss / d probe = the signal.
-        probe = tf.zeros(tf.stack([depth, n, width]), dtype=x.dtype)
-        with tf.GradientTape() as tape:
-            tape.watch([kernels, out_kernel, out_bias, probe])
-
-            def layer(h, elems):
-                w, p = elems
-                return act(tf.matmul(h, w) + p)
-
-            hs = tf.scan(layer, (kernels, probe), initializer=x)
-            out = tf.matmul(hs[-1], out_kernel) + out_bias
-            loss = tf.reduce_mean(tf.square(out - y))
-        d_probe, d_k, d_ok, d_ob = tape.gradient(loss, [probe, kernels, out_kernel, out_bias])
-        d_bias = tf.reduce_sum(d_probe, axis=1)  # hidden biases are zero: grad = batch sum
-        signal = tf.norm(tf.reshape(d_probe, [depth, -1]), axis=1)
-        weight = tf.norm(tf.reshape(d_k, [depth, -1]), axis=1)
-        # the three clip modes, as the tf.clip_* ops define them
-        by_value = tf.norm(tf.reshape(tf.clip_by_value(d_k, -clip_t, clip_t), [depth, -1]), axis=1)
-        by_norm = tf.minimum(weight, clip_t)  # tf.clip_by_norm per kernel: ‖g‖ → min(‖g‖, t)
-        global_norm = tf.linalg.global_norm([d_k, d_bias, d_ok, d_ob])
-        by_global = weight * clip_t / tf.maximum(global_norm, clip_t)
-        stds = tf.math.reduce_std(tf.reshape(hs, [depth, -1]), axis=1)
-        return loss, signal, weight, tf.stack([by_value, by_norm, by_global]), stds
-
-    return tf.function(step, reduce_retracing=True, autograph=False)
-
-
-class MLPGradientEngine:
-    """Fast per-layer gradient reports for :func:`build_mlp` networks (chapter 01's explorer).
-
-    Weights are sampled once per initializer for ``max_depth`` layers (the same seeds as
-    ``build_mlp``, so depth ``d`` uses exactly ``build_mlp(d, ...)``'s kernels) and cached.
-    Each activation has one ``tf.function`` whose inputs are tensors with a free depth axis,
-    so changing the depth, the clip mode or the clip threshold never retraces.
-    """
-
-    def __init__(self, *, width: int = 64, batch_size: int = 128, max_depth: int = 100, seed: int = 0):
-        self.width = _check_int("width", width, 1, 1024)
-        self.batch_size = _check_int("batch_size", batch_size, 1, 100_000)
-        self.max_depth = _check_int("max_depth", max_depth, 1, MAX_DEPTH)
-        self.seed = _check_int("seed", seed, 0)
-        self.x, self.y = make_data(self.batch_size, self.width, self.seed)
-        self._kernels: dict[str, tf.Tensor] = {}
-        self._steps: dict[str, tf.types.experimental.PolymorphicFunction] = {}
-        init = keras.initializers.GlorotUniform(seed=self.seed + _OUTPUT_SEED_OFFSET)
-        self.out_kernel = tf.convert_to_tensor(init((self.width, 1)))
-        self.out_bias = tf.zeros([1])
-
-    def kernels(self, initializer: str) -> tf.Tensor:
-        """The ``[max_depth, width, width]`` stack of hidden kernels for ``initializer`` (cached)."""
-        _check_choice("initializer", initializer, tuple(INITIALIZERS))
-        if initializer not in self._kernels:
-            shape = (self.width, self.width)
-            self._kernels[initializer] = tf.stack(
-                [
-                    tf.convert_to_tensor(make_initializer(initializer, self.seed + i)(shape))
-                    for i in range(self.max_depth)
-                ]
-            )
-        return self._kernels[initializer]
-
-    def tracing_count(self) -> int:
-        """How many times the engine's functions have been traced, over all activations."""
-        return sum(int(f.experimental_get_tracing_count()) for f in self._steps.values())
-
-    def report(
-        self,
-        depth: int,
-        activation: str = "sigmoid",
-        initializer: str = "glorot_uniform",
-        clip=None,
-    ) -> GradientReport:
-        """The :class:`GradientReport` of ``build_mlp(depth, ...)`` on the engine's batch."""
-        depth = _check_int("depth", depth, 1, self.max_depth)
-        _check_choice("activation", activation, ACTIVATIONS)
-        clip = _check_clip(clip)
-        kernels = self.kernels(initializer)[:depth]
-        if activation not in self._steps:
-            self._steps[activation] = _make_step(activation)
-        t = tf.constant(clip[1] if clip else 1.0, dtype=tf.float32)
-        loss, signal, weight, clipped, stds = self._steps[activation](
-            self.x, self.y, kernels, self.out_kernel, self.out_bias, t
-        )
-        signal = signal.numpy().astype(np.float64)
-        weight = weight.numpy().astype(np.float64)
-        clipped_w = weight if clip is None else clipped[CLIP_MODES.index(clip[0])].numpy()
-        status, message = diagnose(signal)
-        return GradientReport(
-            signal_norms=signal,
-            weight_norms=weight,
-            clipped_weight_norms=np.asarray(clipped_w, dtype=np.float64),
-            activation_stds=stds.numpy().astype(np.float64),
-            ratio=_ratio(signal),
-            status=status,
-            message=message,
-            loss=float(loss.numpy()),
-            clip=clip,
-        )
-
-
-# ----------------------------------------------------------------------------- theory
-def activation_curves(names: Sequence[str] = ("sigmoid", "tanh", "relu", "leaky_relu"), z=None):
-    """Each activation and its derivative, the derivative taken with GradientTape (chapter 01).
-
-    Returns ``(z, {name: (f(z), f'(z))})`` as NumPy arrays.
-    """
-    for name in names:
-        _check_choice("activation", name, ACTIVATIONS)
-    z = tf.linspace(-6.0, 6.0, 241) if z is None else tf.convert_to_tensor(z, tf.float32)
-    curves = {}
-    for name in names:
-        act = keras.activations.get(name)
-        with tf.GradientTape() as tape:
-            tape.watch(z)
-            f = act(z)
-        curves[name] = (f.numpy(), tape.gradient(f, z).numpy())
-    return z.numpy(), curves
-
-
-def predicted_gain(report: GradientReport, engine: MLPGradientEngine, activation: str,
-                   initializer: str) -> tuple[float, float]:
-    """Predicted and measured per-layer gain of the back-propagated signal (chapter 01).
-
-    Variance argument: going back through one layer multiplies the signal's size by about
-    ``sqrt(fan_out · Var(W) · E[f'(z)²])``. ``E[f'(z)²]`` is measured on the engine's own
-    forward pass; ``Var(W)`` is the variance of the sampled kernels. The measured gain is the
-    geometric mean of ``signal[l] / signal[l+1]``. Returns ``(predicted, measured)``.
-    """
-    _check_choice("activation", activation, ACTIVATIONS)
-    depth = report.depth
-    if depth < 2:
-        raise ValueError("predicted_gain needs a report of depth >= 2")
-    kernels = engine.kernels(initializer)[:depth]
-    var_w = float(tf.math.reduce_variance(kernels).numpy())
-    act = keras.activations.get(activation)
-    h = engine.x
-    d2 = []
-    for k in tf.unstack(kernels):
-        z = tf.matmul(h, k)
-        with tf.GradientTape() as tape:
-            tape.watch(z)
-            h = act(z)
-        d2.append(float(tf.reduce_mean(tf.square(tape.gradient(h, z))).numpy()))
-    predicted = math.sqrt(engine.width * var_w * float(np.mean(d2)))
-    s = report.signal_norms
-    with np.errstate(divide="ignore", invalid="ignore"):
-        gains = s[:-1] / s[1:]
-    gains = gains[np.isfinite(gains) & (gains > 0)]  # skip layers that underflowed to 0
-    measured = float(np.exp(np.mean(np.log(gains)))) if gains.size else math.nan
-    return predicted, measured

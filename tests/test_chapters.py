@@ -18,6 +18,7 @@ import pytest
 from tools.nbtools import (
     CHAPTERS,
     NAV_KEY,
+    SOLUTION_TAG,
     SRC,
     add_navigation,
     chapter_paths,
@@ -25,9 +26,11 @@ from tools.nbtools import (
     notebook_from_source,
 )
 
-EXPECTED = ["00-introduction", "01-vanishing-exploding", "02-jacobians", "03-tape-and-function",
-            "04-summary"]
-ALLOWED_TAGS = {"raises-exception", "nbval-ignore-output"}
+# Chapters 00-04 follow the source text; 05 onwards go beyond it. Every source has its notebook.
+CORE = ["00-introduction", "01-vanishing-exploding", "02-jacobians", "03-tape-and-function",
+        "04-summary"]
+EXPECTED = [p.stem for p in chapter_paths()]
+ALLOWED_TAGS = {"raises-exception", "nbval-ignore-output", SOLUTION_TAG}
 TIMING_WORDS = re.compile(r"time|timing|perf_counter|timeit|bench|\bms\b|speed", re.I)
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 
@@ -42,8 +45,22 @@ def notebooks():
 
 
 def test_every_chapter_exists_with_its_source():
-    assert [p.stem for p in chapter_paths()] == EXPECTED
+    assert EXPECTED[: len(CORE)] == CORE
     assert sorted(p.stem for p in CHAPTERS.glob("*.ipynb")) == EXPECTED
+
+
+@pytest.mark.parametrize("name", EXPECTED)
+def test_solutions_are_collapsed(name, notebooks):
+    """Worked solutions run and are tested, but a learner does not read them by accident."""
+    cells = notebooks[name].cells
+    heads = [i for i, c in enumerate(cells) if c.cell_type == "markdown" and c.source.startswith("## Solutions")]
+    for i, cell in enumerate(cells):
+        solution = SOLUTION_TAG in cell.metadata.get("tags", [])
+        assert solution == bool(cell.metadata.get("jupyter", {}).get("source_hidden")), (
+            f"cell {i}: a solution cell must be collapsed, and only solution cells are"
+        )
+        if heads and i > heads[0] and cell.cell_type == "code":
+            assert solution, f"cell {i}: code after '## Solutions' must be tagged solution"
 
 
 @pytest.mark.parametrize("name", EXPECTED)

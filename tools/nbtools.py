@@ -21,6 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = ROOT / "chapters"
 SRC = CHAPTERS / "src"
 NAV_KEY = "gradlab_nav"
+#: ``# %% tags=["solution"]``: a worked solution, stored with its source collapsed
+#: (``"jupyter": {"source_hidden": true}``) so nobody reads it by accident.
+SOLUTION_TAG = "solution"
 CONTENTS_ANCHOR = "Contents"
 
 _CELL = re.compile(r"^# %%(?P<md> \[markdown\])?(?:\s+tags=(?P<tags>\[.*\]))?\s*$")
@@ -49,6 +52,8 @@ def parse_percent(text: str) -> list[nbformat.NotebookNode]:
             cell = nbformat.v4.new_code_cell(body)
         if tags:
             cell.metadata["tags"] = list(tags)
+        if SOLUTION_TAG in tags:  # solutions stay runnable but are collapsed until clicked
+            cell.metadata["jupyter"] = {"source_hidden": True}
         cells.append(cell)
 
     for line in text.splitlines():
@@ -119,7 +124,11 @@ def notebook_from_source(src: Path):
 
 def code_sources(nb) -> list[tuple[str, str, list]]:
     """(type, source, tags) of each cell, ignoring outputs: what must match the source file."""
-    return [(c.cell_type, c.source, sorted(c.metadata.get("tags", []))) for c in nb.cells]
+    return [
+        (c.cell_type, c.source, sorted(c.metadata.get("tags", [])),
+         bool(c.metadata.get("jupyter", {}).get("source_hidden")))
+        for c in nb.cells
+    ]
 
 
 def execute(nb, path: Path, timeout: int = 900):

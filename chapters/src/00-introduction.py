@@ -273,7 +273,7 @@ print(gl.check_arrays("model gradients", model_gradients(model, xb, yb), referen
 #
 # **1.** `x` is a constant, so the tape must be told to watch it:
 
-# %%
+# %% tags=["solution"]
 with tf.GradientTape() as tape:
     tape.watch(x)
     f = tf.sin(x) * x**2
@@ -283,7 +283,7 @@ print(gl.check_array("d/dx sin(x)·x²", answer_1, expected_1))
 # %% [markdown]
 # Forgetting `tape.watch` gives `None`, and the check says so:
 
-# %%
+# %% tags=["solution"]
 with tf.GradientTape() as tape:
     f = tf.sin(x) * x**2  # x is a tensor and nobody watched it
 print(gl.check_array("d/dx sin(x)·x²", tape.gradient(f, x), expected_1))
@@ -291,7 +291,7 @@ print(gl.check_array("d/dx sin(x)·x²", tape.gradient(f, x), expected_1))
 # %% [markdown]
 # **2.** The model's variables are watched automatically:
 
-# %%
+# %% tags=["solution"]
 def model_gradients(model, x, y):
     with tf.GradientTape() as tape:
         loss = tf.reduce_mean(tf.square(model(x) - y))

@@ -676,7 +676,7 @@ print(check_exercise_3(last_zero_layer))
 # **1.** Any activation with an initializer scaled for it: `relu` or `leaky_relu` with a He
 # initializer, `selu` with `lecun_normal`, `tanh` with Glorot. For example:
 
-# %%
+# %% tags=["solution"]
 my_choice = dict(activation="leaky_relu", initializer="he_uniform")
 print(gl.check_status("depth 60 with " + ", ".join(my_choice.values()),
                       engine.report(60, **my_choice).status, "healthy"))
@@ -685,7 +685,7 @@ print(gl.check_status("depth 60 with " + ", ".join(my_choice.values()),
 # **2.** `tf.maximum(global_norm, t)` makes the scale exactly 1 when the norm is below the
 # threshold:
 
-# %%
+# %% tags=["solution"]
 def my_clip_by_global_norm(grads, t):
     global_norm = tf.sqrt(tf.add_n([tf.reduce_sum(tf.square(g)) for g in grads]))
     scale = t / tf.maximum(global_norm, t)
@@ -697,12 +697,12 @@ print(check_exercise_2(my_clip_by_global_norm))
 # %% [markdown]
 # A common mistake, clipping each tensor on its own, gets specific feedback:
 
-# %%
+# %% tags=["solution"]
 print(check_exercise_2(lambda grads, t: [tf.clip_by_norm(g, t) for g in grads]))
 
 # %% [markdown]
 # **3.** The largest index where the signal is zero, plus one for 1-based counting:
 
-# %%
+# %% tags=["solution"]
 last_zero_layer = int(np.nonzero(sig50 == 0)[0].max()) + 1
 print(check_exercise_3(last_zero_layer))

@@ -821,7 +821,7 @@ print(check_layer_norm_answer(my_answer))
 # **1.** Watch `z` (a constant), compute the softmax inside the tape, and ask for the
 # Jacobian:
 
-# %%
+# %% tags=["solution"]
 with tf.GradientTape() as tape:
     tape.watch(z)
     s = tf.nn.softmax(z)
@@ -832,7 +832,7 @@ check_softmax_jacobian(j_softmax)
 # **2.** Take the slices while the tape is recording (a persistent tape, because it is read
 # once per row):
 
-# %%
+# %% tags=["solution"]
 with tf.GradientTape(persistent=True) as tape:
     y = x**2
     elements = [y[i] for i in range(len(y))]
@@ -843,7 +843,7 @@ print(gl.check_array("loop Jacobian", my_jacobian, np.diag([2.0, 4.0, 6.0])))
 # %% [markdown]
 # **3.** Weight the outputs with the one-hot vector $(0, 1)$: $J^\top e_1$ is row 1 of $J$:
 
-# %%
+# %% tags=["solution"]
 with tf.GradientTape() as tape:
     tape.watch(x3)
     y = f(x3)
@@ -854,7 +854,7 @@ print(gl.check_array("row 1 of J", row_1, gl.jacobian(f, x3)[1]))
 # **4.** Safe: each example's mean and variance come from its own features only, so no
 # output depends on another example, and the cross-example blocks are zero:
 
-# %%
+# %% tags=["solution"]
 print("largest cross-example entry:",
       gl.cross_example_max(gl.jacobian(layer_norm, tf.random.stateless_normal([3, 4], seed=[0, 2]))))  # 0.0
 print(check_layer_norm_answer(True))

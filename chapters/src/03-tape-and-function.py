@@ -881,7 +881,7 @@ print(check_clipped_step(lambda m: gl.make_train_step(m, keras.optimizers.SGD(0.
 # **1.** Pass `scale` as a tensor. A tensor of the same shape and dtype reuses the trace;
 # only its value changes:
 
-# %%
+# %% tags=["solution"]
 sweep = gl.TraceCounter(noisy_step)
 for scale in [0.1, 0.2, 0.3, 0.4, 0.5]:
     sweep(tf.ones([3]), tf.constant(scale))
@@ -891,13 +891,13 @@ print(check_sweep(sweep))
 # **2.** Three traces: shape `[2]` (the second `[2]` reuses it), shape `[3]`, and the
 # Python value `1` (the second `1` reuses it).
 
-# %%
+# %% tags=["solution"]
 print(check_prediction(3))
 
 # %% [markdown]
 # **3.** Pass the threshold to `gl.make_train_step`; it clips with `tf.clip_by_global_norm`:
 
-# %%
+# %% tags=["solution"]
 def make_clipped_step(model):
     return gl.make_train_step(model, keras.optimizers.SGD(learning_rate=0.05), clip_global_norm=1.0)
 

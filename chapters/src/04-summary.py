@@ -387,7 +387,7 @@ print(gl.check_trains("capstone", make_my_model(), cx, cy, optimizer=make_my_opt
 # depend on). A linter sees it too: ruff reports `scaled` as assigned but never used
 # (rule F841), which is why the broken cells carry a `noqa` for it. Return the scaled value:
 
-# %%
+# %% tags=["solution"]
 class FixedStandardize(Standardize):
     def call(self, inputs):
         return (inputs - self.shift) * self.scale
@@ -414,7 +414,7 @@ print("problems left :", step1.problem_kinds)  # ('vanishing',)
 # **Step 2: the vanishing signal.** Try every initializer with sigmoid at this depth. The
 # explorer's engine gives the same diagnosis as its sliders:
 
-# %%
+# %% tags=["solution"]
 engine = capstone_explorer.engine
 print({init: engine.report(8, "sigmoid", init).status for init in gl.INITIALIZERS})
 
@@ -424,11 +424,11 @@ print({init: engine.report(8, "sigmoid", init).status for init in gl.INITIALIZER
 # at the end of step 3. Here we follow chapter 01's advice for deep sigmoid stacks and change
 # the activation. ReLU with He initialization is healthy:
 
-# %%
+# %% tags=["solution"]
 capstone_explorer.set(activation="relu", initializer="he_normal")
 print(capstone_explorer.status_text)
 
-# %%
+# %% tags=["solution"]
 step2 = gl.inspect_training_step(make_model("relu", keras.initializers.HeNormal), cx, cy)
 step2
 
@@ -436,7 +436,7 @@ step2
 # **Step 3: the learning rate.** With the fixed model, the original `SGD(2.0)` overflows
 # within a few steps:
 
-# %%
+# %% tags=["solution"]
 diverged = make_model("relu", keras.initializers.HeNormal)
 run_lr2 = gl.train_steps(diverged, cx, cy, optimizer=keras.optimizers.SGD(2.0), steps=200)
 print(run_lr2)
@@ -447,7 +447,7 @@ print("first layer with NaN/inf output:", after.first_nonfinite_layer)
 # Clipping the global norm to 1 stops the overflow, but the steps are still far too long
 # for this problem, and the loss stalls above the target. The check says so:
 
-# %%
+# %% tags=["solution"]
 print(gl.check_trains("clip only", make_model("relu", keras.initializers.HeNormal), cx, cy,
                       optimizer=keras.optimizers.SGD(2.0), steps=200, below=0.1, clip_global_norm=1.0))
 
@@ -455,7 +455,7 @@ print(gl.check_trains("clip only", make_model("relu", keras.initializers.HeNorma
 # The plain cure is a smaller learning rate. With `SGD(0.1)` and the clip, the loss is still
 # falling after 200 steps, and its final value is not yet below 0.1:
 
-# %%
+# %% tags=["solution"]
 print(gl.check_trains("lower rate", make_model("relu", keras.initializers.HeNormal), cx, cy,
                       optimizer=keras.optimizers.SGD(0.1), steps=200, below=0.1, clip_global_norm=1.0))
 
@@ -467,7 +467,7 @@ print(gl.check_trains("lower rate", make_model("relu", keras.initializers.HeNorm
 # momentum=0.9)` moves about as far per step as `SGD(1.0)`, half the original rate, but with
 # its direction averaged over recent steps:
 
-# %%
+# %% tags=["solution"]
 def make_fixed_optimizer():
     return keras.optimizers.SGD(learning_rate=0.1, momentum=0.9)
 
@@ -480,14 +480,14 @@ print(gl.check_trains("capstone", make_model("relu", keras.initializers.HeNormal
 # The clip is part of the fix, not an extra. The gradient norm starts near 50 (the step-2
 # report above), and without the clip the same optimizer overflows within a few steps:
 
-# %%
+# %% tags=["solution"]
 print(gl.train_steps(make_model("relu", keras.initializers.HeNormal), cx, cy,
                      optimizer=make_fixed_optimizer(), steps=200))
 
 # %% [markdown]
 # The whole run, against the broken one:
 
-# %%
+# %% tags=["solution"]
 fixed = make_model("relu", keras.initializers.HeNormal)
 fixed_run = gl.train_steps(fixed, cx, cy, optimizer=make_fixed_optimizer(), steps=200, clip_global_norm=1.0)
 print(fixed_run)
@@ -497,7 +497,7 @@ gl.plot_losses({"broken setup": broken_run.losses, "fixed setup": fixed_run.loss
 # **The other candidate from step 2.** Sigmoid with `large_normal`, trained with the same
 # optimizer and clip, and with Adam at rate 0.01 without a clip:
 
-# %%
+# %% tags=["solution"]
 def large_normal(seed):
     return keras.initializers.RandomNormal(stddev=1.0, seed=seed)
 
@@ -515,5 +515,5 @@ for label, opt, clip in [("same optimizer", make_fixed_optimizer(), 1.0),
 #
 # And a last inspection of the trained model finds nothing left to fix:
 
-# %%
+# %% tags=["solution"]
 print(gl.inspect_training_step(fixed, cx, cy).summary())

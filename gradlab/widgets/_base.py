@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipywidgets as widgets
 
-__all__ = ["css", "FigureView", "legend_html", "static_bundle", "status_html"]
+__all__ = ["css", "FigureView", "Snapshot", "SnapshotMixin", "legend_html", "static_bundle", "status_html"]
 
 
 def css(widget, name: str):
@@ -63,3 +63,35 @@ def status_html(text: str, color: str = "inherit") -> str:
     import html
 
     return f'<span style="color:{color}; font-family: monospace">{html.escape(text)}</span>'
+
+
+class Snapshot:
+    """A static picture of an explorer's current state: its PNG and its timing-free text.
+
+    Returned by ``ex.snapshot()``. A cell that changes an explorer's settings ends with it,
+    so the saved notebook (GitHub, nbconvert, a closed kernel) shows every experiment, not
+    only the explorer's starting state. nbval compares the text, which carries no timings.
+    """
+
+    def __init__(self, png: bytes, text: str):
+        self.png = png
+        self.text = text
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        import base64
+
+        return {"image/png": base64.b64encode(self.png).decode("ascii"), "text/plain": self.text}
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+class SnapshotMixin:
+    """``snapshot()`` for explorers that have a :class:`FigureView` ``plot`` and a timing-free ``repr``."""
+
+    def snapshot(self) -> Snapshot:
+        """A static picture of the current state (see :class:`Snapshot`)."""
+        plot = getattr(self, "plot", None)
+        if plot is None:
+            raise ValueError(f"{type(self).__name__} was built with plot=False: there is no figure to snapshot")
+        return Snapshot(plot.value, repr(self))

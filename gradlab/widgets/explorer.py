@@ -4,24 +4,20 @@ from __future__ import annotations
 
 import ipywidgets as widgets
 
-from ..grads import (
-    ACTIVATIONS,
-    CLIP_MODES,
-    INITIALIZERS,
-    MLPGradientEngine,
-    _check_choice,
-    _check_clip,
-    _check_int,
-)
+from .._validate import check_choice as _check_choice
+from .._validate import check_int as _check_int
+from ..engine import MLPGradientEngine
+from ..grads import CLIP_MODES, check_clip
+from ..mlp import ACTIVATIONS, INITIALIZERS
 from ..plots.gradients import STATUS_COLORS, ReportPlot
-from ._base import FigureView, css, legend_html, static_bundle, status_html
+from ._base import FigureView, SnapshotMixin, css, legend_html, static_bundle, status_html
 
 __all__ = ["GradientExplorer"]
 
 EXPLORER_MAX_DEPTH = 100
 
 
-class GradientExplorer(widgets.VBox):
+class GradientExplorer(SnapshotMixin, widgets.VBox):
     """Move the sliders and watch the per-layer gradient norms vanish, explode or stay healthy.
 
     Public controls: ``depth``, ``activation``, ``initializer``, ``clip_mode``, ``clip_norm``
@@ -45,7 +41,7 @@ class GradientExplorer(widgets.VBox):
         depth = _check_int("depth", depth, 1, EXPLORER_MAX_DEPTH)
         _check_choice("activation", activation, ACTIVATIONS)
         _check_choice("initializer", initializer, tuple(INITIALIZERS))
-        clip = _check_clip(clip)
+        clip = check_clip(clip)
         self.engine = MLPGradientEngine(
             width=width, batch_size=batch_size, max_depth=EXPLORER_MAX_DEPTH, seed=seed
         )

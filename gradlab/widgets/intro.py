@@ -7,12 +7,12 @@ import numpy as np
 
 from ..intro import slope_and_step, toy_loss
 from ..plots.intro import TangentPlot
-from ._base import FigureView, css, static_bundle, status_html
+from ._base import FigureView, SnapshotMixin, css, static_bundle, status_html
 
 __all__ = ["TangentExplorer"]
 
 
-class TangentExplorer(widgets.VBox):
+class TangentExplorer(SnapshotMixin, widgets.VBox):
     """Sliders ``w`` and ``learning_rate``; the plot shows L(w), its tangent and one step."""
 
     def __init__(self, w: float = -0.5, learning_rate: float = 0.3):
@@ -56,3 +56,6 @@ class TangentExplorer(widgets.VBox):
 
     def _repr_mimebundle_(self, **kwargs):
         return static_bundle(self, self.plot.value, self.status_text, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"TangentExplorer({self.status_text})"

@@ -8,7 +8,7 @@ import ipywidgets as widgets
 
 from ..jacobians import JACOBIAN_FUNCTIONS, JacobianBench, _check_int, _get_function
 from ..plots.jacobians import JacobianPlot
-from ._base import FigureView, css, static_bundle, status_html
+from ._base import FigureView, SnapshotMixin, css, static_bundle, status_html
 
 __all__ = ["JacobianViewer"]
 
@@ -21,7 +21,7 @@ def _ms(seconds: float) -> str:
     return f"{ms:.0f} ms" if ms >= 10 else f"{ms:.2g} ms"
 
 
-class JacobianViewer(widgets.VBox):
+class JacobianViewer(SnapshotMixin, widgets.VBox):
     """Choose a function and a size; see the Jacobian as a heatmap and what each method cost.
 
     Public controls: ``function`` (Dropdown of :data:`~gradlab.JACOBIAN_FUNCTIONS`) and

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..plots.tracing import RETRACE_COLOR, CallTimePlot
 from ..tracing import tf
-from ._base import FigureView, css, static_bundle, status_html
+from ._base import FigureView, SnapshotMixin, css, static_bundle, status_html
 
 __all__ = ["TracingLab"]
 
@@ -30,7 +30,7 @@ def _make_step(x, y, w0):
     return tf.function(sgd_step)
 
 
-class TracingLab(widgets.VBox):
+class TracingLab(SnapshotMixin, widgets.VBox):
     """Move the learning-rate slider and watch a ``tf.function`` retrace, or not (chapter 03).
 
     The same one-step SGD function is called with the slider's value either as a Python float
