@@ -1,0 +1,7 @@
+"""The self-checks of each chapter's exercises, one module per chapter (``ch00`` ... ``ch08``).
+
+A chapter imports its own module, ``from gradlab.exercises import ch01``, and each exercise
+cell shows the task and one call such as ``ch01.check_clip(my_clip)``. The generic machinery
+(``CheckResult``, array comparison, training checks) lives in :mod:`gradlab.checks`; these
+modules only say what each exercise expects and which hints fit its typical wrong answers.
+"""
