@@ -14,21 +14,37 @@ from ._env import quiet_import_tensorflow, setup
 
 quiet_import_tensorflow()
 
-from . import checks, diagnostics, engine, grads, intro, jacobians, mlp, plots, tracing  # noqa: E402
+from . import (  # noqa: E402
+    causes,
+    checks,
+    diagnostics,
+    distribute,
+    engine,
+    grads,
+    intro,
+    jacobians,
+    mlp,
+    plots,
+    recurrent,
+    tracing,
+)
+from .causes import *  # noqa: E402,F403
 from .checks import *  # noqa: E402,F403
 from .diagnostics import *  # noqa: E402,F403
+from .distribute import *  # noqa: E402,F403
 from .engine import *  # noqa: E402,F403
 from .grads import *  # noqa: E402,F403
 from .intro import *  # noqa: E402,F403
 from .jacobians import *  # noqa: E402,F403
 from .mlp import *  # noqa: E402,F403
 from .plots import *  # noqa: E402,F403
+from .recurrent import *  # noqa: E402,F403
 from .tracing import *  # noqa: E402,F403
 
 __version__ = "0.1.0"
 
 # Widgets load ipywidgets; they are imported only when a notebook first asks for one.
-_WIDGETS = {"GradientExplorer", "TangentExplorer", "JacobianViewer", "TracingLab"}
+_WIDGETS = {"GradientExplorer", "TangentExplorer", "JacobianViewer", "TracingLab", "TimeExplorer"}
 
 
 def __getattr__(name: str):
@@ -45,8 +61,10 @@ def __getattr__(name: str):
 __all__ = [
     "setup",
     "quiet_import_tensorflow",
+    *causes.__all__,
     *checks.__all__,
     *diagnostics.__all__,
+    *distribute.__all__,
     *engine.__all__,
     *grads.__all__,
     *intro.__all__,
@@ -54,5 +72,6 @@ __all__ = [
     *mlp.__all__,
     *plots.__all__,
     *tracing.__all__,
+    *recurrent.__all__,
     *sorted(_WIDGETS),
 ]

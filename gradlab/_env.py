@@ -9,6 +9,11 @@ cell, and nbval (which compares stderr) fails on them.
 gradlab therefore imports TensorFlow once, with file descriptor 2 pointed at ``/dev/null`` for
 the duration of the import only. Everything TensorFlow prints afterwards (real warnings and
 errors) still reaches the notebook. Chapter 00 shows this decision to the learner.
+
+The same first op fixes TensorFlow's devices: ``tf.config.set_logical_device_configuration``
+fails afterwards. Set the environment variable ``GRADLAB_LOGICAL_CPUS`` (e.g. ``"2"``) before
+the first ``import gradlab`` to have the CPU split into that many logical devices just before
+the first op (chapter 08 uses two for ``tf.distribute.MirroredStrategy``).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import os
 import random
 import sys
 
-__all__ = ["setup", "quiet_import_tensorflow"]
+__all__ = ["setup", "quiet_import_tensorflow", "split_cpu_from_env"]
 
 
 @contextlib.contextmanager
@@ -39,6 +44,28 @@ def _fd2_silenced():
         os.close(devnull)
 
 
+LOGICAL_CPUS_ENV = "GRADLAB_LOGICAL_CPUS"
+
+
+def split_cpu_from_env(tf) -> None:
+    """Split the CPU into ``$GRADLAB_LOGICAL_CPUS`` logical devices (unset or 1: no split).
+
+    ``tf.config.set_logical_device_configuration`` raises "Virtual devices cannot be modified
+    after being initialized" once any op has run, and ``import gradlab`` runs one. A chapter
+    that wants two devices for ``tf.distribute.MirroredStrategy`` (chapter 08) therefore sets
+    ``os.environ["GRADLAB_LOGICAL_CPUS"] = "2"`` before ``import gradlab``.
+    """
+    raw = os.environ.get(LOGICAL_CPUS_ENV, "").strip()
+    if raw in ("", "1"):
+        return
+    if not raw.isdigit() or not 1 <= int(raw) <= 64:
+        raise ValueError(f"{LOGICAL_CPUS_ENV} must be an int from 1 to 64; got {raw!r}")
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(int(raw))]
+    )
+
+
 def quiet_import_tensorflow():
     """Import TensorFlow (and Keras) without the C++ start-up log lines; return the module.
 
@@ -53,6 +80,9 @@ def quiet_import_tensorflow():
         import keras  # noqa: F401  (its import also prints through absl on some builds)
         import tensorflow as tf
 
+        # Logical CPU devices can only be configured before the first op initialises the
+        # devices, so the split requested by GRADLAB_LOGICAL_CPUS happens here (chapter 08).
+        split_cpu_from_env(tf)
         # The first op initialises the devices, which logs "failed call to cuInit" on a
         # machine without a GPU. Run one here, still silenced.
         tf.config.list_physical_devices()

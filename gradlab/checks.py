@@ -1,8 +1,19 @@
 """Self-checks for the exercises of every chapter.
 
 Each check returns a :class:`CheckResult` that says *what* is wrong (``None``, type, shape,
-non-finite values, wrong values, or a wrong status) rather than only pass or fail. A result
-is truthy when it passed and prints as one line, ``✅ …`` or ``❌ …``.
+non-finite values, wrong values, or a wrong status) rather than only pass or fail, and hints
+at *why* where a wrong answer has a typical cause. A result is truthy when it passed and
+prints as one line, ``✅ …`` or ``❌ …``. A check never raises on a learner's answer: a wrong
+type (a string, a scalar where a list is expected, a tuple from ``tf.clip_by_global_norm``, a
+list holding ``None``, ragged lists) is feedback too. Only a wrong *expected* value, which is
+the exercise author's mistake, raises.
+
+Chapter-specific hints are passed as ``hints``: a sequence of ``(match, text)`` pairs, where
+``match`` is either a known wrong answer (array-like, or a list of them for
+:func:`check_arrays`; it matches when the answer has its shapes and values) or a predicate
+called with the answer as float64 NumPy array(s). The text of every matching hint is appended
+to the feedback of a failed check. The per-chapter modules in :mod:`gradlab.exercises` use
+them.
 
 Pure computation: NumPy and TensorFlow only, no widgets.
 """
@@ -10,7 +21,9 @@ Pure computation: NumPy and TensorFlow only, no widgets.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -21,16 +34,30 @@ __all__ = [
     "check_status",
     "check_trains",
     "check_true",
+    "step_length_advice",
 ]
+
+Hint = tuple[Any, str]
+
+NONE_TEXT = (
+    "nothing is returned or assigned yet? If it is a gradient, it is None because the target "
+    "does not depend on the source through operations the tape recorded (chapter 02's gallery "
+    "of None gradients)"
+)
 
 
 @dataclasses.dataclass(frozen=True)
 class CheckResult:
-    """The outcome of one self-check: ``ok`` plus feedback a learner can act on."""
+    """The outcome of one self-check: ``ok`` plus feedback a learner can act on.
+
+    ``details`` may carry what the check measured (for example a training run), for a chapter
+    module that wants to add more specific advice; it is not printed.
+    """
 
     name: str
     ok: bool
     feedback: str
+    details: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     def __bool__(self) -> bool:
         return self.ok
@@ -44,76 +71,320 @@ class CheckResult:
         p.text(str(self))
 
 
-def _to_numpy(value):
-    """(array, problem) for a tensor-like value; problem is None when it converted cleanly."""
+# ----------------------------------------------------------------------------- describing answers
+def _short(value, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _is_sparse(value) -> bool:
+    """True for a ``tf.IndexedSlices`` (what tape.gradient returns for tf.gather, Embedding)."""
+    return all(hasattr(value, a) for a in ("indices", "values", "dense_shape"))
+
+
+def _is_array_like(value) -> bool:
+    return (hasattr(value, "shape") and hasattr(value, "dtype")) or _is_sparse(value)
+
+
+def _find_none(value, path=()) -> tuple[int, ...] | None:
+    """The index path of the first ``None`` inside nested lists/tuples, or None when there is none."""
     if value is None:
-        return None, (
-            "got None: nothing is returned or assigned yet? If it is a gradient, it is None "
-            "because the target does not depend on the source through operations the tape "
-            "recorded (chapter 02's gallery of None gradients)."
-        )
+        return path
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            found = _find_none(item, (*path, i))
+            if found is not None:
+                return found
+    return None
+
+
+def _item_shape(item) -> str:
+    try:
+        return str(tuple(np.shape(item.numpy() if hasattr(item, "numpy") else item)))
+    except Exception:  # noqa: BLE001 - a nested ragged item
+        return "ragged"
+
+
+def _to_numpy(value):
+    """``(array, problem, note)``: problem is None when ``value`` converted cleanly.
+
+    ``note`` says how the value was read when that is worth knowing (a number written as a
+    string, an IndexedSlices turned dense).
+    """
+    if value is None:
+        return None, f"got None: {NONE_TEXT}.", ""
     if isinstance(value, (str, bytes)):
-        return None, f"got a {type(value).__name__}, expected numbers"
+        text = value.decode(errors="replace") if isinstance(value, bytes) else value
+        try:
+            number = float(text.strip())
+        except ValueError:
+            return None, (f"got a {type(value).__name__} ({_short(value)}), expected numbers: return the "
+                          "number or array itself, not its printed text"), ""
+        return np.asarray(number), None, f" (the string {_short(value)} was read as the number {number:g}: " \
+            "a number is what is expected, not its text)"
+    if isinstance(value, dict):
+        return None, (f"got a dict with keys {_short(list(value))}, expected numbers (an array or a "
+                      "tensor); a dict has no order or shape to compare"), ""
+    note = ""
+    if _is_sparse(value):
+        from ._env import quiet_import_tensorflow
+
+        value = quiet_import_tensorflow().convert_to_tensor(value)
+        note = " (an IndexedSlices, compared as the dense tensor it stands for)"
+    where = _find_none(value) if isinstance(value, (list, tuple)) else None
+    if where is not None:
+        index = "".join(f"[{i}]" for i in where)
+        return None, f"it holds None at {type(value).__name__}{index}: a None there means {NONE_TEXT}.", ""
     try:
         arr = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
     except Exception as err:  # noqa: BLE001 - any conversion failure is feedback
-        return None, f"could not turn a {type(value).__name__} into an array ({err})"
+        if isinstance(value, (list, tuple)) and "inhomogeneous" in str(err):
+            shapes = ", ".join(_item_shape(v) for v in value[:6]) + (", ..." if len(value) > 6 else "")
+            return None, (f"got a ragged {type(value).__name__}: its items have different shapes ({shapes}), "
+                          "so it is not one rectangular array. Are some items missing a value, or is this "
+                          "a list of several arrays where one was expected?"), ""
+        return None, f"could not turn a {type(value).__name__} into an array ({err})", ""
     if arr.dtype == object:
-        return None, f"got a {type(value).__name__} that is not a rectangular array of numbers"
-    return arr, None
+        nones = [i for i, v in enumerate(arr.ravel()) if v is None]
+        if nones:
+            index = tuple(int(i) for i in np.unravel_index(nones[0], arr.shape))
+            return None, f"it holds None at index {index}: a None there means {NONE_TEXT}.", ""
+        return None, f"got a {type(value).__name__} that is not a rectangular array of numbers", ""
+    return arr, None, note
 
 
-def check_array(name: str, got, expected, *, rtol: float = 1e-4, atol: float = 1e-6) -> CheckResult:
-    """Compare ``got`` with ``expected``: None, shape, non-finite values, then the values."""
-    exp = np.asarray(expected.numpy() if hasattr(expected, "numpy") else expected, dtype=np.float64)
-    arr, problem = _to_numpy(got)
+def _shape_feedback(arr: np.ndarray, exp: np.ndarray) -> str:
+    got_s, exp_s = arr.shape, exp.shape
+    text = f"shape {got_s}, expected {exp_s}"
+    if arr.ndim == 0:
+        return (f"got a single number ({float(arr):.4g}), expected an array of shape {exp_s}: did you reduce "
+                "it (a sum, a mean, a loss) where the whole array was wanted?")
+    if exp.ndim == 0:
+        if arr.size == 1:
+            return f"{text}: one number wrapped in an array; take it out (float(...) or tf.squeeze)"
+        return f"{text}, a single number: did you return a whole array where one value was wanted?"
+    if arr.ndim != exp.ndim and arr.size == exp.size and tuple(d for d in got_s if d != 1) == tuple(d for d in exp_s if d != 1):
+        which = "an extra" if arr.ndim > exp.ndim else "a missing"
+        return (f"{text}: {which} axis of length 1. Careful: subtracting a (n, 1) array from a (n,) one "
+                "broadcasts to (n, n) without an error; use keepdims=True, tf.squeeze or tf.reshape so both "
+                "sides have the same shape")
+    if arr.size == exp.size:
+        return f"{text} (same number of elements: a transpose or reshape away)"
+    if arr.ndim < exp.ndim:
+        return f"{text} (fewer dimensions: did you sum over an axis, or use gradient instead of jacobian?)"
+    if arr.ndim > exp.ndim:
+        return f"{text} (more dimensions: did you stack several results, or use jacobian instead of gradient?)"
+    return text
+
+
+def _common_ratio(arrs: Sequence[np.ndarray], exps: Sequence[np.ndarray]) -> float | None:
+    """The factor r with got == r * expected for every element, when there is one (and r != 1)."""
+    a = np.concatenate([x.ravel() for x in arrs])
+    e = np.concatenate([x.ravel() for x in exps])
+    nonzero = np.abs(e) > 1e-12 * max(1.0, float(np.abs(e).max(initial=0.0)))
+    if not nonzero.any():
+        return None
+    r = float(np.median(a[nonzero] / e[nonzero]))
+    if not np.isfinite(r) or abs(r - 1.0) < 1e-6 or r == 0.0:
+        return None
+    return r if np.allclose(a, r * e, rtol=1e-3, atol=1e-12) else None
+
+
+def _ratio_text(r: float, single: bool = False) -> str:
+    """What a common factor between the answer and the expected values suggests.
+
+    For a ``single`` number any answer is some multiple of the expected one, so only the
+    telling factors (-1, a whole number, 1/n) are mentioned.
+    """
+    text = f" Every value is {r:.4g}× the expected one" if not single else f" That is {r:.4g}× the expected value"
+    if abs(r + 1.0) < 1e-3:
+        return text + ": the sign is flipped."
+    if abs(r) >= 2 and abs(r - round(r)) < 1e-3 * abs(r):
+        return text + (": a whole number, as when a sum is taken where a mean was wanted "
+                       "(the ratio is then the number of items averaged, such as the batch size).")
+    if abs(r) < 0.5 and abs(1 / r - round(1 / r)) < 1e-3 / abs(r):
+        return text + f" (1/{round(1 / r)}): a mean where a sum was wanted, or a factor divided twice?"
+    return "" if single else text + "."
+
+
+def _matches(match, arrs) -> bool:
+    try:
+        if callable(match):
+            return bool(match(arrs))
+        if isinstance(arrs, list):
+            if len(match) != len(arrs):
+                return False
+            known = [np.asarray(m, dtype=np.float64) for m in match]
+            return all(k.shape == a.shape and np.allclose(a, k, rtol=1e-4, atol=1e-6) for k, a in zip(known, arrs, strict=True))
+        known = np.asarray(match, dtype=np.float64)
+        return known.shape == arrs.shape and bool(np.allclose(arrs, known, rtol=1e-4, atol=1e-6))
+    except Exception:  # noqa: BLE001 - a hint that cannot be evaluated does not match
+        return False
+
+
+def _hint_text(hints: Iterable[Hint], arrs) -> str:
+    found = [text for match, text in hints if _matches(match, arrs)]
+    return "".join(f" Hint: {t}" for t in found)
+
+
+def _expected_array(expected) -> np.ndarray:
+    if _is_sparse(expected):
+        from ._env import quiet_import_tensorflow
+
+        expected = quiet_import_tensorflow().convert_to_tensor(expected)
+    return np.asarray(expected.numpy() if hasattr(expected, "numpy") else expected, dtype=np.float64)
+
+
+# ----------------------------------------------------------------------------- array checks
+def check_array(name: str, got, expected, *, rtol: float = 1e-4, atol: float = 1e-6,
+                hints: Sequence[Hint] = (), if_none: str = "") -> CheckResult:
+    """Compare ``got`` with ``expected``: type, ``None``, shape, non-finite values, then the values.
+
+    ``got`` may be a number, a NumPy array, a tensor, a variable, an ``IndexedSlices`` or a
+    (nested) list; a number written as a string (``"3"``) is read as that number, and the
+    feedback says so. ``hints`` are chapter-specific ``(match, text)`` pairs (see the module
+    docstring); ``if_none`` is appended when the answer is or holds ``None``. Used by the
+    exercises of every chapter.
+    """
+    exp = _expected_array(expected)
+    arr, problem, note = _to_numpy(got)
     if problem:
-        return CheckResult(name, False, problem)
+        extra = f" {if_none}" if if_none and _find_none(got) is not None else ""
+        return CheckResult(name, False, problem + extra)
     if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
-        return CheckResult(name, False, f"dtype {arr.dtype} is not numeric")
-    if arr.shape != exp.shape:
-        hint = ""
-        if arr.size == exp.size:
-            hint = " (same number of elements: a transpose or reshape away)"
-        elif arr.ndim < exp.ndim:
-            hint = " (fewer dimensions: did you sum over an axis, or use gradient instead of jacobian?)"
-        return CheckResult(name, False, f"shape {arr.shape}, expected {exp.shape}{hint}")
+        return CheckResult(name, False, f"dtype {arr.dtype} is not numeric: expected numbers")
+    if np.iscomplexobj(arr):
+        return CheckResult(name, False, f"dtype {arr.dtype} is complex: expected real numbers")
     arr = arr.astype(np.float64)
+    if arr.shape != exp.shape:
+        return CheckResult(name, False, _shape_feedback(arr, exp) + note + _hint_text(hints, arr))
     if not np.all(np.isfinite(arr)):
         bad = int(np.sum(~np.isfinite(arr)))
-        return CheckResult(name, False, f"{bad} of {arr.size} values are NaN or inf")
+        return CheckResult(name, False, f"{bad} of {arr.size} values are NaN or inf" + _hint_text(hints, arr))
     if not np.allclose(arr, exp, rtol=rtol, atol=atol):
         diff = np.abs(arr - exp)
         idx = np.unravel_index(int(np.argmax(diff)), diff.shape) if diff.ndim else ()
         where = f" at index {tuple(int(i) for i in idx)}" if idx else ""
         got_v = arr[idx] if idx else arr
         exp_v = exp[idx] if idx else exp
+        r = _common_ratio([arr], [exp])
         return CheckResult(
             name,
             False,
             f"values differ: largest gap {float(diff.max()):.3g}{where} "
-            f"(got {float(got_v):.4g}, expected {float(exp_v):.4g})",
+            f"(got {float(got_v):.4g}, expected {float(exp_v):.4g}){note}."
+            + (_ratio_text(r, single=exp.size == 1) if r is not None else "") + _hint_text(hints, arr),
         )
-    return CheckResult(name, True, f"shape {arr.shape} and values match")
+    return CheckResult(name, True, f"shape {arr.shape} and values match{note}")
 
 
-def check_arrays(name: str, got: Sequence, expected: Sequence, **kw) -> CheckResult:
-    """Check a list of arrays (e.g. one gradient per variable) element by element."""
-    if got is None or isinstance(got, (str, bytes)) or not hasattr(got, "__len__"):
-        return CheckResult(name, False, f"expected a list of {len(expected)} arrays, got {type(got).__name__}")
-    if len(got) != len(expected):
-        return CheckResult(name, False, f"got {len(got)} arrays, expected {len(expected)}")
-    for i, (g, e) in enumerate(zip(got, expected, strict=True)):
-        r = check_array(f"{name}[{i}]", g, e, **kw)
-        if not r:
-            return CheckResult(name, False, f"item {i}: {r.feedback}")
-    return CheckResult(name, True, f"all {len(expected)} arrays match")
+def _as_list(got, n: int, what: str):
+    """``(items, problem)``: the answer as a list of items, or why it is not a list of ``n`` arrays."""
+    want = f"a list of {n} arrays ({what})"
+    if got is None:
+        return None, f"got None, expected {want}: {NONE_TEXT}."
+    if isinstance(got, (str, bytes)):
+        return None, f"got a {type(got).__name__} ({_short(got)}), expected {want}"
+    if isinstance(got, dict):
+        return None, (f"got a dict with keys {_short(list(got))}, expected {want}: return the values as a list "
+                      "in the order of the sources")
+    if (isinstance(got, tuple) and len(got) == 2 and isinstance(got[0], (list, tuple)) and got[0]
+            and any(_is_array_like(a) for a in got[0]) and np.ndim(got[1]) == 0):
+        return None, (f"got a pair (a list of {len(got[0])} arrays, one number), expected {want}. "
+                      "tf.clip_by_global_norm returns such a pair, (clipped list, global norm before clipping): "
+                      "keep its first item, `clipped, norm = tf.clip_by_global_norm(grads, c)`")
+    if _is_array_like(got) or isinstance(got, (int, float, np.number)):
+        arr, problem, _ = _to_numpy(got)
+        if problem:
+            return None, f"expected {want}; {problem}"
+        if arr.ndim == 0 or arr.size == 1:
+            return None, (f"got a single number ({float(arr.ravel()[0]):.4g}), expected {want}. A single number "
+                          "is what a loss or a norm looks like: return the gradients, "
+                          "tape.gradient(loss, variables), which is a list with one tensor per variable")
+        return None, f"got one array of shape {arr.shape}, expected {want}"
+    if not isinstance(got, (list, tuple)):
+        if not isinstance(got, Iterable):
+            return None, f"got a {type(got).__name__}, expected {want}"
+        try:
+            got = list(got)  # zip, map, a generator: read it once
+        except Exception as err:  # noqa: BLE001
+            return None, f"could not read the {type(got).__name__} as a list ({err}), expected {want}"
+    return list(got), None
 
 
-def check_status(name: str, got: str, expected: str) -> CheckResult:
-    """Check a diagnosis word such as ``"vanishing"``."""
-    if got == expected:
+def check_arrays(name: str, got: Sequence, expected: Sequence, *, labels: Sequence[str] | None = None,
+                 what: str = "one per source", hints: Sequence[Hint] = (), **kw) -> CheckResult:
+    """Check a list of arrays (e.g. one gradient per variable) element by element.
+
+    The feedback names the first item that is wrong (by ``labels``, such as variable paths,
+    when given) and how many others are wrong too; when every item has its shape but all of
+    them are off by one common factor, it says so (a sum instead of a mean gives the batch
+    size). A single tensor, a number, a ``(list, norm)`` pair, a dict or ``None`` in place of
+    the list are feedback, not errors. ``what`` says what the items are ("one per variable").
+    ``kw`` goes to :func:`check_array` (``rtol``, ``atol``). Used by chapters 00 to 03.
+    """
+    expected = list(expected)
+    n = len(expected)
+    items, problem = _as_list(got, n, what)
+    exps = [_expected_array(e) for e in expected]
+    if problem:
+        if "got one array of shape" in problem:
+            arr = _to_numpy(got)[0]
+            if arr.size == sum(e.size for e in exps) and n > 1:
+                problem += (" with as many numbers as all of them together: were they concatenated, flattened or "
+                            "summed into one? Return the list itself")
+            elif arr.ndim >= 1 and arr.shape[0] == n:
+                problem += f" whose first axis has length {n}: was the list stacked? Return the list itself"
+            else:
+                problem += f" (with shapes {', '.join(str(e.shape) for e in exps)})"
+        return CheckResult(name, False, problem)
+    if len(items) != n:
+        shapes = ", ".join(str(e.shape) for e in exps)
+        hint = f" ({what}, with shapes {shapes})" if n <= 8 else f" ({what})"
+        return CheckResult(name, False, f"got {len(items)} arrays, expected {n}{hint}")
+    labels = list(labels) if labels is not None else [f"{name}[{i}]" for i in range(n)]
+    results = [check_array(labels[i], g, e, **kw) for i, (g, e) in enumerate(zip(items, exps, strict=True))]
+    bad = [i for i, r in enumerate(results) if not r]
+    if not bad:
+        return CheckResult(name, True, f"all {n} arrays match")
+    nones = [i for i in bad if items[i] is None]
+    if len(nones) == n:
+        return CheckResult(name, False, (f"every item is None: the tape recorded nothing that connects the target "
+                                         f"to these sources. Was the loss computed inside the `with` block, from the "
+                                         f"sources themselves? ({NONE_TEXT})"))
+    first = bad[0]
+    label = f" ({labels[first]})" if labels[first] != f"{name}[{first}]" else ""
+    item_text = results[first].feedback
+    arrs = [_to_numpy(g)[0] for g in items]
+    tail = ""
+    if all(a is not None and a.shape == e.shape for a, e in zip(arrs, exps, strict=True)):
+        arrs = [a.astype(np.float64) for a in arrs]
+        hint = _hint_text(hints, arrs)
+        r = _common_ratio(arrs, exps) if all(np.all(np.isfinite(a)) for a in arrs) else None
+        if r is not None and len(bad) > 1:
+            item_text = item_text.split(" Every value is")[0]  # said once, for all items, below
+            ratio = _ratio_text(r).replace("Every value is", "Across all items every value is")
+            tail = (ratio.split(":")[0].rstrip(".") + "." if hint else ratio)
+        tail += hint
+    text = f"item {first}{label}: {item_text.rstrip('.')}"
+    if len(bad) > 1:
+        others = len(bad) - 1
+        text += f"; {others} more item{'s are' if others > 1 else ' is'} wrong ({', '.join(map(str, bad[1:]))})"
+    return CheckResult(name, False, text + "." + tail)
+
+
+def check_status(name: str, got: str, expected: str, *, allowed: Sequence[str] = ()) -> CheckResult:
+    """Check a diagnosis word such as ``"vanishing"``; ``allowed`` lists the words that exist."""
+    if isinstance(got, str) and got == expected:
         return CheckResult(name, True, f"status is {expected!r}")
+    if not isinstance(got, str) and isinstance(getattr(got, "status", None), str):
+        return CheckResult(name, False, (f"got a {type(got).__name__}, expected its status word such as "
+                                         f"{expected!r}: pass its .status (here {got.status!r})"))
+    if isinstance(got, str) and got.strip().lower() == expected.lower():
+        return CheckResult(name, False, f"status is {got!r}, expected {expected!r}: same word, but spelled "
+                                        "differently (statuses are lower-case, no spaces)")
+    if isinstance(got, str) and allowed and got not in allowed:
+        return CheckResult(name, False, f"status is {got!r}, which is not one of {', '.join(map(repr, allowed))}")
     return CheckResult(name, False, f"status is {got!r}, expected {expected!r}")
 
 
@@ -125,6 +396,61 @@ def check_true(name: str, condition: bool | Callable[[], bool], if_false: str,
     except Exception as err:  # noqa: BLE001
         return CheckResult(name, False, f"raised {type(err).__name__}: {err}")
     return CheckResult(name, ok, if_true if ok else if_false)
+
+
+# ----------------------------------------------------------------------------- training advice
+def _describe_optimizer(optimizer) -> tuple[str, float | None]:
+    """A short name such as ``SGD(0.01)`` and the learning rate (None when it is a schedule)."""
+    import keras
+
+    try:
+        lr = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
+    except Exception:  # noqa: BLE001 - a schedule or an unusual optimizer
+        lr = None
+    momentum = float(getattr(optimizer, "momentum", 0.0) or 0.0)
+    args = f"{lr:g}" if lr is not None else "schedule"
+    if momentum:
+        args += f", momentum={momentum:g}"
+    return f"{type(optimizer).__name__}({args})", lr
+
+
+def step_length_advice(losses, global_norms, *, optimizer, clip: float | None, below: float) -> str:
+    """Advice for a run whose final loss stayed above ``below`` (nothing diverged, nothing None).
+
+    Tells a loss still falling (steps too short) from one that stalls or jumps (steps too long)
+    by comparing the mean loss of the last 10 steps with the 10 before, and, with clipping,
+    counts the clipped steps: a clipped plain-SGD step moves the weights by exactly learning
+    rate × clip. Used by chapter 04's capstone check; :func:`check_trains` may use it too.
+    """
+    losses = np.asarray(losses, dtype=np.float64)
+    norms = np.asarray(global_norms, dtype=np.float64)
+    name, lr = _describe_optimizer(optimizer)
+    plain_sgd = type(optimizer).__name__ == "SGD" and not getattr(optimizer, "momentum", 0.0)
+    clipped = int(np.sum(norms > clip)) if clip is not None else 0
+    clip_text = ""
+    if clip is not None:
+        clip_text = f" {clipped} of {len(norms)} steps were clipped (gradient norm above {clip:g})"
+        if plain_sgd and lr is not None and clipped >= len(norms) / 2:
+            clip_text += f", and each clipped {name} step moves the weights by exactly {lr:g} × {clip:g} = {lr * clip:.3g}"
+        clip_text += "."
+    if losses.size < 20:
+        return clip_text.strip()
+    last, before = float(losses[-10:].mean()), float(losses[-20:-10].mean())
+    spread = float(losses[-20:].max() - losses[-20:].min())
+    if last < 0.98 * before and spread < 0.5 * before:
+        steps_needed = ""
+        rate = (before - last) / 10
+        if rate > 0 and last > below:
+            steps_needed = f"; at that pace it needs about {math.ceil((last - below) / rate)} more steps"
+        return (f" The loss is still falling (mean {before:.3g} over steps {losses.size - 19}-{losses.size - 10}, "
+                f"{last:.3g} over the last 10), too slowly{steps_needed}: the steps are too short.{clip_text} Make each "
+                f"step count for more: a larger learning rate ({'keep' if clip is not None else 'with'} a clip for "
+                "the first large gradients), momentum (SGD(..., momentum=0.9)), or Adam.")
+    keep = " (keep the clip)" if clip is not None else ""
+    return (f" The loss is not settling: over the last 20 steps it ranges from {losses[-20:].min():.3g} to "
+            f"{losses[-20:].max():.3g} (mean {last:.3g} over the last 10, {before:.3g} over the 10 before): the "
+            f"steps are too long for this problem.{clip_text} Lower the learning rate{keep}, or use "
+            "momentum or Adam with a smaller rate.")
 
 
 FINAL_WINDOW = 10  # check_trains judges the mean loss of this many last steps

@@ -9,9 +9,12 @@ ipywidgets.
   :func:`gradlab.grads.diagnose` (chapter 01), ``None`` gradients and the variables they
   belong to (chapter 02), and, for a ``tf.function`` step, its tracing count (chapter 03).
   The report's :attr:`StepReport.problems` says, in plain words, what is wrong and what to do.
-* :func:`train_steps` trains any Keras model for a few steps with one eager tape per step,
-  recording the loss, the global gradient norm and the ``None`` gradients, and stops at the
-  first non-finite loss or gradient. :func:`gradlab.check_trains` is built on it.
+* :func:`train_steps` trains any Keras model for a few steps, recording the loss, the global
+  gradient norm and the ``None`` gradients, and stops at the first non-finite loss or
+  gradient. :func:`gradlab.check_trains` and :func:`gradlab.train_mlp` are built on it.
+
+Both run on :mod:`gradlab.core`: the same input coercion, loss, loss scaling, clipping and
+per-layer taps as every other tool.
 """
 
 from __future__ import annotations
@@ -23,10 +26,11 @@ from collections.abc import Callable
 
 import numpy as np
 
+from . import core
 from ._env import quiet_import_tensorflow
 from ._validate import check_int
 from ._validate import check_positive as _check_positive
-from .grads import diagnose
+from .grads import dense_signal_pass, diagnose, per_layer_gain, true_norm
 
 tf = quiet_import_tensorflow()
 import keras  # noqa: E402
@@ -42,6 +46,7 @@ __all__ = [
 ]
 
 PROBLEM_KINDS: tuple[str, ...] = (
+    "non-finite-data",
     "non-finite-weights",
     "non-finite-forward",
     "non-finite-loss",
@@ -49,85 +54,32 @@ PROBLEM_KINDS: tuple[str, ...] = (
     "none-gradient",
     "vanishing",
     "exploding",
+    "vanishing-through-time",
+    "exploding-through-time",
+    "batchnorm-statistics",
+    "loss-scale-overflow",
     "large-gradient",
     "retracing",
 )
 
 
 # ----------------------------------------------------------------------------- validation
-def _check_model(model) -> None:
-    if not isinstance(model, keras.Model):
-        raise ValueError(f"model must be a keras.Model, got {type(model).__name__}")
-
-
-def _as_float_tensor(name: str, value):
-    if value is None or isinstance(value, (str, bytes, bool)):
-        raise ValueError(f"{name} must be an array or tensor of numbers (one batch); got {value!r}")
-    if isinstance(value, (dict, tuple)) or (isinstance(value, list) and value and hasattr(value[0], "shape")):
-        raise ValueError(
-            f"{name} must be a single array or tensor; got a {type(value).__name__} "
-            "(models with several inputs or outputs are not supported)"
-        )
-    try:
-        t = tf.convert_to_tensor(value)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"{name} must be an array or tensor of numbers; got {type(value).__name__}") from err
-    if t.shape.rank is None or t.shape.rank == 0:
-        raise ValueError(f"{name} must have a batch axis; got a scalar")
-    if t.dtype.is_integer or t.dtype == tf.bool:
-        t = tf.cast(t, tf.float32)
-    if not t.dtype.is_floating:
-        raise ValueError(f"{name} must hold numbers; got dtype {t.dtype.name}")
-    return t
+def _check_flag(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False; got {value!r}")
+    return value
 
 
 def _prepare(model, x, y):
-    """Validated float tensors ``x`` and ``y``, the model built, and its trainable variables."""
-    x = _as_float_tensor("x", x)
-    y = _as_float_tensor("y", y)
+    """Coerced ``x`` and ``y`` (:func:`gradlab.core.coerce_batch`), the model built, its variables."""
+    core.check_model(model)
+    x, y = core.coerce_batch(model, x, y)
     if not model.built:
-        model(x[:1])
+        model(tf.nest.map_structure(lambda t: t[:1], x))
     variables = list(model.trainable_variables)
     if not variables:
         raise ValueError(f"model {model.name!r} has no trainable variables: there is nothing to train")
     return x, y, variables
-
-
-def _mse(y_true, y_pred):
-    return tf.reduce_mean(tf.square(y_true - y_pred))
-
-
-def _loss_fn(loss_fn) -> Callable:
-    if loss_fn is None:
-        return _mse
-    if not callable(loss_fn):
-        raise ValueError(
-            f"loss_fn must be None (mean squared error) or a callable (y_true, y_pred) -> scalar; "
-            f"got {loss_fn!r}"
-        )
-    return loss_fn
-
-
-def _scalar_loss(loss):
-    loss = tf.convert_to_tensor(loss)
-    if loss.shape.rank != 0:
-        raise ValueError(
-            f"loss_fn must return a scalar, it returned shape {tuple(loss.shape)}. "
-            "tape.gradient would silently differentiate the sum of its elements (chapter 02); "
-            "reduce it, e.g. with tf.reduce_mean"
-        )
-    return loss
-
-
-def _check_shapes(x, y, y_pred, default_loss: bool) -> None:
-    if y.shape[0] != x.shape[0]:
-        raise ValueError(f"x and y must hold the same number of examples; got {x.shape[0]} and {y.shape[0]}")
-    if default_loss and tuple(y.shape) != tuple(y_pred.shape):
-        raise ValueError(
-            f"y has shape {tuple(y.shape)} but the model's output has shape {tuple(y_pred.shape)}; "
-            "the default mean squared error would broadcast them into a wrong loss. "
-            "Reshape y, or pass your own loss_fn"
-        )
 
 
 # ----------------------------------------------------------------------------- report parts
@@ -148,10 +100,12 @@ class Problem:
 
 @dataclasses.dataclass(frozen=True)
 class LayerStats:
-    """Forward and backward numbers of one layer, for a ``Sequential`` or functional model.
+    """Forward and backward numbers of one layer call, recorded while the model ran.
 
-    ``signal`` is the norm of dLoss/d(pre-activation) for a ``Dense`` layer of a
-    ``Sequential`` model (as in chapter 01) and of dLoss/d(output) for every other layer.
+    One row per call of a layer (nested models expanded; a layer applied twice has a second row
+    named ``"<name> (call 2)"``). ``signal`` is the norm of dLoss/d(pre-activation) for a
+    ``Dense`` layer (as in chapter 01) and of dLoss/d(output) for every other layer (all its
+    outputs together for a layer with several outputs; ``None`` when no output reaches the loss).
     ``weight_grad`` is the joint norm of the gradients of all the layer's trainable variables
     (kernel and bias together for a ``Dense`` layer, so it is larger than chapter 01's
     kernel-only norms; ``None`` when it has none, or all its gradients are ``None``). The
@@ -221,6 +175,19 @@ class StepReport:
     looks_untrained: bool | None = None
     tracing_count_before: int | None = None
     problems: tuple[Problem, ...] = ()
+    #: For a model with a recurrent layer: the gradient norm of the loss with respect to each
+    #: time step of the first recurrent layer's input, earliest first (``None`` otherwise).
+    time_step_norms: np.ndarray | None = None
+    time_step_layer: str | None = None
+    #: The loss scale of a ``LossScaleOptimizer`` (mixed precision) the gradients were taken with.
+    loss_scale: float | None = None
+    #: What the loss is: ``"mean squared error + model.losses"``, the compiled loss, or ``loss_fn``.
+    loss_description: str = ""
+    training: bool = True
+    #: The model's compute dtype as it ran (``float16`` under ``mixed_float16``).
+    compute_dtype: str = "float32"
+    #: NaN/inf found in ``x`` or ``y`` themselves.
+    data_problems: tuple[str, ...] = ()
 
     # ---------------------------------------------------------------- convenience views
     @property
@@ -271,10 +238,18 @@ class StepReport:
                              f"{_fmt(layer.signal):>9}  {wg:>18}")
         else:
             w = max(8, *(len(v.path) for v in self.variables))
+            if self.status == "n/a" and self.message:
+                lines.append(f"  ({self.message})")
             lines.append(f"  {'variable':<{w}}  {'gradient norm':>13}")
             for v in self.variables:
                 g = "None" if v.grad_norm is None else _fmt(v.grad_norm)
                 lines.append(f"  {v.path:<{w}}  {g:>13}")
+        if self.time_step_norms is not None and self.time_step_norms.size:
+            t = self.time_step_norms
+            lines.append(f"  time steps of {self.time_step_layer!r} (input side, earliest first): "
+                         f"{t.size} steps, first {_fmt(t[0])}, last {_fmt(t[-1])}")
+        if self.loss_scale is not None:
+            lines.append(f"  mixed precision: compute {self.compute_dtype}, loss scale {self.loss_scale:g}")
         if self.status != "n/a":
             lines.append(f"  diagnosis: {self.status}: {self.message}")
         if self.tracing_count is not None:
@@ -295,88 +270,77 @@ class StepReport:
         p.text(repr(self) if cycle else str(self))
 
 
-# ----------------------------------------------------------------------------- forward passes
-def _is_functional(model) -> bool:
-    from keras.src.models.functional import Functional
-
-    return isinstance(model, Functional) and not isinstance(model, keras.Sequential)
-
-
-def _dense_pre_activation(layer, h):
-    """``(z, out)`` for a plain Dense layer on a 2-D input, else ``None``."""
-    if not isinstance(layer, keras.layers.Dense) or h.shape.rank != 2 or getattr(layer, "lora_enabled", False):
-        return None
-    if getattr(layer, "quantization_mode", None):
-        return None
-    z = tf.matmul(h, tf.convert_to_tensor(layer.kernel))
-    if layer.use_bias:
-        z = z + tf.convert_to_tensor(layer.bias)
-    return z
-
-
-def _forward(model, x, tape, training: bool):
-    """``(y_pred, [(layer, out, watched)])``: per-layer outputs recorded on ``tape``.
-
-    Sequential models run layer by layer (Dense layers through their pre-activation, which is
-    watched, as in chapter 01); functional models with one input and one output run through a
-    model that returns every layer's output. Other models return an empty list.
-    """
-    if isinstance(model, keras.Sequential):
-        h, rows = x, []
-        for layer in model.layers:
-            z = _dense_pre_activation(layer, h)
-            if z is not None:
-                tape.watch(z)
-                out = layer.activation(z)
-                rows.append((layer, out, z))
-            else:
-                out = layer(h, training=training)
-                tape.watch(out)
-                rows.append((layer, out, out))
-            h = out
-        return h, rows
-    if _is_functional(model) and len(model.inputs) == 1 and len(model.outputs) == 1:
-        layers = [layer for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)]
-        try:
-            outputs = [layer.output for layer in layers]
-        except (AttributeError, ValueError):  # a shared layer has several outputs
-            outputs = None
-        if outputs is not None:
-            final = model.outputs[0]
-            idx = next((i for i, o in enumerate(outputs) if o is final), None)
-            if idx is not None:
-                extractor = keras.Model(model.inputs, outputs)
-                outs = extractor(x, training=training)
-                outs = outs if isinstance(outs, (list, tuple)) else [outs]
-                for o in outs:
-                    tape.watch(o)
-                return outs[idx], list(zip(layers, outs, outs, strict=True))
-    return model(x, training=training), []
-
-
-def _norm(t) -> float:
-    return float(tf.norm(tf.cast(t, tf.float64)).numpy())
-
-
+# ----------------------------------------------------------------------------- measurements
 def _all_finite(t) -> bool:
     return bool(tf.reduce_all(tf.math.is_finite(t)).numpy())
 
 
-def _variable_layers(model) -> dict[int, str]:
-    """id(variable) -> name of the innermost layer that owns it."""
-    owner: dict[int, str] = {}
+def _joint_norm(grads) -> float | None:
+    norms = [true_norm(g) for g in grads if g is not None]
+    return math.sqrt(sum(n * n for n in norms)) if norms else None
 
-    def walk(layer):
-        subs = getattr(layer, "layers", None)
-        if subs:
-            for sub in subs:
-                walk(sub)
-        for v in layer.trainable_weights:
-            owner.setdefault(id(v), layer.name)
 
-    for layer in model.layers:
-        walk(layer)
-    return owner
+def _time_step_norms(grad) -> np.ndarray:
+    """Per-time-step norms of a ``(batch, time, ...)`` gradient, earliest first, in float64."""
+    g = tf.cast(grad, tf.float64)
+    axes = [a for a in range(g.shape.rank) if a != 1]
+    return np.sqrt(tf.reduce_sum(tf.square(g), axis=axes).numpy())
+
+
+#: BatchNormalization over this few values per channel gives statistics that are mostly noise.
+BN_TINY_VALUES = 16
+
+
+def _batchnorm_findings(calls, training: bool) -> list[str]:
+    """What is wrong with the BatchNorm statistics of this pass, in plain words."""
+    tiny, untrained = [], []
+    for c in calls:
+        layer = c.layer
+        if not isinstance(layer, keras.layers.BatchNormalization) or c.inputs is None:
+            continue
+        shape = tuple(int(d) for d in tf.nest.flatten(c.inputs)[0].shape)
+        axis = layer.axis if isinstance(layer.axis, int) else layer.axis[0]
+        per_channel = int(np.prod([d for i, d in enumerate(shape) if i != axis % len(shape)]))
+        if training and per_channel <= BN_TINY_VALUES:
+            spatial = "×".join(str(d) for i, d in enumerate(shape[1:], 1) if i != axis % len(shape))
+            tiny.append((c.name, per_channel, shape[0], spatial))
+        if not training:
+            mean = tf.convert_to_tensor(layer.moving_mean)
+            var = tf.convert_to_tensor(layer.moving_variance)
+            if not bool(tf.reduce_any(mean != 0).numpy()) and not bool(tf.reduce_any(var != 1).numpy()):
+                untrained.append(c.name)
+    out = []
+    if tiny:
+        name, n, batch, spatial = min(tiny, key=lambda t: t[1])
+        where = f"batch {batch} × {spatial} feature map" if spatial else f"batch {batch}"
+        out.append(f"{len(tiny)} BatchNormalization layer{'s' if len(tiny) > 1 else ''} normalize each "
+                   f"channel over at most {BN_TINY_VALUES} values (fewest: {name!r}, {n} values = {where}), "
+                   "so their batch statistics are mostly noise and the gradient through them is erratic")
+    if untrained:
+        out.append(f"{len(untrained)} BatchNormalization layer{'s' if len(untrained) > 1 else ''} (first: "
+                   f"{untrained[0]!r}) still hold their initial moving statistics (mean 0, variance 1), so "
+                   "with training=False they do not normalize anything")
+    return out
+
+
+def _causes(loss_closure, variables, none_idx: bool, nonfinite: bool):
+    """Ask gradlab.causes why gradients are None / where NaN is born; ``({}, None)`` on failure."""
+    reasons, source = {}, None
+    try:
+        from .causes import explain_none_gradients, find_nonfinite_source
+    except ImportError:  # pragma: no cover - causes.py is part of the package
+        return reasons, source
+    try:
+        if none_idx:
+            reasons = dict(explain_none_gradients(loss_closure, variables) or {})
+    except Exception:  # noqa: BLE001 - the generic text stays when the explanation fails
+        reasons = {}
+    try:
+        if nonfinite:
+            source = find_nonfinite_source(loss_closure, variables)
+    except Exception:  # noqa: BLE001
+        source = None
+    return reasons, source
 
 
 # ----------------------------------------------------------------------------- problems
@@ -407,10 +371,26 @@ def _ratio_text(r: dict) -> str:
     return f"the signal at {names[0]!r} is {first / last:.2g}× the signal at {names[-1]!r}"
 
 
-def _problems(report_args: dict, *, huge_above: float) -> list[Problem]:
+def _none_causes_text(causes: dict) -> str:
+    if len(causes) == 1:
+        return f": {next(iter(causes.values()))}."
+    return " (" + "; ".join(f"{p}: {c}" for p, c in causes.items()) + ")."
+
+
+def _problems(report_args: dict, *, huge_above: float, extra: dict | None = None) -> list[Problem]:
     r = report_args
+    extra = extra or {}
     variables: tuple[VariableStats, ...] = r["variables"]
     out: list[Problem] = []
+    if r["data_problems"]:
+        out.append(Problem(
+            "non-finite-data",
+            f"The data itself is not finite: {'; '.join(r['data_problems'])}. Every number computed "
+            "from it is NaN too, so nothing here says anything about the model.",
+            "clean the batch (drop or impute the rows, check the loading and any division or log in "
+            "the preprocessing), e.g. find them with np.isfinite(x).all(axis=1).",
+        ))
+        return out
     bad_w = [v.path for v in variables if not v.value_finite]
     if bad_w:
         out.append(Problem(
@@ -442,7 +422,8 @@ def _problems(report_args: dict, *, huge_above: float) -> list[Problem]:
             "non-finite-gradient",
             f"The loss is finite but {len(bad_g)} gradient{'s are' if len(bad_g) > 1 else ' is'} NaN/inf"
             + (f"; the backward pass first goes non-finite at layer {where!r}" if where else "")
-            + ": an op with an infinite derivative (sqrt or norm at 0, log near 0).",
+            + (f": {extra['nonfinite_source']}" if extra.get("nonfinite_source")
+               else ": an op with an infinite derivative (sqrt or norm at 0, log near 0)."),
             "add an epsilon (tf.sqrt(x + 1e-12)) or use a safe op; clipping cannot repair NaN.",
         ))
     none = [v.path for v in variables if v.grad_norm is None]
@@ -450,23 +431,69 @@ def _problems(report_args: dict, *, huge_above: float) -> list[Problem]:
         out.append(Problem(
             "none-gradient",
             f"No gradient (None) for {', '.join(none)}: the loss does not depend on "
-            f"{'these variables' if len(none) > 1 else 'this variable'} through recorded operations.",
+            f"{'these variables' if len(none) > 1 else 'this variable'} through recorded operations"
+            + (_none_causes_text(extra["none_causes"]) if extra.get("none_causes") else "."),
             "check that the layer's output really uses it (a forgotten term, a wrong return value, "
             "a NumPy round-trip, work outside the tape); chapter 02 lists seven causes.",
         ))
-    status = r["status"]
-    if status == "vanishing":
+    if extra.get("loss_scale_overflow"):
+        out.append(Problem(
+            "loss-scale-overflow",
+            f"With the loss scale {r['loss_scale']:g} the float16 gradients overflow: a "
+            "LossScaleOptimizer skips this step and halves the scale (normal in the first steps of "
+            "mixed-precision training; the unscaled gradients are what this report shows).",
+            "nothing to do if it happens only in the first steps; if every step overflows, look for "
+            "layers whose float16 outputs are huge, or keep them in float32 (dtype='float32').",
+        ))
+    bn = extra.get("batchnorm") or []
+    if bn:
+        out.append(Problem(
+            "batchnorm-statistics",
+            "BatchNormalization statistics are the likely cause of the gradient sizes below: "
+            + "; ".join(bn) + ".",
+            ("use a larger batch, or a larger input so the last feature maps are bigger than 1×1; or "
+             "replace BatchNormalization by GroupNormalization/LayerNormalization; for a trained model, "
+             "freeze its BatchNorm layers (layer.trainable = False runs them in inference mode)."
+             if r["training"] else
+             "inspect with training=True (the batch statistics fit trains with), or train the model "
+             "first so that its moving statistics describe the data."),
+        ))
+    cause_bn = "the BatchNormalization statistics (see above), not the initializer: "
+    status = extra.get("layer_status", r["status"])
+    if status == "vanishing" and r["diagnosed_layers"]:
         out.append(Problem(
             "vanishing",
             f"Vanishing gradients: {_ratio_text(r)}, so the early layers barely learn.",
-            "use relu with he_normal (or leaky_relu), fewer layers, or normalization; try the "
-            "combination in gl.GradientExplorer first.",
+            (cause_bn + "fix those first." if bn else
+             "use relu with he_normal (or leaky_relu), fewer layers, or normalization; try the "
+             "combination in gl.GradientExplorer first."),
         ))
-    elif status == "exploding":
+    elif status == "exploding" and r["diagnosed_layers"]:
         out.append(Problem(
             "exploding",
             f"Exploding gradients: {_ratio_text(r)}, so the early layers get huge updates.",
-            "use an initializer matched to the activation (glorot, he) and clip the global norm.",
+            (cause_bn + "fix those first, and clip the global norm." if bn else
+             "use an initializer matched to the activation (glorot, he) and clip the global norm."),
+        ))
+    time_status = extra.get("time_status")
+    if time_status in ("vanishing", "exploding"):
+        t = r["time_step_norms"]
+        ratio = "underflowed to 0" if t[0] == 0 else f"is {t[0] / t[-1]:.2g}× the gradient at the last step"
+        grows = time_status == "exploding"
+        out.append(Problem(
+            f"{time_status}-through-time",
+            f"{'Exploding' if grows else 'Vanishing'} gradients through time in {r['time_step_layer']!r}: "
+            f"over {t.size} steps the gradient at the first time step {ratio}, so "
+            + ("early inputs get huge updates." if grows else "the model cannot learn from early inputs."),
+            ("clip the global norm (clipnorm=1.0), lower the learning rate, or shorten the sequences."
+             if grows else
+             ("if the target depends on early inputs, use LSTM or GRU instead of "
+              f"{extra.get('recurrent_kind')}, shorter sequences (or truncated backpropagation), or "
+              "attention over the sequence."
+              if extra.get("recurrent_kind") in ("SimpleRNN", "RNN") else
+              "a gated layer forgets early inputs while its gates are untrained; if the target depends "
+              "on them, train longer, shorten the sequences, or add attention over the sequence "
+              "(Bidirectional helps when the end of the sequence matters less).")),
         ))
     g = r["global_norm"]
     if math.isfinite(g) and g > huge_above:
@@ -534,105 +561,194 @@ def inspect_training_step(
     *,
     step_fn: Callable | None = None,
     training: bool = True,
+    optimizer=None,
     vanish_below: float = 1e-3,
     explode_above: float = 1e3,
     huge_above: float = 1e3,
 ) -> StepReport:
     """Run one training step's forward and backward pass under a tape and report (chapter 04).
 
-    ``loss_fn(y_true, y_pred)`` must return a scalar; the default is the mean squared error.
-    The weights are **not** updated: the report describes the step the model is about to take.
-    It holds
+    Works on any Keras model (Sequential, functional, nested, subclassed; layers with several
+    outputs, shared layers, recurrent layers, mixed precision): its leaf layers are tapped while
+    the model runs its own call (:func:`gradlab.core.tap_layers`). The loss is ``loss_fn(y,
+    y_pred)`` when given, else the model's compiled loss (``model.compute_loss``) when it is
+    compiled with one, else the mean squared error; ``model.losses`` (regularizers) are added.
 
-    * the loss, and for a ``Sequential`` or single-input functional model one row per layer:
-      the output's standard deviation, whether it is finite, the back-propagated signal and the
-      layer's weight-gradient norm; the first layer whose output is NaN/inf;
+    ``training=True`` (the default) runs the pass as ``fit`` runs a training step: dropout is
+    on and BatchNormalization normalizes with the batch's statistics. The model is **not
+    changed**: every variable, trainable or not (BatchNorm moving statistics, dropout seeds),
+    is put back bit for bit afterwards, so two calls give the same report. ``training=False``
+    inspects inference mode (what ``evaluate`` and ``predict`` run).
+
+    ``optimizer`` (default: the compiled optimizer, if any): with a ``LossScaleOptimizer`` the
+    gradients are taken of the scaled loss and unscaled, as ``fit`` takes them, and the loss
+    scale is shown; a ``mixed_float16`` model without one gets the scale ``compile`` would give it.
+
+    The report holds
+
+    * the loss; one row per layer call: the output's standard deviation, whether it is finite,
+      the back-propagated signal and the layer's weight-gradient norm; the first layer whose
+      output is NaN/inf;
     * :func:`gradlab.grads.diagnose`'s verdict on the signal of every layer with weights but the
-      last (for a stack of Dense layers these are the numbers of :func:`gradlab.gradient_report`);
-    * every trainable variable's gradient norm, ``None`` gradients by variable path, and
-      variables whose values are already NaN/inf;
+      last (for a stack of Dense layers these are the numbers of :func:`gradlab.gradient_report`),
+      and for a model with a recurrent layer ``time_step_norms``, with a verdict through time;
+    * every trainable variable's gradient norm, ``None`` gradients by variable path (with their
+      cause from :mod:`gradlab.causes`), and variables whose values are already NaN/inf;
+    * NaN/inf in ``x`` or ``y`` themselves, reported as a data problem;
     * with ``step_fn`` (your training step, called as ``step_fn(x, y)`` once, *after* the
       inspection, so it does update the weights): how often it has traced if it is a
       ``tf.function`` (or a :class:`gradlab.TraceCounter`), and whether this call traced.
 
     :attr:`StepReport.problems` lists the findings in plain words, each with a fix.
     """
-    _check_model(model)
-    loss_fn_ = _loss_fn(loss_fn)
+    core.check_model(model)
+    loss = core.resolve_loss(model, loss_fn)
     if step_fn is not None and not callable(step_fn):
         raise ValueError(f"step_fn must be None or a callable step_fn(x, y); got {type(step_fn).__name__}")
-    if not isinstance(training, bool):
-        raise ValueError(f"training must be True or False; got {training!r}")
+    _check_flag("training", training)
     vanish_below = _check_positive("vanish_below", vanish_below)
     explode_above = _check_positive("explode_above", explode_above)
     huge_above = _check_positive("huge_above", huge_above)
     if not vanish_below < explode_above:
         raise ValueError(f"need vanish_below < explode_above; got {vanish_below} and {explode_above}")
+    if optimizer is not None and not isinstance(optimizer, keras.optimizers.Optimizer):
+        raise ValueError(f"optimizer must be None or a keras.optimizers.Optimizer; got {type(optimizer).__name__}")
     x, y, variables = _prepare(model, x, y)
+    opt = optimizer if optimizer is not None else getattr(model, "optimizer", None)
+    if opt is None and getattr(model.dtype_policy, "name", "") == "mixed_float16":
+        opt = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD())  # what compile would add
+    scale = core.loss_scale(opt) if opt is not None else None
+    data = tuple(core.data_problems(x, y))
 
-    with tf.GradientTape(persistent=True) as tape:
-        y_pred, rows = _forward(model, x, tape, training)
-        _check_shapes(x, y, y_pred, loss_fn is None)
-        loss = _scalar_loss(loss_fn_(y, y_pred))
-    watched = [w for _, _, w in rows]
-    grads = tape.gradient(loss, variables)
-    signals = tape.gradient(loss, watched) if watched else []
-    del tape
+    saved = core.snapshot(model)
+    try:
+        with tf.GradientTape(persistent=True) as tape:
+            with core.tap_layers(model, tape) as taps:
+                y_pred = model(x, training=training)
+            loss.check(y, y_pred)
+            loss_value = loss(x, y, y_pred, training)
+            target = loss_value if scale is None else loss_value * scale
+        calls = taps.calls
+        signal_targets = [[c.pre_activation] if c.pre_activation is not None else list(c.outputs)
+                          for c in calls]
+        recurrent = next((c for c in calls if core.is_recurrent(c.layer)), None)
+        rnn_inputs = [t for t in tf.nest.flatten(recurrent.inputs)
+                      if isinstance(t, tf.Tensor) and t.dtype.is_floating][:1] if recurrent else []
+        flat = [t for ts in signal_targets for t in ts]
+        all_grads = tape.gradient(target, variables + flat + rnn_inputs)
+        del tape
+        if scale is not None:
+            all_grads = [None if g is None else (g / tf.cast(scale, g.dtype)) for g in all_grads]
+        grads = all_grads[: len(variables)]
+        flat_grads = all_grads[len(variables): len(variables) + len(flat)]
+        rnn_grad = all_grads[len(variables) + len(flat):]
+        time_norms = None
+        if recurrent is not None and rnn_grad and rnn_grad[0] is not None and rnn_grad[0].shape.rank >= 2:
+            time_norms = _time_step_norms(rnn_grad[0])
 
-    owner = _variable_layers(model)
-    var_stats = tuple(
-        VariableStats(
-            path=getattr(v, "path", v.name),
-            layer=owner.get(id(v), "?"),
-            shape=tuple(int(d) for d in v.shape),
-            grad_norm=None if g is None else _norm(g),
-            grad_finite=True if g is None else _all_finite(g),
-            value_finite=_all_finite(v),
+        owner = core.variable_layers(model)
+        var_stats = tuple(
+            VariableStats(
+                path=core.variable_path(v),
+                layer=owner.get(id(v), "?"),
+                shape=tuple(int(d) for d in v.shape),
+                grad_norm=None if g is None else true_norm(g),
+                grad_finite=True if g is None else core.all_finite([g]).numpy().item(),
+                value_finite=_all_finite(v),
+            )
+            for v, g in zip(variables, grads, strict=True)
         )
-        for v, g in zip(variables, grads, strict=True)
-    )
-    present = [g for g in grads if g is not None]
-    global_norm = _norm(tf.stack([tf.norm(tf.cast(g, tf.float64)) for g in present])) if present else 0.0
+        global_norm = float(core.global_norm(grads).numpy())
 
-    layer_stats = []
-    for (layer, out, _), s in zip(rows, signals, strict=True):
-        own = [vs for v, vs in zip(variables, var_stats, strict=True)
-               if owner.get(id(v)) is not None and any(v is w for w in layer.trainable_weights)]
-        norms = [vs.grad_norm for vs in own if vs.grad_norm is not None]
-        layer_stats.append(LayerStats(
-            name=layer.name,
-            kind=type(layer).__name__,
-            output_std=float(tf.math.reduce_std(tf.cast(out, tf.float64)).numpy()),
-            output_finite=_all_finite(out),
-            signal=None if s is None else _norm(s),
-            weight_grad=math.sqrt(sum(n * n for n in norms)) if norms else None,
-            has_weights=bool(layer.trainable_weights),
-        ))
-    first_bad = next((ls.name for ls in layer_stats if not ls.output_finite), None)
-    first_bad_grad = None
-    for ls in reversed(layer_stats):  # the backward pass runs from the output to the input
-        if (ls.signal is not None and not math.isfinite(ls.signal)) or (
-            ls.weight_grad is not None and not math.isfinite(ls.weight_grad)
-        ):
-            first_bad_grad = ls.name
-            break
-    if first_bad_grad is None and not layer_stats:
-        bad = [vs.layer for vs in var_stats if not vs.grad_finite]
-        first_bad_grad = bad[-1] if bad else None
+        stats_by_var = {id(v): vs for v, vs in zip(variables, var_stats, strict=True)}
+        layer_stats, i = [], 0
+        for c, ts in zip(calls, signal_targets, strict=True):
+            gs = flat_grads[i: i + len(ts)]
+            i += len(ts)
+            first_call = c.index == 0
+            own = [stats_by_var[id(v)] for v in c.layer.trainable_weights if id(v) in stats_by_var]
+            norms = [vs.grad_norm for vs in own if vs.grad_norm is not None]
+            out0 = c.outputs[0] if c.outputs else None
+            layer_stats.append(LayerStats(
+                name=c.name,
+                kind=type(c.layer).__name__,
+                output_std=float(tf.math.reduce_std(tf.cast(out0, tf.float64)).numpy()) if out0 is not None
+                else math.nan,
+                output_finite=all(_all_finite(o) for o in c.outputs),
+                signal=_joint_norm(gs),
+                weight_grad=(math.sqrt(sum(n * n for n in norms)) if norms else None) if first_call else None,
+                has_weights=bool(own) and first_call,
+            ))
+        first_bad = next((ls.name for ls in layer_stats if not ls.output_finite), None)
+        first_bad_grad = None
+        for ls in reversed(layer_stats):  # the backward pass runs from the output to the input
+            if (ls.signal is not None and not math.isfinite(ls.signal)) or (
+                ls.weight_grad is not None and not math.isfinite(ls.weight_grad)
+            ):
+                first_bad_grad = ls.name
+                break
+        if first_bad_grad is None and not layer_stats:
+            bad = [vs.layer for vs in var_stats if not vs.grad_finite]
+            first_bad_grad = bad[-1] if bad else None
 
-    weighted = [ls for ls in layer_stats if ls.has_weights and ls.signal is not None]
-    diagnosed = weighted[:-1] if len(weighted) > 1 else weighted
-    if len(diagnosed) == 1:
-        finite = diagnosed[0].signal is not None and math.isfinite(diagnosed[0].signal)
-        status = "healthy" if finite else "non-finite"
-        message = ("one hidden layer: no depth for the signal to vanish or explode over" if finite
-                   else f"the signal of {diagnosed[0].name!r} is NaN/inf")
-    elif diagnosed:
-        status, message = diagnose([ls.signal for ls in diagnosed], vanish_below=vanish_below,
-                                   explode_above=explode_above)
-        message = _name_layers(message, [ls.name for ls in diagnosed])
-    else:
-        status, message = "n/a", "no per-layer signal for this kind of model"
+        weighted = [ls for ls in layer_stats if ls.has_weights and ls.signal is not None]
+        diagnosed = weighted[:-1] if len(weighted) > 1 else weighted
+        if data:
+            status, message = "n/a", "the data holds NaN/inf: fix the data first"
+            diagnosed = []
+        elif len(diagnosed) == 1:
+            finite = diagnosed[0].signal is not None and math.isfinite(diagnosed[0].signal)
+            status = "healthy" if finite else "non-finite"
+            message = ("one hidden layer: no depth for the signal to vanish or explode over" if finite
+                       else f"the signal of {diagnosed[0].name!r} is NaN/inf")
+        elif diagnosed:
+            status, message = diagnose([ls.signal for ls in diagnosed], vanish_below=vanish_below,
+                                       explode_above=explode_above)
+            message = _name_layers(message, [ls.name for ls in diagnosed])
+        else:
+            status, message = "n/a", ("no layer call could be tapped (the model's call runs inside a "
+                                      "tf.function, or reads its weights directly): per-variable view")
+        layer_status = status
+        bn = [] if data else _batchnorm_findings(calls, training)
+        if bn and status in ("vanishing", "exploding"):
+            message = message.split(". ")[0] + (". The likely cause is the BatchNormalization statistics "
+                                                "(see the problems), not the initializer.")
+        time_status = None
+        if time_norms is not None and time_norms.size > 1 and not data:
+            time_status, _ = diagnose(time_norms, vanish_below=vanish_below, explode_above=explode_above)
+            if time_status != "healthy" and status in ("healthy", "n/a"):
+                t = time_norms
+                change = ("underflowed to 0 at the first step" if t[0] == 0 else
+                          f"changes {per_layer_gain(t):.3g}× per step, {t[0] / t[-1]:.2g}× from the last "
+                          "time step to the first")
+                status, message = time_status, (
+                    f"through time in {recurrent.name!r}: the gradient with respect to its input {change} "
+                    f"({t.size} steps), so {'early inputs barely count' if time_status == 'vanishing' else 'early inputs get huge updates'}.")
+
+        extra = {"time_status": time_status, "batchnorm": bn, "layer_status": layer_status,
+                 "recurrent_kind": None if recurrent is None else type(recurrent.layer).__name__}
+        if scale is not None and not all(vs.grad_finite for vs in var_stats) and math.isfinite(
+                float(loss_value.numpy())):
+            # overflow of the *scaled* float16 gradients: check whether the unscaled ones are finite
+            with tf.GradientTape() as tape2:
+                y2 = model(x, training=training)
+                l2 = loss(x, y, y2, training)
+            plain = tape2.gradient(l2, variables)
+            core.restore(saved)
+            extra["loss_scale_overflow"] = bool(core.all_finite(plain).numpy())
+        none_idx = [k for k, g in enumerate(grads) if g is None]
+        nonfinite = any(not vs.grad_finite for vs in var_stats) and not extra.get("loss_scale_overflow")
+        if (none_idx or nonfinite) and not data:
+            def loss_closure():
+                return loss(x, y, model(x, training=training), training)
+
+            reasons, source = _causes(loss_closure, variables, bool(none_idx), nonfinite)
+            core.restore(saved)
+            extra["none_causes"] = {core.variable_path(variables[k]): c for k, c in reasons.items()
+                                    if 0 <= k < len(variables)}
+            extra["nonfinite_source"] = source
+    finally:
+        core.restore(saved)
 
     untrained = _looks_untrained(model)  # before step_fn trains it
     count = traced = step_loss = before = None
@@ -651,7 +767,7 @@ def inspect_training_step(
             step_loss = float(out)
 
     args = dict(
-        loss=float(loss.numpy()),
+        loss=float(loss_value.numpy()),
         layers=tuple(layer_stats),
         variables=var_stats,
         status=status,
@@ -665,8 +781,15 @@ def inspect_training_step(
         step_loss=step_loss,
         looks_untrained=untrained,
         tracing_count_before=before,
+        time_step_norms=time_norms,
+        time_step_layer=None if recurrent is None else recurrent.name,
+        loss_scale=None if scale is None else float(scale.numpy()),
+        loss_description=loss.description,
+        training=training,
+        compute_dtype=str(getattr(model, "compute_dtype", "float32")),
+        data_problems=data,
     )
-    problems = _problems(args, huge_above=huge_above)
+    problems = _problems(args, huge_above=huge_above, extra=extra)
     return StepReport(**args, problems=tuple(problems))
 
 
@@ -680,6 +803,8 @@ class TrainingRun:
     none_gradients: tuple[str, ...]
     stopped_at: int | None
     steps: int
+    #: With ``monitor_signals``: each step's hidden-Dense signal norms, input side first.
+    signal_norms: tuple = ()
 
     @property
     def final_loss(self) -> float:
@@ -719,62 +844,109 @@ def train_steps(
     steps: int = 100,
     loss_fn: Callable | None = None,
     clip_global_norm: float | None = None,
+    clip=None,
     stop_on_nonfinite: bool = True,
     stop_on_none: bool = False,
+    monitor_signals: bool = False,
+    progress: bool = False,
+    progress_every: int | None = None,
 ) -> TrainingRun:
     """Train ``model`` on the batch ``(x, y)`` for ``steps`` steps, watching every step (chapter 04).
 
-    The loss is ``loss_fn(y, y_pred)`` (default: mean squared error). An eager tape first finds
-    the variables whose gradient is ``None``; they are left out of the updates (with
-    ``stop_on_none`` the run stops there). The steps themselves run as one ``tf.function``
-    built like chapter 03's :func:`gradlab.make_train_step`: global-norm clipping when
-    ``clip_global_norm`` is set, and a finite check, so that with ``stop_on_nonfinite`` the
-    run stops at the first NaN/inf loss or gradient *without* applying that step. Each step's
-    loss (before its update) and global gradient norm (before clipping) are recorded. The model
-    is trained in place; build a fresh optimizer for each model.
-    """
-    from .tracing import _clip_and_apply
+    The one monitored training loop of gradlab (:func:`gradlab.train_mlp` is a view of it). The
+    loss is ``loss_fn(y, y_pred)``, else the model's compiled loss, else the mean squared error,
+    plus ``model.losses`` (:func:`gradlab.core.resolve_loss`). ``x`` and ``y`` may be NumPy
+    arrays of any float dtype (converted as ``fit`` converts them); NaN/inf in the data is a
+    ``ValueError`` about the data. An eager tape first finds the variables whose gradient is
+    ``None``; they are left out of the updates (with ``stop_on_none`` the run stops there).
+    Each step clips (``clip_global_norm=t`` is ``clip=("global_norm", t)``; any mode of
+    :func:`gradlab.clip_gradients` works) and, with ``stop_on_nonfinite``, stops at the first
+    NaN/inf loss or gradient *without* applying that step. A ``mixed_float16`` model trains as
+    in ``fit``: its optimizer is wrapped in a ``LossScaleOptimizer`` unless it is one, the loss
+    is scaled and a step whose scaled float16 gradients overflow is skipped by the optimizer
+    (which lowers its scale) instead of stopping the run. Each step's loss (before its update)
+    and global gradient norm (before clipping, float64, unscaled) are recorded.
 
-    _check_model(model)
-    loss_fn_ = _loss_fn(loss_fn)
-    if not isinstance(optimizer, keras.optimizers.Optimizer):
-        raise ValueError(f"optimizer must be a keras.optimizers.Optimizer; got {type(optimizer).__name__}")
+    The steps run as one ``tf.function``; with ``monitor_signals`` they run eagerly through
+    :func:`gradlab.grads.dense_signal_pass` and record every hidden Dense layer's signal norm
+    (Dense models only). The model is trained in place; build a fresh optimizer for each model.
+    """
+    core.check_model(model)
+    loss = core.resolve_loss(model, loss_fn)
+    optimizer = core.fit_optimizer(model, optimizer)
     steps = check_int("steps", steps, 1, 100_000)
+    clip = core.check_clip(clip)
     if clip_global_norm is not None:
         clip_global_norm = _check_positive("clip_global_norm", clip_global_norm)
-    for flag_name, flag in (("stop_on_nonfinite", stop_on_nonfinite), ("stop_on_none", stop_on_none)):
-        if not isinstance(flag, bool):
-            raise ValueError(f"{flag_name} must be True or False; got {flag!r}")
+        if clip is not None:
+            raise ValueError("give clip_global_norm or clip, not both")
+        clip = ("global_norm", clip_global_norm)
+    for flag_name, flag in (("stop_on_nonfinite", stop_on_nonfinite), ("stop_on_none", stop_on_none),
+                            ("monitor_signals", monitor_signals), ("progress", progress)):
+        _check_flag(flag_name, flag)
+    if progress_every is not None:
+        progress_every = check_int("progress_every", progress_every, 1)
     x, y, variables = _prepare(model, x, y)
+    data = core.data_problems(x, y)
+    if data:
+        raise ValueError("the data is not finite: " + "; ".join(data) +
+                         ". Clean the batch first (this is a data problem, not a model problem)")
+    scaled = core.loss_scale(optimizer) is not None
     with tf.GradientTape() as tape:
         y_pred = model(x, training=True)
-        _check_shapes(x, y, y_pred, loss_fn is None)
-        loss = _scalar_loss(loss_fn_(y, y_pred))
-    grads = tape.gradient(loss, variables)
-    none = tuple(getattr(v, "path", v.name) for v, g in zip(variables, grads, strict=True) if g is None)
+        loss.check(y, y_pred)
+        first_loss = loss(x, y, y_pred, True)
+    grads = core.compute_gradients(tape, first_loss, variables, optimizer)
+    none = tuple(core.variable_path(v) for v, g in zip(variables, grads, strict=True) if g is None)
     trainable = [v for v, g in zip(variables, grads, strict=True) if g is not None]
     if (stop_on_none and none) or not trainable:
-        gnorm = float(tf.linalg.global_norm([g for g in grads if g is not None]).numpy()) if trainable else 0.0
-        return TrainingRun((float(loss.numpy()),), (gnorm,), none, None, int(steps))
+        gnorm = float(core.global_norm(grads).numpy())
+        return TrainingRun((float(first_loss.numpy()),), (gnorm,), none, None, int(steps))
     if not optimizer.built:
         optimizer.build(trainable)
 
     @tf.function
     def step(x, y):
         with tf.GradientTape() as tape:
-            loss = loss_fn_(y, model(x, training=True))
-        grads = tape.gradient(loss, trainable)
-        out = _clip_and_apply(optimizer, grads, trainable, clip_global_norm, stop_on_nonfinite)
-        return loss, out["global_norm"]
+            value = loss(x, y, model(x, training=True), True)
+        grads = core.compute_gradients(tape, value, trainable, optimizer)
+        out = core.apply_update(optimizer, grads, trainable, clip=clip, check_finite=stop_on_nonfinite)
+        return value, out["global_norm"]
 
+    def monitored(x, y):
+        p = dense_signal_pass(model, x, y, loss=loss, training=True, optimizer=optimizer)
+        index = {id(v): i for i, v in enumerate(p.variables)}
+        grads = [p.grads[index[id(v)]] for v in trainable]
+        signal = np.array([true_norm(g) if g is not None else 0.0 for g in p.signals], dtype=np.float64)
+        norm = core.global_norm(grads)
+        if stop_on_nonfinite and not (math.isfinite(float(p.loss.numpy())) and math.isfinite(float(norm.numpy()))) \
+                and not scaled:
+            return p.loss, norm, signal
+        core.apply_update(optimizer, grads, trainable, clip=clip, check_finite=stop_on_nonfinite)
+        return p.loss, norm, signal
+
+    every = progress_every or max(1, steps // 5)
     losses: list[float] = []
     norms: list[float] = []
+    signals: list[np.ndarray] = []
     stopped = None
     for i in range(1, int(steps) + 1):
-        loss, gnorm = step(x, y)
-        losses.append(float(loss.numpy()))
+        if monitor_signals:
+            value, gnorm, signal = monitored(x, y)
+            signals.append(signal)
+        else:
+            value, gnorm = step(x, y)
+        losses.append(float(value.numpy()))
         norms.append(float(gnorm.numpy()))
-        if stop_on_nonfinite and not (math.isfinite(losses[-1]) and math.isfinite(norms[-1])):
+        finite_loss = math.isfinite(losses[-1])
+        finite = finite_loss and (math.isfinite(norms[-1]) or scaled)
+        if progress and (i % every == 0 or i == steps or not finite):
+            done = int(20 * i / steps)
+            print(f"[{'#' * done}{'.' * (20 - done)}] step {i:>4}/{steps}  loss {losses[-1]:.4g}"
+                  f"  grad norm {norms[-1]:.3g}")
+        if stop_on_nonfinite and not finite:
             stopped = i
+            if progress:
+                print(f"stopped at step {i}: the loss or a gradient is not finite")
             break
-    return TrainingRun(tuple(losses), tuple(norms), none, stopped, int(steps))
+    return TrainingRun(tuple(losses), tuple(norms), none, stopped, int(steps), tuple(signals))

@@ -3,10 +3,12 @@
 Pure computation: TensorFlow in, NumPy arrays and small dataclasses out. Nothing here
 imports ipywidgets, so tests, benchmarks and other chapters can use it headless.
 
-* :func:`gradient_report` takes any Keras model that is a stack of Dense layers
-  (the learner's own included) and runs one eager GradientTape over it. The explorer's fast
-  engine (:mod:`gradlab.engine`) computes the same report; ``tests/test_grads.py`` checks
-  that both agree.
+* :func:`gradient_report` takes a Keras model built from Dense layers (Sequential, functional
+  blocks with normalization and skip connections, nested or subclassed; the learner's own
+  included) and taps its Dense layers while the model runs its own call
+  (:func:`gradlab.core.tap_layers`). The explorer's fast engine (:mod:`gradlab.engine`)
+  computes the same report; ``tests/test_grads.py`` checks that both agree.
+* :func:`train_mlp` is a view of :func:`gradlab.train_steps` (one monitored training loop).
 * :func:`diagnose` turns per-layer signal norms into a verdict from the total ratio and the
   per-layer gain (:func:`per_layer_gain`).
 * :func:`true_norm` is the norm every report uses: taken in float64, so that a float32
@@ -18,18 +20,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
 
 import numpy as np
 
+from . import core
 from ._env import quiet_import_tensorflow
-from ._validate import check_int as _check_int
+from .core import CLIP_MODES, check_clip, clip_gradients
 
 tf = quiet_import_tensorflow()
 import keras  # noqa: E402
 
 __all__ = [
     "CLIP_MODES",
+    "DensePass",
     "GAIN_TOLERANCE",
     "MILD_RATIO",
     "GradientReport",
@@ -37,6 +40,7 @@ __all__ = [
     "check_clip",
     "clip_gradients",
     "dense_layers",
+    "dense_signal_pass",
     "diagnose",
     "gradient_report",
     "per_layer_gain",
@@ -45,8 +49,6 @@ __all__ = [
     "true_norm",
 ]
 
-#: Clipping modes: what ``tf.clip_by_value``, ``tf.clip_by_norm`` and ``tf.clip_by_global_norm`` do.
-CLIP_MODES: tuple[str, ...] = ("value", "norm", "global_norm")
 
 STATUSES = ("healthy", "vanishing", "exploding", "non-finite")
 
@@ -60,24 +62,7 @@ MILD_RATIO = 10.0
 
 
 # ----------------------------------------------------------------------------- validation
-def check_clip(clip):
-    """``None`` or a validated ``(mode, threshold)`` clip setting (see :func:`clip_gradients`)."""
-    if clip is None:
-        return None
-    if (
-        not isinstance(clip, (tuple, list))
-        or len(clip) != 2
-        or clip[0] not in CLIP_MODES
-        or isinstance(clip[1], bool)
-        or not isinstance(clip[1], (int, float, np.floating, np.integer))
-        or not clip[1] > 0
-        or not math.isfinite(clip[1])
-    ):
-        raise ValueError(
-            "clip must be None or (mode, threshold) with mode one of "
-            f"{', '.join(CLIP_MODES)} and a finite threshold > 0; got {clip!r}"
-        )
-    return (clip[0], float(clip[1]))
+# check_clip and clip_gradients live in gradlab.core (one implementation for every tool).
 
 
 def true_norm(t) -> float:
@@ -276,129 +261,162 @@ class GradientReport:
         )
 
 
-def clip_gradients(grads: Sequence, clip):
-    """Clip a list of gradient tensors exactly as ``tf.clip_by_value``/``_norm``/``_global_norm``.
-
-    ``clip`` is ``None`` or ``(mode, threshold)``; ``value`` clips to ``[-t, t]`` element by
-    element, ``norm`` rescales each tensor whose L2 norm exceeds ``t``, ``global_norm``
-    rescales all together when their joint norm exceeds ``t`` (chapter 01).
-    """
-    clip = check_clip(clip)
-    grads = list(grads)
-    if clip is None:
-        return grads
-    mode, t = clip
-    if mode == "value":
-        return [tf.clip_by_value(g, -t, t) for g in grads]
-    if mode == "norm":
-        return [tf.clip_by_norm(g, t) for g in grads]
-    clipped, _ = tf.clip_by_global_norm(grads, t)
-    return clipped
+# ----------------------------------------------------------------------------- the Dense view
+#: Layers with weights that may sit between the Dense layers of a model gradient_report reads.
+_NORM_LAYERS = (keras.layers.BatchNormalization, keras.layers.LayerNormalization)
 
 
 def dense_layers(model) -> list:
-    """The Dense layers of ``model`` in order, rejecting anything that is not a Dense stack."""
-    if not isinstance(model, keras.Model):
-        raise ValueError(f"model must be a keras.Model, got {type(model).__name__}")
-    out = []
+    """The ``Dense`` layers of ``model`` (nested models expanded), in the order they were created.
 
-    def walk(layer):
+    Raises ``ValueError`` when the model has another layer with weights than ``Dense``,
+    ``BatchNormalization`` or ``LayerNormalization``: :func:`gradient_report` measures one
+    signal per Dense layer and would not describe such a model.
+    """
+    core.check_model(model)
+    out = []
+    for layer in core.leaf_layers(model):
         if isinstance(layer, keras.layers.Dense):
             out.append(layer)
-        elif isinstance(layer, keras.Model):
-            for sub in layer.layers:
-                walk(sub)
-        elif isinstance(layer, (keras.layers.InputLayer, keras.layers.Dropout)):
-            return
-        else:
+        elif layer.weights and not isinstance(layer, _NORM_LAYERS):
             raise ValueError(
-                "gradient_report needs a model that is a stack of Dense layers; "
-                f"found {type(layer).__name__} ({layer.name!r})"
+                "gradient_report reads models built from Dense layers (with optional "
+                "BatchNormalization/LayerNormalization, Activation, Add and Dropout layers); found "
+                f"{type(layer).__name__} ({layer.name!r}). gl.inspect_training_step reports any model, "
+                "layer by layer"
             )
-
-    for layer in model.layers:
-        walk(layer)
-    if len(out) < 2:
-        raise ValueError(
-            f"model needs at least one hidden Dense layer and a Dense output; found {len(out)} Dense"
-        )
     return out
 
 
-def gradient_report(model, x, y, *, clip=None) -> GradientReport:
-    """One tape over a Dense-stack model; per-layer signal and weight-gradient norms (chapter 01).
+@dataclasses.dataclass
+class DensePass:
+    """One forward and backward pass of a Dense model, taken from the model's own call.
 
-    The loss is the mean squared error of the model's output against ``y``. The signal of a
-    hidden layer is dLoss/d(pre-activation); weight norms are dLoss/d(kernel). ``clip`` is
-    applied to the gradients of all trainable variables, as an optimizer would apply it, and
-    ``clipped_weight_norms`` reports the hidden kernels after it.
+    ``signals[i]`` is dLoss/d(pre-activation) of hidden Dense layer ``i`` (input side first),
+    ``kernel_grads[i]`` its kernel's gradient, ``block_outputs[i]`` the tensor its block hands
+    on (the output of the last layer call before the next Dense layer), ``grads`` the gradients
+    of ``variables`` (every trainable variable; ``None`` where the loss does not depend on one).
+    """
+
+    loss: object
+    signals: list
+    kernel_grads: list
+    block_outputs: list
+    variables: list
+    grads: list
+    kernel_positions: list
+
+
+def dense_signal_pass(model, x, y, *, loss=None, training: bool = True, optimizer=None) -> DensePass:
+    """Run ``model`` on ``x`` once under a tape, tapping its Dense layers (chapter 01).
+
+    ``x`` and ``y`` must already be coerced (:func:`gradlab.core.coerce_batch`). ``loss`` is a
+    :class:`gradlab.core.Loss` (default: the model's compiled loss, else mean squared error,
+    plus ``model.losses``). With a ``LossScaleOptimizer`` the gradients are taken of the scaled
+    loss and unscaled, as ``fit`` takes them. Raises ``ValueError`` where one signal per Dense
+    layer cannot be measured faithfully: a Dense layer applied twice, or one whose weights the
+    model reads without calling the layer.
+    """
+    dense = dense_layers(model)
+    loss = loss or core.resolve_loss(model)
+    variables = list(model.trainable_variables)
+    with tf.GradientTape(persistent=True) as tape:
+        with core.tap_layers(model, tape) as taps:
+            y_pred = model(x, training=training)
+        loss.check(y, y_pred)
+        value = loss(x, y, y_pred, training)
+    if taps.untapped:
+        raise ValueError(
+            "the model's call runs its layers inside a tf.function, so their pre-activations cannot be "
+            "tapped; gl.inspect_training_step shows the per-variable view"
+        )
+    for layer in dense:
+        n = taps.count(layer)
+        if n > 1:
+            raise ValueError(
+                f"Dense layer {layer.name!r} is applied {n} times in the model's call: one signal per "
+                "Dense layer would mix its calls. gl.inspect_training_step reports each call and every "
+                "variable"
+            )
+        if n == 0:
+            raise ValueError(
+                f"Dense layer {layer.name!r} is never called by the model's call (its weights are read "
+                "directly, it is unused, or the call runs inside a tf.function): its signal cannot be "
+                "measured. gl.inspect_training_step "
+                "reports the per-variable gradients"
+            )
+    calls = taps.calls
+    positions = [i for i, c in enumerate(calls) if isinstance(c.layer, keras.layers.Dense)]
+    if len(positions) < 2:
+        raise ValueError(
+            f"model needs at least one hidden Dense layer and a Dense output; found {len(positions)} Dense"
+        )
+    hidden = positions[:-1]
+    zs = [calls[p].pre_activation if calls[p].pre_activation is not None else calls[p].outputs[0]
+          for p in hidden]
+    blocks = [calls[nxt - 1].outputs[0] for nxt in positions[1:]]
+    scale = None if optimizer is None else core.loss_scale(optimizer)
+    grads = tape.gradient(value, zs + variables,
+                          output_gradients=None if scale is None else tf.cast(scale, value.dtype))
+    del tape
+    if scale is not None:
+        grads = [None if g is None else g / tf.cast(scale, g.dtype) for g in grads]
+    dzs, dvars = grads[: len(zs)], grads[len(zs):]
+    kernel_ids = [id(calls[p].layer.kernel) for p in hidden]
+    index = {id(v): i for i, v in enumerate(variables)}
+    kernel_pos = [index[k] for k in kernel_ids if k in index]
+    dkernels = [dvars[i] if dvars[i] is not None else tf.zeros_like(variables[i]) for i in kernel_pos]
+    return DensePass(value, dzs, dkernels, blocks, variables, dvars, kernel_pos)
+
+
+def gradient_report(model, x, y, *, clip=None, training: bool = True) -> GradientReport:
+    """Per-layer signal and weight-gradient norms of one batch, from the model's own call (chapter 01).
+
+    ``model`` is built from Dense layers: a Sequential stack, a functional model (blocks of
+    ``Dense`` → ``BatchNormalization``/``LayerNormalization`` → ``Activation`` → ``Add``
+    included), a nested or a subclassed model, skip connections included. The layers are
+    tapped while the model runs (:func:`gradlab.core.tap_layers`), so the numbers are those of
+    this model as it runs. The signal of hidden layer ``i`` is dLoss/d(pre-activation of Dense
+    layer ``i``), input side first; weight norms are dLoss/d(kernel). The loss is the model's
+    compiled loss when it is compiled with one, otherwise the mean squared error, plus
+    ``model.losses``. ``training=True`` (the default) runs the pass as a training step
+    (dropout on, BatchNorm on batch statistics); every variable is put back afterwards, so the
+    model is unchanged. ``clip`` is applied to all trainable variables' gradients, as an
+    optimizer would apply it, and ``clipped_weight_norms`` reports the hidden kernels after it.
+    A Dense layer applied twice, or a model with other weighted layers (Conv, LSTM, ...), is a
+    ``ValueError`` that points to :func:`gradlab.inspect_training_step`.
     """
     clip = check_clip(clip)
-    layers = dense_layers(model)
-    x = tf.convert_to_tensor(x, dtype=tf.float32)
-    y = tf.convert_to_tensor(y, dtype=tf.float32)
-    if x.shape.rank != 2:
-        raise ValueError(f"x must be 2-D (batch, features); got shape {tuple(x.shape)}")
+    core.check_model(model)
+    if not isinstance(training, bool):
+        raise ValueError(f"training must be True or False; got {training!r}")
+    dense_layers(model)
+    x, y = core.coerce_batch(model, x, y)
+    problems = core.data_problems(x, y)
+    if problems:
+        raise ValueError("the data is not finite: " + "; ".join(problems) +
+                         ". Clean the batch first (this is a data problem, not a model problem)")
     if not model.built:
-        model(x[:1])
-    in_dim = layers[0].kernel.shape[0]
-    if x.shape[1] != in_dim:
-        raise ValueError(f"x has {x.shape[1]} features but the first Dense layer expects {in_dim}")
-    out_dim = layers[-1].kernel.shape[1]
-    if y.shape.rank != 2 or y.shape[0] != x.shape[0] or y.shape[1] != out_dim:
-        raise ValueError(
-            f"y must have shape ({x.shape[0]}, {out_dim}) to match x and the output layer; "
-            f"got {tuple(y.shape)}"
-        )
-    loss, dzs, variables, dvars, hs = _tape_pass(layers, x, y)
-    kernel_pos = _kernel_positions(layers, variables)
-    clipped = clip_gradients(dvars, clip)
-    return _make_report(loss, dzs, [dvars[i] for i in kernel_pos],
-                        [clipped[i] for i in kernel_pos], hs, clip)
-
-
-def _kernel_positions(layers, variables) -> list[int]:
-    kernel_ids = {id(layer.kernel) for layer in layers[:-1]}
-    return [i for i, v in enumerate(variables) if id(v) in kernel_ids]
-
-
-def _tape_pass(layers, x, y):
-    """Forward and backward pass over Dense ``layers``; the tape watches every pre-activation."""
-    hidden, output = layers[:-1], layers[-1]
-    with tf.GradientTape() as tape:
-        h = x
-        zs, hs = [], []
-        for layer in hidden:
-            z = tf.matmul(h, layer.kernel)
-            if layer.use_bias:
-                z = z + layer.bias
-            tape.watch(z)
-            zs.append(z)
-            h = layer.activation(z)
-            hs.append(h)
-        out = tf.matmul(h, output.kernel)
-        if output.use_bias:
-            out = out + output.bias
-        out = output.activation(out)
-        loss = tf.reduce_mean(tf.square(out - y))
-    variables = [v for layer in layers for v in layer.trainable_variables]
-    grads = tape.gradient(loss, zs + variables)
-    dzs, dvars = grads[: len(zs)], grads[len(zs) :]
-    dvars = [tf.zeros_like(v) if g is None else g for g, v in zip(dvars, variables, strict=True)]
-    return loss, dzs, variables, dvars, hs
-
-
-def _make_report(loss, dzs, dkernels, clipped_kernels, hs, clip) -> GradientReport:
+        model(tf.nest.map_structure(lambda t: t[:1], x))
+    saved = core.snapshot(model)
+    try:
+        p = dense_signal_pass(model, x, y, training=training)
+    finally:
+        core.restore(saved)
+    clipped = clip_gradients(p.grads, clip)
+    clipped_k = [clipped[i] if clipped[i] is not None else tf.zeros_like(p.variables[i])
+                 for i in p.kernel_positions]
     return GradientReport.from_norms(
-        loss=float(loss.numpy()),
-        signal_norms=[true_norm(g) for g in dzs],
-        weight_norms=[true_norm(g) for g in dkernels],
-        clipped_weight_norms=[true_norm(g) for g in clipped_kernels],
-        activation_stds=[float(tf.math.reduce_std(tf.cast(h, tf.float64)).numpy()) for h in hs],
+        loss=float(p.loss.numpy()),
+        signal_norms=[true_norm(g) if g is not None else 0.0 for g in p.signals],
+        weight_norms=[true_norm(g) for g in p.kernel_grads],
+        clipped_weight_norms=[true_norm(g) for g in clipped_k],
+        activation_stds=[float(tf.math.reduce_std(tf.cast(h, tf.float64)).numpy()) for h in p.block_outputs],
         clip=clip,
     )
 
 
+# ----------------------------------------------------------------------------- monitored training
 @dataclasses.dataclass
 class TrainingHistory:
     """What :func:`train_mlp` recorded: one entry per step (chapter 01)."""
@@ -417,38 +435,25 @@ class TrainingHistory:
 
 def train_mlp(model, x, y, *, optimizer, steps: int = 50, clip=None, stop_on_nonfinite: bool = True,
               progress: bool = True, progress_every: int | None = None) -> TrainingHistory:
-    """A short training run that monitors every layer's gradient signal (chapter 01).
+    """A short training run that monitors every Dense layer's gradient signal (chapter 01).
 
-    Each step takes one tape over the whole batch (the same pass as :func:`gradient_report`),
-    records the loss, the per-layer signal norms and the global gradient norm, clips the
-    gradients with ``clip`` and applies them with ``optimizer``. A non-finite loss or gradient
-    stops the run (``stop_on_nonfinite``), because clipping cannot repair NaN. With
-    ``progress`` a text progress bar is printed a few times during the run.
+    A thin view of :func:`gradlab.train_steps` with ``monitor_signals=True``: each step takes
+    one tape over the whole batch (the pass of :func:`gradient_report`), records the loss, the
+    per-layer signal norms and the global gradient norm, clips the gradients with ``clip`` and
+    applies them with ``optimizer`` (a mixed-precision model gets its loss scaled, as in
+    ``fit``). A non-finite loss or gradient stops the run (``stop_on_nonfinite``) before that
+    step is applied, because clipping cannot repair NaN. With ``progress`` a text progress bar
+    is printed a few times during the run.
     """
-    steps = _check_int("steps", steps, 1, 100_000)
-    clip = check_clip(clip)
-    layers = dense_layers(model)
-    x = tf.convert_to_tensor(x, dtype=tf.float32)
-    y = tf.convert_to_tensor(y, dtype=tf.float32)
-    every = progress_every or max(1, steps // 5)
-    hist = TrainingHistory([], [], [], [])
-    for step in range(1, steps + 1):
-        loss, dzs, variables, dvars, _ = _tape_pass(layers, x, y)
-        signal = np.array([true_norm(g) for g in dzs], dtype=np.float64)
-        gnorm = true_global_norm(dvars)
-        hist.losses.append(float(loss.numpy()))
-        hist.signal_norms.append(signal)
-        hist.statuses.append(diagnose(signal)[0])
-        hist.global_norms.append(gnorm)
-        finite = math.isfinite(hist.losses[-1]) and math.isfinite(gnorm)
-        if progress and (step % every == 0 or step == steps or not finite):
-            done = int(20 * step / steps)
-            print(f"[{'#' * done}{'.' * (20 - done)}] step {step:>4}/{steps}  loss {hist.losses[-1]:.4g}"
-                  f"  grad norm {gnorm:.3g}")
-        if not finite and stop_on_nonfinite:
-            hist.stopped_at = step
-            if progress:
-                print(f"stopped at step {step}: the loss or a gradient is not finite")
-            break
-        optimizer.apply_gradients(zip(clip_gradients(dvars, clip), variables, strict=True))
-    return hist
+    from .diagnostics import train_steps
+
+    run = train_steps(model, x, y, optimizer=optimizer, steps=steps, clip=clip,
+                      stop_on_nonfinite=stop_on_nonfinite, monitor_signals=True,
+                      progress=progress, progress_every=progress_every)
+    return TrainingHistory(
+        losses=list(run.losses),
+        signal_norms=[np.asarray(s, dtype=np.float64) for s in run.signal_norms],
+        statuses=[diagnose(s)[0] for s in run.signal_norms],
+        global_norms=list(run.global_norms),
+        stopped_at=run.stopped_at,
+    )

@@ -39,6 +39,8 @@ __all__ = [
     "JacobianFunction",
     "JacobianRun",
     "ForwardReverseTiming",
+    "HvpTiming",
+    "PforTiming",
     "ShapeRow",
     "batch_jacobian",
     "cross_example_max",
@@ -48,10 +50,14 @@ __all__ = [
     "hessian",
     "hvp",
     "jacobian",
+    "jacobian_function",
     "jacobian_loop",
     "jvp",
+    "pfor_fallbacks",
     "shape_table",
     "time_forward_reverse",
+    "time_gradient_vs_hvp",
+    "time_pfor_vs_loop",
     "time_jacobian_methods",
     "vjp",
 ]
@@ -443,7 +449,8 @@ JACOBIAN_FUNCTIONS: dict[str, JacobianFunction] = {
 }
 
 
-def _get_function(name: str) -> JacobianFunction:
+def jacobian_function(name: str) -> JacobianFunction:
+    """The viewer function called ``name`` from :data:`JACOBIAN_FUNCTIONS`; ValueError for an unknown name."""
     if name not in JACOBIAN_FUNCTIONS:
         raise ValueError(f"function must be one of {', '.join(JACOBIAN_FUNCTIONS)}; got {name!r}")
     return JACOBIAN_FUNCTIONS[name]
@@ -527,7 +534,7 @@ class JacobianBench:
         Each compiled method is called once untimed (tracing, first-call costs), then the best
         of ``repeats`` calls is kept; the eager loop is timed ``loop_repeats`` times.
         """
-        spec = _get_function(name)
+        spec = jacobian_function(name)
         n = _check_int("n", n, 1, MAX_SIZE)
         repeats = _check_int("repeats", repeats, 1, 100)
         loop_repeats = _check_int("loop_repeats", loop_repeats, 1, 100)
@@ -663,3 +670,184 @@ def time_forward_reverse(
         result[sweep] = {k: np.asarray(v) for k, v in times.items()}
     return ForwardReverseTiming(np.asarray(sizes), fixed, result["wide_inputs"], result["wide_outputs"])
 
+
+
+# ----------------------------------------------------------------------------- pfor: fallback and speed
+def pfor_fallbacks(f: Callable, x) -> tuple[np.ndarray, list[str]]:
+    """``tape.jacobian(f(x), x)`` with pfor, and the ops pfor could not vectorise (chapter 02).
+
+    For an op without a vectorisation rule, ``tape.jacobian`` does not raise: pfor falls back
+    to a ``tf.while_loop`` over the rows for that op (``fallback_to_while_loop=True``) and
+    logs ``Using a while_loop for converting <Op> ...`` only at DEBUG level, which nobody
+    sees. This runs the Jacobian with TensorFlow's logger at DEBUG, routed into a list
+    instead of stderr, and returns ``(jacobian, messages)``: one message per op that fell back.
+    """
+    import logging
+
+    _check_callable("f", f)
+    x = _as_source("x", x)
+    messages: list[str] = []
+
+    class _Collect(logging.Handler):
+        def emit(self, record):
+            text = record.getMessage()
+            if "while_loop for converting" in text:
+                messages.append(text)
+
+    logger = tf.get_logger()
+    saved = (logger.level, list(logger.handlers), logger.propagate)
+    collect = _Collect()
+    for h in saved[1]:
+        logger.removeHandler(h)
+    logger.addHandler(collect)
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    try:
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = f(x)
+        j = _not_none(tape.jacobian(y, x), "Jacobian").numpy()
+    finally:
+        logger.removeHandler(collect)
+        for h in saved[1]:
+            logger.addHandler(h)
+        logger.setLevel(saved[0])
+        logger.propagate = saved[2]
+    return j, messages
+
+
+@dataclasses.dataclass(frozen=True)
+class PforTiming:
+    """Seconds for ``tape.jacobian`` of ``tanh(W x)`` with pfor and with a while_loop, by size ``n``.
+
+    ``graph`` holds the times inside a ``tf.function``, ``eager`` the times when called eagerly;
+    each maps ``"pfor"`` / ``"while_loop"`` to an array over ``sizes``.
+    """
+
+    sizes: np.ndarray
+    graph: dict
+    eager: dict
+
+    def speedups(self) -> dict:
+        """``{"graph": while_loop / pfor, "eager": ...}``: how many times faster pfor was, per size."""
+        return {k: np.asarray(v["while_loop"]) / np.asarray(v["pfor"])
+                for k, v in (("graph", self.graph), ("eager", self.eager))}
+
+
+def _tape_jacobian(w, x, use_pfor: bool):
+    with tf.GradientTape(persistent=not use_pfor) as tape:
+        tape.watch(x)
+        y = _tanh_matvec(w, x)
+    return tape.jacobian(y, x, experimental_use_pfor=use_pfor)
+
+
+def _best_of(fn, args, repeats: int) -> float:
+    fn(*args).numpy()  # warm-up: tracing, first-call costs
+    out = np.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn(*args).numpy()
+        out = min(out, time.perf_counter() - t0)
+    return out
+
+
+def time_pfor_vs_loop(sizes: Sequence[int] = (16, 64, 256), *, repeats: int = 3, seed: int = 0) -> PforTiming:
+    """Time ``tape.jacobian`` of ``tanh(W x)`` (``W`` is ``n × n``) with and without pfor (chapter 02).
+
+    Inside a ``tf.function`` (shape-free signature, traced once per method) and eagerly. Each
+    point is the best of ``repeats`` calls after a warm-up call.
+    """
+    sizes = [_check_int("sizes[i]", s, 1, 1024) for s in sizes]
+    if not sizes:
+        raise ValueError("sizes must hold at least one size; got an empty sequence")
+    repeats = _check_int("repeats", repeats, 1, 100)
+    compiled = {
+        name: tf.function(lambda w, x, p=p: _tape_jacobian(w, x, p),
+                          input_signature=[_spec(2), _spec(1)], autograph=False)
+        for name, p in (("pfor", True), ("while_loop", False))
+    }
+    graph = {"pfor": [], "while_loop": []}
+    eager = {"pfor": [], "while_loop": []}
+    for n in sizes:
+        w = tf.random.stateless_normal([n, n], seed=[seed, n]) / np.float32(np.sqrt(n))
+        x = tf.random.stateless_normal([n], seed=[seed + 1, n])
+        for name, use_pfor in (("pfor", True), ("while_loop", False)):
+            graph[name].append(_best_of(compiled[name], (w, x), repeats))
+            eager[name].append(_best_of(lambda w, x, p=use_pfor: _tape_jacobian(w, x, p), (w, x), repeats))
+    return PforTiming(np.asarray(sizes), {k: np.asarray(v) for k, v in graph.items()},
+                      {k: np.asarray(v) for k, v in eager.items()})
+
+
+@dataclasses.dataclass(frozen=True)
+class HvpTiming:
+    """Seconds per call of a loss, its gradient and two Hessian-vector products (chapter 02).
+
+    ``seconds``: the best call of each; ``ratios``: per function, the median over rounds of
+    its time divided by the gradient's time in the same round, which a busy machine
+    disturbs much less than separate timings.
+    """
+
+    n_params: int
+    seconds: dict
+    ratios: dict
+
+    def relative(self) -> dict:
+        """Each function's time as a multiple of the gradient's (median of per-round ratios)."""
+        return dict(self.ratios)
+
+
+def time_gradient_vs_hvp(n: int = 256, *, batch: int = 64, repeats: int = 20, seed: int = 0) -> HvpTiming:
+    """Time a two-layer loss, its gradient and its Hessian-vector product, all compiled (chapter 02).
+
+    The loss is ``mean(tanh(tanh(x W1) W2)²)`` over a batch, as a function of the ``n × n``
+    weights ``W1`` (``n²`` parameters). ``seconds`` maps ``"loss"``, ``"gradient"``,
+    ``"hvp forward_over_reverse"`` and ``"hvp reverse_over_reverse"`` to the best of
+    ``repeats`` calls of each ``tf.function`` after a warm-up call; the calls are interleaved
+    round by round, and ``ratios`` holds the median per-round ratio to the gradient.
+    """
+    n = _check_int("n", n, 2, 2048)
+    batch = _check_int("batch", batch, 1, 4096)
+    repeats = _check_int("repeats", repeats, 1, 1000)
+    xb = tf.random.stateless_normal([batch, n], seed=[seed, 1])
+    w2 = tf.random.stateless_normal([n, n], seed=[seed, 2]) / np.float32(np.sqrt(n))
+    w1 = tf.reshape(tf.random.stateless_normal([n, n], seed=[seed, 3]) / np.float32(np.sqrt(n)), [-1])
+    v = tf.random.stateless_normal([n * n], seed=[seed, 4])
+
+    def loss(w):
+        return tf.reduce_mean(tf.square(tf.tanh(tf.tanh(xb @ tf.reshape(w, [n, n])) @ w2)))
+
+    def gradient(w):
+        with tf.GradientTape() as tape:
+            tape.watch(w)
+            y = loss(w)
+        return tape.gradient(y, w)
+
+    def hvp_fr(w, v):
+        with tf.autodiff.ForwardAccumulator(w, v) as acc:
+            g = gradient(w)
+        return acc.jvp(g)
+
+    def hvp_rr(w, v):
+        with tf.GradientTape() as outer:
+            outer.watch(w)
+            gv = tf.reduce_sum(gradient(w) * v)
+        return outer.gradient(gv, w)
+
+    calls = {
+        "loss": (tf.function(loss), (w1,)),
+        "gradient": (tf.function(gradient), (w1,)),
+        "hvp forward_over_reverse": (tf.function(hvp_fr), (w1, v)),
+        "hvp reverse_over_reverse": (tf.function(hvp_rr), (w1, v)),
+    }
+    rounds = {k: [] for k in calls}
+    for fn, args in calls.values():
+        fn(*args).numpy()  # warm-up: tracing, first-call costs
+    for _ in range(repeats):  # interleaved, so a burst of load hits every function alike
+        for k, (fn, args) in calls.items():
+            t0 = time.perf_counter()
+            fn(*args).numpy()
+            rounds[k].append(time.perf_counter() - t0)
+    grad = np.asarray(rounds["gradient"])
+    seconds = {k: float(np.min(t)) for k, t in rounds.items()}
+    ratios = {k: float(np.median(np.asarray(t) / grad)) for k, t in rounds.items()}
+    return HvpTiming(n * n, seconds, ratios)

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from . import core
 from ._env import quiet_import_tensorflow
 from ._validate import check_positive as _check_positive_float
 
@@ -255,27 +256,11 @@ def format_timings(timings: Sequence[StepTiming], baseline: str | None = None) -
 
 
 # ----------------------------------------------------------------------------- per-layer grouping
-def _leaf_layers(model) -> list:
-    out = []
-
-    def walk(layer):
-        subs = getattr(layer, "layers", None)
-        if subs and isinstance(layer, keras.Model):
-            for sub in subs:
-                walk(sub)
-        elif layer.trainable_weights:
-            out.append(layer)
-
-    for layer in model.layers:
-        walk(layer)
-    return out
-
-
 def _layer_groups(model) -> list[tuple[str, list[int]]]:
     """``(layer name, indices into model.trainable_variables)`` for each layer with weights."""
     index = {id(v): i for i, v in enumerate(model.trainable_variables)}
     groups, seen = [], set()
-    for layer in _leaf_layers(model):
+    for layer in core.leaf_layers(model):  # the one layer walker: nested models expanded
         idx = [index[id(v)] for v in layer.trainable_weights if id(v) in index and id(v) not in seen]
         if idx:
             seen.update(id(model.trainable_variables[i]) for i in idx)
@@ -293,38 +278,42 @@ def layer_names(model) -> list[str]:
 
 
 def _group_norms(grads, groups) -> dict:
-    return {
-        name: tf.sqrt(tf.add_n([tf.reduce_sum(tf.square(tf.cast(grads[i], tf.float32))) for i in idx]))
-        for name, idx in groups
-    }
+    """Per-layer gradient norms (float64, ``None`` gradients skipped, ``IndexedSlices`` summed per row)."""
+    return {name: core.global_norm([grads[i] for i in idx]) for name, idx in groups}
 
 
-def _all_finite(grads):
-    return tf.reduce_all(tf.stack([tf.reduce_all(tf.math.is_finite(g)) for g in grads]))
+class TrainStep:
+    """What :func:`make_train_step` returns: ``step(x, y)`` converts ``x`` and ``y`` as ``fit``
+    does (NumPy float64 to float32, shapes checked against the model) and calls the
+    ``tf.function`` :attr:`function`. ``experimental_get_tracing_count()`` is the function's."""
 
+    def __init__(self, model, call, function, python_function, loss=None):
+        self.model = model
+        self._call = call
+        self.function = function
+        self.python_function = python_function
+        self._loss = loss
+        self._checked: set = set()
 
-def _clip_and_apply(optimizer, grads, variables, clip_global_norm, check_finite):
-    """Shared core of make_train_step and GradNormTrainStep; returns a dict of tensors."""
-    global_norm = tf.linalg.global_norm(grads)
-    finite = _all_finite(grads)
-    if clip_global_norm is not None:
-        grads, _ = tf.clip_by_global_norm(grads, clip_global_norm, use_norm=global_norm)
-    clipped_norm = tf.linalg.global_norm(grads)
+    def __call__(self, x, y):
+        if not isinstance(x, tf.distribute.DistributedValues):
+            x, y = core.coerce_batch(self.model, x, y)
+            key = tuple(tuple(t.shape[1:]) for t in tf.nest.flatten((x, y)))
+            if self._loss is not None and key not in self._checked:
+                # one example in inference mode (no state changes): a clear ValueError for a y
+                # that would broadcast, before the tf.function traces
+                n = int(tf.nest.flatten(x)[0].shape[0])
+                pred = self.model(tf.nest.map_structure(lambda t: t[:1], x), training=False)
+                self._loss.check(y, tf.nest.map_structure(
+                    lambda p: tf.TensorSpec([n, *p.shape[1:]], p.dtype), pred))
+                self._checked.add(key)
+        return self._call(x, y)
 
-    def apply():
-        optimizer.apply_gradients(zip(grads, variables, strict=True))
-        return tf.constant(True)
+    def experimental_get_tracing_count(self) -> int:
+        return self.function.experimental_get_tracing_count()
 
-    if check_finite:
-        applied = tf.cond(finite, apply, lambda: tf.constant(False))
-    else:
-        applied = apply()
-    return {"global_norm": global_norm, "clipped_norm": clipped_norm, "finite": finite,
-            "applied": applied}
-
-
-def _mse(y_true, y_pred):
-    return tf.reduce_mean(tf.square(y_true - y_pred))
+    def __repr__(self) -> str:
+        return f"TrainStep({self.model.name}: traced {self.experimental_get_tracing_count()} times)"
 
 
 # ----------------------------------------------------------------------------- custom loop
@@ -353,37 +342,71 @@ def make_train_step(
     clipping). The model must be built first; the optimizer is built here, so that no variable
     is created inside the function. Every call returns a *new* ``tf.function``, so a new model
     needs a new step (a step traced for one model keeps using that model's variables).
+
+    A model built under a ``tf.distribute`` strategy with several replicas (chapter 08) gets a
+    step that runs on every replica (``strategy.run``): a whole global batch is split evenly
+    over the replicas (or pass values already distributed by the strategy), each replica's loss
+    is divided by the number of replicas, and the gradients are summed across replicas
+    *before* the norms, the clipping and the finite check, so the update equals a
+    single-device step on the whole batch. ``loss`` is then the global-batch loss.
     """
     _check_model(model)
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         raise ValueError(f"optimizer must be a keras.optimizers.Optimizer, got {type(optimizer).__name__}")
-    if loss_fn is not None and not callable(loss_fn):
-        raise ValueError(f"loss_fn must be None or a callable (y_true, y_pred) -> loss, got {loss_fn!r}")
+    loss = core.resolve_loss(model, loss_fn)
     clip_global_norm = _check_positive_float("clip_global_norm", clip_global_norm, allow_none=True)
+    clip = None if clip_global_norm is None else ("global_norm", clip_global_norm)
     for name, flag in (("check_finite", check_finite), ("jit_compile", jit_compile),
                        ("reduce_retracing", reduce_retracing)):
         if not isinstance(flag, bool):
             raise ValueError(f"{name} must be True or False, got {flag!r}")
-    loss_fn = loss_fn or _mse
+    optimizer = core.fit_optimizer(model, optimizer)  # mixed_float16: a LossScaleOptimizer, as compile
     variables = list(model.trainable_variables)
+    strategy = model.distribute_strategy  # chapter 08: the strategy the model was built under
+    replicas = strategy.num_replicas_in_sync
     if not optimizer.built:
-        optimizer.build(variables)
+        with strategy.scope():
+            optimizer.build(variables)
     groups = _layer_groups(model)
 
     def train_step(x, y):
         with tf.GradientTape() as tape:
             y_pred = model(x, training=True)
-            loss = loss_fn(y, y_pred)
-        grads = tape.gradient(loss, variables)
+            loss.check(y, y_pred)  # at trace time: a y that would broadcast is a ValueError
+            # Each replica's mean over its share of the batch, divided by the number of
+            # replicas (as Keras 3 does): the replicas' sum is the global-batch mean.
+            value = loss(x, y, y_pred, True) / replicas
+        grads = core.compute_gradients(tape, value, variables, optimizer)  # loss scaled, unscaled
         if any(g is None for g in grads):
-            missing = [v.path if hasattr(v, "path") else v.name for v, g in zip(variables, grads, strict=True) if g is None]
+            missing = [core.variable_path(v) for v, g in zip(variables, grads, strict=True) if g is None]
             raise ValueError(f"the loss does not depend on these variables: {missing}")
-        out = _clip_and_apply(optimizer, grads, variables, clip_global_norm, check_finite)
-        out["loss"] = loss
-        out["grad_norms"] = _group_norms(grads, groups)
+        out = core.apply_update(optimizer, grads, variables, clip=clip, check_finite=check_finite)
+        out["loss"] = value
+        out["grad_norms"] = _group_norms(out.pop("grads"), groups)
         return out
 
-    return tf.function(train_step, jit_compile=jit_compile, reduce_retracing=reduce_retracing)
+    if replicas == 1:
+        fn = tf.function(train_step, jit_compile=jit_compile, reduce_retracing=reduce_retracing)
+        return TrainStep(model, fn, fn, train_step, loss)
+
+    def distributed_step(x, y):
+        per_replica = strategy.run(train_step, args=(x, y))
+        out = tf.nest.map_structure(lambda t: strategy.experimental_local_results(t)[0], per_replica)
+        out["loss"] = strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica["loss"], axis=None)
+        return out
+
+    step = tf.function(distributed_step, jit_compile=jit_compile, reduce_retracing=reduce_retracing)
+
+    def split_and_step(x, y):
+        """Split a whole global batch evenly over the replicas, then run the step."""
+        if not isinstance(x, tf.distribute.DistributedValues):
+            from .distribute import split_batch
+
+            x, y = split_batch(strategy, x, y)
+        return step(x, y)
+
+    return TrainStep(model, split_and_step, step, train_step, loss)
+
 
 
 # ----------------------------------------------------------------------------- Keras fit
@@ -417,16 +440,21 @@ class GradNormTrainStep:
             loss = self.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight,
                                      training=True)
         variables = self.trainable_variables
-        grads = tape.gradient(loss, variables)
-        out = _clip_and_apply(self.optimizer, grads, variables, self.clip_global_norm,
-                              self.check_finite)
+        # As fit does: a LossScaleOptimizer's scale multiplies the loss (mixed precision).
+        grads = core.compute_gradients(tape, loss, variables, self.optimizer)
+        clip = None if self.clip_global_norm is None else ("global_norm", self.clip_global_norm)
+        out = core.apply_update(self.optimizer, grads, variables, clip=clip,
+                                check_finite=self.check_finite)
+        # Under a strategy (chapter 08) Keras 3 divides each replica's loss by the number of
+        # replicas, and a metric reads the mean of its replicas' values: undo the division.
+        replicas = tf.distribute.get_strategy().num_replicas_in_sync
         self.skipped_steps.update_state(tf.cast(tf.logical_not(out["applied"]), tf.float32))
         for metric in self.metrics:  # the documented Keras 3 way to feed the loss tracker
             if metric.name == "loss":
-                metric.update_state(loss)
+                metric.update_state(loss * replicas)
         logs = dict(self.compute_metrics(x, y, y_pred, sample_weight=sample_weight))
         logs["grad_norm"] = out["global_norm"]
-        for name, norm in _group_norms(grads, _layer_groups(self)).items():
+        for name, norm in _group_norms(out["grads"], _layer_groups(self)).items():
             logs[f"grad_norm/{name}"] = norm
         return logs
 
@@ -460,17 +488,18 @@ class GradNormLogger(keras.callbacks.Callback):
         if probe is not None:
             if not isinstance(probe, (tuple, list)) or len(probe) != 2:
                 raise ValueError(f"probe must be None or an (x, y) pair; got {type(probe).__name__}")
-            probe = (tf.convert_to_tensor(probe[0]), tf.convert_to_tensor(probe[1]))
-        self.probe = probe
+        self.probe = probe  # converted against the model (as fit converts) when training begins
         self.history: dict[str, list[float]] = {}
         self.steps: list[int] = []
         self._batches = 0
         self._probe_fn = None
+        self._probe_data = None
 
     # ------------------------------------------------------------------ Keras hooks
     def on_train_begin(self, logs=None):
+        self._probe_fn = None
         if self.probe is not None:
-            self._probe_fn = self._make_probe_fn()
+            self._probe_data = core.coerce_batch(self.model, *self.probe)
 
     def on_epoch_end(self, epoch, logs=None):
         if self.every == "epoch" and (epoch + 1) % self.every_n == 0:
@@ -484,21 +513,32 @@ class GradNormLogger(keras.callbacks.Callback):
     # ------------------------------------------------------------------ internals
     def _make_probe_fn(self):
         model = self.model
+        if not model.built or not model.trainable_variables:
+            raise ValueError(
+                f"GradNormLogger: model {model.name!r} has no trainable variables to measure (is it "
+                "built? give it a keras.Input, or call it on a batch before fit)"
+            )
         groups = _layer_groups(model)
         variables = model.trainable_variables
+        loss = core.resolve_loss(model)
 
         @tf.function
         def probe_norms(x, y):
             with tf.GradientTape() as tape:
                 y_pred = model(x, training=False)
-                loss = model.compute_loss(x=x, y=y, y_pred=y_pred, training=False)
-            return _group_norms(tape.gradient(loss, variables), groups)
+                value = loss(x, y, y_pred, False)
+            return _group_norms(tape.gradient(value, variables), groups)
 
+        x, y = self._probe_data
+        with tf.GradientTape():
+            loss.check(y, model(x, training=False))
         return probe_norms
 
     def _record(self, step: int, logs) -> None:
-        if self._probe_fn is not None:
-            norms = {k: float(v) for k, v in self._probe_fn(*self.probe).items()}
+        if self.probe is not None:
+            if self._probe_fn is None:  # built lazily: a model without an Input is built by fit
+                self._probe_fn = self._make_probe_fn()
+            norms = {k: float(v) for k, v in self._probe_fn(*self._probe_data).items()}
         else:
             logs = logs or {}
             norms = {k[len("grad_norm/"):]: float(v) for k, v in logs.items()
@@ -508,6 +548,8 @@ class GradNormLogger(keras.callbacks.Callback):
                     "GradNormLogger found no 'grad_norm/<layer>' entries in the logs: pass "
                     "probe=(x, y), or train a model with GradNormTrainStep (gl.GradNormSequential)"
                 )
+        if not norms:
+            raise ValueError(f"GradNormLogger: model {self.model.name!r} has no layer with trainable weights")
         for name, value in norms.items():
             self.history.setdefault(name, []).append(value)
         self.steps.append(step)

@@ -86,10 +86,87 @@ def test_check_array_wrong_scalar():
 
 
 def test_check_array_strings_and_ragged_lists():
-    _fails(gl.check_array("a", "1, 2, 3", EXPECTED), "got a str", "expected numbers")
-    _fails(gl.check_array("a", [[1.0, 2.0], [3.0]], EXPECTED), "could not turn a list into an array")
-    _fails(gl.check_array("a", np.array([1.0, None], dtype=object), np.zeros(2)), "not a rectangular array")
+    _fails(gl.check_array("a", "1, 2, 3", EXPECTED), "got a str", "expected numbers", "not its printed text")
+    _fails(gl.check_array("a", [[1.0, 2.0], [3.0]], EXPECTED), "ragged list", "different shapes ((2,), (1,))")
+    _fails(gl.check_array("a", np.array([1.0, None], dtype=object), np.zeros(2)), "holds None at index (1,)")
+    _fails(gl.check_array("a", np.array([{}, 1], dtype=object), np.zeros(2)), "not a rectangular array")
     _fails(gl.check_array("a", np.array(["a", "b"]), np.zeros(2)), "not numeric")
+    _fails(gl.check_array("a", {"x": 1.0}, 1.0), "got a dict")
+
+
+@pytest.mark.parametrize("text", ["3", " 3.0 ", b"3"])
+def test_check_array_reads_a_number_written_as_a_string(text):
+    r = gl.check_array("n", text, 3)
+    assert r and "was read as the number 3" in r.feedback
+    _fails(gl.check_array("n", "4", 3), "values differ", "got 4, expected 3", "read as the number 4")
+
+
+def test_check_array_a_list_holding_none_says_where():
+    _fails(gl.check_array("a", [[1.0, 2.0, None], [4.0, 5.0, 6.0]], EXPECTED), "holds None at list[0][2]",
+           "chapter 02")
+    r = gl.check_array("a", [1.0, None], np.zeros(2), if_none="Did a NumPy call break the tape?")
+    _fails(r, "holds None", "Did a NumPy call break the tape?")
+    assert "NumPy" not in gl.check_array("a", [1.0, 2.0], np.zeros(2), if_none="NumPy?").feedback
+
+
+def test_check_array_scalar_against_an_array_and_back():
+    _fails(gl.check_array("a", 1.5, EXPECTED), "got a single number (1.5)", "expected an array of shape (2, 3)",
+           "a loss")
+    _fails(gl.check_array("s", np.array([2.0]), 2.0), "one number wrapped in an array")
+    _fails(gl.check_array("s", np.ones(3), 2.0), "shape (3,), expected ()", "a whole array")
+
+
+@pytest.mark.parametrize("got, expected, words", [
+    (np.ones((8, 1)), np.ones(8), ["shape (8, 1), expected (8,)", "an extra axis of length 1", "(n, n)"]),
+    (np.ones(8), np.ones((8, 1)), ["shape (8,), expected (8, 1)", "a missing axis of length 1", "keepdims"]),
+])
+def test_check_array_says_8_1_against_8(got, expected, words):
+    r = gl.check_array("y", got, expected)
+    _fails(r, *words)
+    assert "transpose" not in r.feedback
+
+
+def test_check_array_single_numbers_mention_only_telling_factors():
+    _fails(gl.check_array("s", -2.0, 2.0), "That is -1× the expected value: the sign is flipped")
+    _fails(gl.check_array("s", 16.0, 2.0), "That is 8× the expected value", "batch size")
+    r = gl.check_array("s", 2.5, 2.0)
+    _fails(r, "got 2.5, expected 2")
+    assert "×" not in r.feedback
+
+
+def test_check_array_more_dimensions():
+    _fails(gl.check_array("a", np.ones((2, 2, 3)), EXPECTED), "more dimensions")
+
+
+def test_check_array_common_factor_hints_sum_instead_of_mean():
+    _fails(gl.check_array("g", EXPECTED * 8, EXPECTED), "Every value is 8× the expected one", "batch size")
+    _fails(gl.check_array("g", -EXPECTED, EXPECTED), "-1× the expected", "sign is flipped")
+    _fails(gl.check_array("g", EXPECTED / 4, EXPECTED), "0.25× the expected", "(1/4)", "a mean where a sum")
+    r = gl.check_array("g", EXPECTED + 1, EXPECTED)
+    _fails(r, "values differ")
+    assert "Every value" not in r.feedback
+
+
+def test_check_array_indexed_slices_are_compared_dense():
+    table = tf.Variable(tf.reshape(tf.range(6.0), (3, 2)))
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.gather(table, [0, 2, 2]))
+    g = tape.gradient(loss, table)
+    assert isinstance(g, tf.IndexedSlices)
+    r = gl.check_array("g", g, [[1.0, 1.0], [0.0, 0.0], [2.0, 2.0]])
+    assert r and "IndexedSlices" in r.feedback
+    _fails(gl.check_array("g", g, np.ones((3, 2))), "values differ", "index (1, 0)")
+
+
+def test_check_array_chapter_hints_known_wrong_answer_and_predicate():
+    hints = [(EXPECTED * 2, "you doubled it"), (lambda a: a.max() > 100, "far too large"),
+             (lambda a: 1 / 0, "a broken hint never shows")]
+    r = gl.check_array("a", EXPECTED * 2, EXPECTED, hints=hints)
+    _fails(r, "Hint: you doubled it")
+    assert "far too large" not in r.feedback and "broken" not in r.feedback
+    _fails(gl.check_array("a", EXPECTED * 200, EXPECTED, hints=hints), "Hint: far too large")
+    _fails(gl.check_array("a", np.ones(3) * 500, EXPECTED, hints=hints), "shape (3,)", "Hint: far too large")
+    assert gl.check_array("a", EXPECTED, EXPECTED, hints=hints).feedback == "shape (2, 3) and values match"
 
 
 def test_check_array_tolerances():
@@ -108,7 +185,7 @@ def test_check_arrays_right_answer():
 
 
 def test_check_arrays_none_instead_of_a_list():
-    _fails(gl.check_arrays("grads", None, _pair()), "expected a list of 2 arrays", "NoneType")
+    _fails(gl.check_arrays("grads", None, _pair()), "got None, expected a list of 2 arrays", "chapter 02")
 
 
 def test_check_arrays_wrong_length():
@@ -118,6 +195,8 @@ def test_check_arrays_wrong_length():
 def test_check_arrays_names_the_bad_item():
     _fails(gl.check_arrays("grads", [_pair()[0], None], _pair()), "item 1", "got None")
     _fails(gl.check_arrays("grads", [_pair()[0], np.array([3.0, 4.0])], _pair()), "item 1", "shape (2,)",
+           "a missing axis of length 1")
+    _fails(gl.check_arrays("grads", [_pair()[0], np.array([[3.0, 4.0]])], _pair()), "item 1", "shape (1, 2)",
            "transpose")
     _fails(gl.check_arrays("grads", [np.array([1.0, np.nan]), _pair()[1]], _pair()), "item 0", "NaN")
     _fails(gl.check_arrays("grads", [np.array([1.0, 2.5]), _pair()[1]], _pair()), "item 0", "values differ")
@@ -125,6 +204,65 @@ def test_check_arrays_names_the_bad_item():
 
 def test_check_arrays_a_string_is_not_a_list():
     _fails(gl.check_arrays("grads", "ab", _pair()), "expected a list", "str")
+
+
+@pytest.mark.parametrize("loss", [tf.constant(1.949), 1.949, np.float32(1.949), np.array([1.949])])
+def test_check_arrays_a_scalar_loss_instead_of_the_gradients(loss):
+    _fails(gl.check_arrays("grads", loss, _pair()), "got a single number (1.949)", "a list of 2 arrays",
+           "a loss or a norm", "tape.gradient(loss, variables)")
+
+
+def test_check_arrays_one_flat_tensor_instead_of_several():
+    flat = tf.constant([1.0, 2.0, 3.0, 4.0])
+    _fails(gl.check_arrays("grads", flat, _pair()), "got one array of shape (4,)", "as many numbers as all of them",
+           "concatenated")
+    _fails(gl.check_arrays("grads", tf.ones((2, 5)), _pair()), "first axis has length 2", "stacked")
+    _fails(gl.check_arrays("grads", tf.ones((3, 3)), _pair()), "got one array of shape (3, 3)",
+           "with shapes (2,), (2, 1)")
+
+
+def test_check_arrays_the_clip_by_global_norm_pair():
+    grads = [tf.constant(a) for a in _pair()]
+    pair = tf.clip_by_global_norm(grads, 1.0)
+    assert isinstance(pair, tuple) and len(pair) == 2  # what TensorFlow returns
+    _fails(gl.check_arrays("clipped", pair, _pair()), "a pair (a list of 2 arrays, one number)",
+           "tf.clip_by_global_norm", "keep its first item")
+    _fails(gl.check_arrays("clipped", pair, _pair() + _pair()), "a pair")
+
+
+def test_check_arrays_list_of_nones_dicts_and_generators():
+    _fails(gl.check_arrays("grads", [None, None], _pair()), "every item is None", "inside the `with` block")
+    _fails(gl.check_arrays("grads", {"a": 1}, _pair()), "got a dict", "as a list")
+    assert gl.check_arrays("grads", (tf.constant(a) for a in _pair()), _pair())
+    assert gl.check_arrays("grads", map(tf.constant, _pair()), _pair())
+    _fails(gl.check_arrays("grads", 3 + 4j, _pair()), "complex")
+
+
+def test_check_arrays_labels_count_and_common_factor():
+    r = gl.check_arrays("grads", [8 * a for a in _pair()], _pair(), labels=["dense/kernel", "dense/bias"])
+    _fails(r, "item 0 (dense/kernel)", "1 more item is wrong (1)", "Across all items every value is 8×", "batch size")
+    assert r.feedback.count("8×") == 1
+    r = gl.check_arrays("grads", [8 * a for a in _pair()], _pair(), hints=[(lambda arrs: True, "sum, not mean")])
+    _fails(r, "Across all items every value is 8× the expected one. Hint: sum, not mean")
+    assert "whole number" not in r.feedback
+    r = gl.check_arrays("grads", [a for a in _pair()[:1]], _pair(), what="one per variable")
+    _fails(r, "got 1 arrays, expected 2 (one per variable, with shapes (2,), (2, 1))")
+    hints = [(lambda arrs: arrs[1][0, 0] == 30.0, "the bias is scaled"), ([_pair()[0], 2 * _pair()[1]], "known")]
+    _fails(gl.check_arrays("grads", [_pair()[0], 10 * _pair()[1]], _pair(), hints=hints), "item 1",
+           "Hint: the bias is scaled")
+    r = gl.check_arrays("grads", [_pair()[0], 2 * _pair()[1]], _pair(), hints=hints)
+    _fails(r, "Hint: known")
+    assert "Across all items" not in r.feedback  # only one item is off: no common factor claimed
+
+
+def test_check_status_wrong_types_and_spellings():
+    class Report:
+        status = "healthy"
+
+    _fails(gl.check_status("s", Report(), "healthy"), "got a Report", "pass its .status", "'healthy'")
+    _fails(gl.check_status("s", " Healthy", "healthy"), "spelled differently")
+    _fails(gl.check_status("s", "fine", "healthy", allowed=("healthy", "vanishing")), "not one of 'healthy'")
+    _fails(gl.check_status("s", 3, "healthy"), "status is 3")
 
 
 # ----------------------------------------------------------------------------- check_status

@@ -118,8 +118,17 @@ def test_deep_linear_overflow_names_a_middle_layer():
     x, y = gl.make_data(batch_size=32, input_dim=64)
     r = gl.inspect_training_step(model, x, y)
     assert r.first_nonfinite_layer is not None and r.first_nonfinite_layer.startswith("hidden_")
-    first = int(r.first_nonfinite_layer.split("_")[1])
-    assert all(layer.output_finite for layer in r.layers[: first - 1])
+    # independent forward pass, layer by layer: where does the output first stop being finite?
+    h, expected, last_finite_std = tf.convert_to_tensor(x), None, None
+    for layer in model.layers:
+        h = layer(h)
+        if not bool(tf.reduce_all(tf.math.is_finite(h))):
+            expected = layer.name
+            break
+        last_finite_std = float(tf.math.reduce_std(tf.cast(h, tf.float64)))
+    assert r.first_nonfinite_layer == expected
+    assert 1 < int(expected.split("_")[1]) < 60  # a middle layer
+    assert last_finite_std > 1e30  # it got there by growing, layer after layer
 
 
 def test_nonfinite_gradient_with_finite_loss():
@@ -189,7 +198,7 @@ def test_functional_model_gets_per_layer_rows():
     assert r.status == "healthy"
 
 
-def test_subclassed_model_reports_per_variable_norms():
+def test_subclassed_model_gets_rows_from_its_own_call():
     class Sub(keras.Model):
         def __init__(self):
             super().__init__(name="sub")
@@ -199,10 +208,18 @@ def test_subclassed_model_reports_per_variable_norms():
         def call(self, x):
             return self.d2(tf.nn.relu(self.d1(x)))
 
-    r = gl.inspect_training_step(Sub(), *_data())
-    assert r.layers == () and r.status == "n/a"
+    model = Sub()
+    x, y = _data()
+    r = gl.inspect_training_step(model, x, y)
+    assert [layer.name for layer in r.layers] == ["d1", "d2"]
     assert len(r.variables) == 4 and all(v.grad_norm is not None for v in r.variables)
-    assert "variable" in str(r) and "gradient norm" in str(r)
+    # independent tape: dLoss/d(output of d1), which has no activation
+    with tf.GradientTape() as tape:
+        z = tf.matmul(x, model.d1.kernel) + model.d1.bias
+        tape.watch(z)
+        loss = tf.reduce_mean(tf.square(y - model.d2(tf.nn.relu(z))))
+    assert r.layers[0].signal == pytest.approx(float(tf.norm(tape.gradient(loss, z))), rel=1e-5)
+    assert r.loss == pytest.approx(float(loss), rel=1e-6)
 
 
 def test_custom_loss_fn():
@@ -285,7 +302,7 @@ def test_mismatched_shapes_raise():
         gl.inspect_training_step(_small(), x, y[:10], loss_fn=lambda t, p: tf.reduce_mean(p))
     with pytest.raises(ValueError, match="must return a scalar"):
         gl.inspect_training_step(_small(), x, y, loss_fn=lambda t, p: tf.square(t - p))
-    with pytest.raises(ValueError, match="single array"):
+    with pytest.raises(ValueError, match="x is a tuple of 2 arrays, but the model has a single input"):
         gl.inspect_training_step(_small(), (x, x), y)
 
 
@@ -448,3 +465,33 @@ def test_retracing_on_the_first_call_blames_variable_creation():
     p = next(p for p in r.problems if p.kind == "retracing")
     assert "during its first call" in p.finding and "variables" in p.finding
     assert "build the model and the optimizer" in p.fix
+
+
+# ----------------------------------------------------------------------------- causes (issue 14's module)
+def test_none_gradient_problem_carries_the_cause_from_gradlab_causes():
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), HalfUsed(name="half"), keras.layers.Dense(1, name="out")])
+    x, y = _data()
+    r = gl.inspect_training_step(model, x, y)
+    variables = model.trainable_variables
+
+    def loss_fn():
+        return tf.reduce_mean(tf.square(y - model(x, training=True)))
+
+    expected = gl.causes.explain_none_gradients(loss_fn, variables)
+    problem = next(p for p in r.problems if p.kind == "none-gradient")
+    assert "half/scale" in problem.finding
+    for cause in expected.values():
+        assert cause in problem.finding
+
+
+def test_taps_are_removed_after_the_pass_even_on_error():
+    model = _small()
+    act = model.get_layer("hidden").activation
+    x, y = _data()
+    gl.inspect_training_step(model, x, y)
+    with pytest.raises(ValueError, match="broadcast"):
+        gl.inspect_training_step(model, x, tf.squeeze(y, 1))
+    for layer in model.layers:
+        assert "call" not in layer.__dict__
+    assert model.get_layer("hidden").activation is act

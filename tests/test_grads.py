@@ -108,8 +108,9 @@ def test_diagnose_statuses(signal, status):
 
 
 def test_diagnose_thresholds_are_used():
-    assert gl.diagnose([1e-2, 1.0])[0] == "healthy"
-    assert gl.diagnose([1e-2, 1.0], vanish_below=0.1)[0] == "vanishing"
+    # three layers, gain 0.5 per layer, total 0.25: only the total rule with a raised threshold fires
+    assert gl.diagnose([0.25, 0.5, 1.0])[0] == "healthy"
+    assert gl.diagnose([0.25, 0.5, 1.0], vanish_below=0.3)[0] == "vanishing"
     assert gl.diagnose([50.0, 1.0], explode_above=10)[0] == "exploding"
 
 
@@ -147,18 +148,19 @@ def test_gradient_report_rejects_bad_models_and_data():
     x, y = gl.make_data(8, 4)
     conv = keras.Sequential([keras.Input((4, 1)), keras.layers.Conv1D(2, 2), keras.layers.Flatten(),
                              keras.layers.Dense(1)])
-    with pytest.raises(ValueError, match="stack of Dense layers; found Conv1D"):
+    with pytest.raises(ValueError, match="built from Dense layers.*found Conv1D.*inspect_training_step"):
         gl.gradient_report(conv, x, y)
     with pytest.raises(ValueError, match="at least one hidden Dense"):
         gl.gradient_report(keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)]), x, y)
     with pytest.raises(ValueError, match="model must be a keras.Model"):
         gl.gradient_report("model", x, y)
     model = gl.build_mlp(2, width=4)
-    with pytest.raises(ValueError, match="x has 3 features but the first Dense layer expects 4"):
+    model(x)  # built for 4 features
+    with pytest.raises(ValueError, match=r"x has shape \(8, 3\), but the model expects \(batch, 4\)"):
         gl.gradient_report(model, tf.ones([8, 3]), y)
-    with pytest.raises(ValueError, match=r"y must have shape \(8, 1\)"):
+    with pytest.raises(ValueError, match=r"y has shape \(8,\) but the model's output has shape \(8, 1\)"):
         gl.gradient_report(model, x, tf.ones([8]))
-    with pytest.raises(ValueError, match="x must be 2-D"):
+    with pytest.raises(ValueError, match=r"x has shape \(8, 4, 1\)"):
         gl.gradient_report(model, tf.ones([8, 4, 1]), y)
 
 
@@ -235,3 +237,106 @@ def test_report_str_is_rounded():
                           np.array([0.5, 0.5]), 0.617, "healthy", "fine", 0.123456, None)
     text = str(r)
     assert "1.23," in text and "1.2345" not in text and "loss 0.123" in text
+
+
+# ----------------------------------------------------------------------------- issue 11
+def _embedding_grad():
+    """An Embedding's IndexedSlices gradient with a duplicated row (token 2 appears twice)."""
+    keras.utils.set_random_seed(0)
+    emb = keras.layers.Embedding(5, 3)
+    ids = tf.constant([[2, 2, 4]])
+    emb(ids)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(emb(ids) * tf.constant([[[1e-3, -2e-3, 3e-3]] * 3]))
+    return tape.gradient(loss, emb.embeddings), emb.embeddings
+
+
+def test_clip_by_value_of_indexed_slices_bounds_the_dense_gradient():
+    g, _ = _embedding_grad()
+    assert isinstance(g, tf.IndexedSlices)
+    dense = tf.convert_to_tensor(g).numpy()
+    assert np.abs(dense).max() > 1e-3  # the duplicate row sums above the bound
+    clipped = tf.convert_to_tensor(gl.clip_gradients([g], ("value", 1e-3))[0]).numpy()
+    assert np.abs(clipped).max() <= 1e-3 + 1e-9
+    np.testing.assert_allclose(clipped, np.clip(dense, -1e-3, 1e-3), rtol=1e-6)
+    # tf.clip_by_value on the raw slices leaves the summed row above the bound
+    raw = tf.convert_to_tensor(tf.IndexedSlices(tf.clip_by_value(g.values, -1e-3, 1e-3), g.indices,
+                                                g.dense_shape)).numpy()
+    assert np.abs(raw).max() > 1e-3
+
+
+def test_norm_clipping_and_global_norm_of_indexed_slices_use_the_dense_gradient():
+    g, _ = _embedding_grad()
+    dense = tf.convert_to_tensor(g)
+    true = float(np.linalg.norm(dense.numpy().astype(np.float64)))
+    assert float(gl.core.global_norm([g])) == pytest.approx(true, rel=1e-6)
+    assert gl.true_global_norm([g]) == pytest.approx(true, rel=1e-6)
+    assert float(tf.linalg.global_norm([g])) != pytest.approx(true, rel=1e-3)  # tf's own: slices
+    t = true / 2
+    for mode in ("norm", "global_norm"):
+        out = tf.convert_to_tensor(gl.clip_gradients([g], (mode, t))[0]).numpy()
+        np.testing.assert_allclose(out, dense.numpy() * (t / true), rtol=1e-5)
+
+
+@pytest.mark.parametrize("mode", gl.CLIP_MODES)
+def test_clip_gradients_passes_none_through(mode):
+    g = tf.constant([3.0, -4.0])
+    out = gl.clip_gradients([None, g], (mode, 1.0))
+    assert out[0] is None
+    ref = {"value": tf.clip_by_value(g, -1.0, 1.0), "norm": tf.clip_by_norm(g, 1.0),
+           "global_norm": tf.clip_by_global_norm([g], 1.0)[0][0]}[mode]
+    np.testing.assert_array_equal(out[1].numpy(), ref.numpy())
+
+
+def test_diagnose_with_a_none_is_a_clear_error_not_an_overflow():
+    with pytest.raises(ValueError, match="None"):
+        gl.diagnose([0.5, None, 0.2])
+
+
+def test_train_mlp_refuses_a_y_that_would_broadcast():
+    x, y = gl.make_data(16, 4)
+    model = gl.build_mlp(2, width=4, input_dim=4)
+    with pytest.raises(ValueError, match=r"y has shape \(16,\).*Reshape y"):
+        gl.train_mlp(model, x, tf.squeeze(y, 1), optimizer=keras.optimizers.SGD(0.1), steps=2, progress=False)
+
+
+def test_train_mlp_is_a_view_of_train_steps():
+    x, y = gl.make_data(16, 4)
+    a, b = gl.build_mlp(3, width=4, input_dim=4), gl.build_mlp(3, width=4, input_dim=4)
+    hist = gl.train_mlp(a, x, y, optimizer=keras.optimizers.SGD(0.1), steps=3, progress=False)
+    run = gl.train_steps(b, x, y, optimizer=keras.optimizers.SGD(0.1), steps=3)
+    np.testing.assert_allclose(hist.losses, run.losses, rtol=1e-5)
+    np.testing.assert_allclose(hist.global_norms, run.global_norms, rtol=1e-4)
+    assert hist.signal_matrix.shape == (3, 3)
+    # step 1's signals equal gradient_report's on the untrained twin
+    c = gl.build_mlp(3, width=4, input_dim=4)
+    np.testing.assert_allclose(hist.signal_norms[0], gl.gradient_report(c, x, y).signal_norms, rtol=1e-5)
+
+
+def test_gradient_report_on_a_residual_block_model_from_its_own_call():
+    """Blocks Dense -> LayerNormalization -> Activation -> Add, as gl.build_mlp(residual=True) makes."""
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((4,))
+    h = inp
+    for i in range(1, 3):
+        z = keras.layers.Dense(4, name=f"hidden_{i}")(h)
+        a = keras.layers.Activation("tanh", name=f"act_{i}")(keras.layers.LayerNormalization(name=f"norm_{i}")(z))
+        h = keras.layers.Add(name=f"residual_{i}")([h, a])
+    model = keras.Model(inp, keras.layers.Dense(1, name="output")(h))
+    x, y = gl.make_data(16, 4)
+    rep = gl.gradient_report(model, x, y)
+    d1, d2 = model.get_layer("hidden_1"), model.get_layer("hidden_2")
+    n1, n2, out = model.get_layer("norm_1"), model.get_layer("norm_2"), model.get_layer("output")
+    with tf.GradientTape() as tape:
+        z1 = tf.matmul(x, d1.kernel) + d1.bias
+        tape.watch(z1)
+        h1 = x + tf.tanh(n1(z1))
+        z2 = tf.matmul(h1, d2.kernel) + d2.bias
+        tape.watch(z2)
+        h2 = h1 + tf.tanh(n2(z2))
+        loss = tf.reduce_mean(tf.square(y - out(h2)))
+    g1, g2 = tape.gradient(loss, [z1, z2])
+    assert rep.loss == pytest.approx(float(loss), rel=1e-6)
+    np.testing.assert_allclose(rep.signal_norms, [float(tf.norm(g1)), float(tf.norm(g2))], rtol=1e-5)
+    np.testing.assert_allclose(rep.activation_stds, [float(tf.math.reduce_std(h1)), float(tf.math.reduce_std(h2))],
+                               rtol=1e-5)

@@ -202,6 +202,58 @@ def test_grad_norm_logger_without_a_source_says_what_to_do():
         gl.GradNormLogger(every="step")
 
 
+def _probe_norms(model, x, y):
+    """Independent tape: the compiled MSE's gradient norm per layer (None counts as 0)."""
+    with tf.GradientTape(persistent=True) as tape:
+        loss = tf.reduce_mean(tf.square(y - model(x, training=False)))
+    out = {}
+    for layer in model.layers:
+        gs = [g for g in tape.gradient(loss, layer.trainable_weights) if g is not None] if layer.trainable_weights else []
+        if layer.trainable_weights:
+            out[layer.name] = float(tf.linalg.global_norm(gs)) if gs else 0.0
+    return out
+
+
+def test_grad_norm_logger_probe_on_a_model_without_an_input():
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.layers.Dense(4, activation="relu", name="hidden"),
+                              keras.layers.Dense(1, name="out")])  # built by fit, after on_train_begin
+    model.compile(optimizer=keras.optimizers.SGD(0.02), loss="mse")
+    x, y = _data(32)
+    logger = gl.GradNormLogger(probe=(x.numpy().astype(np.float64), y.numpy()))
+    model.fit(x, y, epochs=2, batch_size=16, verbose=0, callbacks=[logger])
+    assert list(logger.history) == ["hidden", "out"]
+    ref = _probe_norms(model, x, y)
+    assert logger.history["hidden"][-1] == pytest.approx(ref["hidden"], rel=1e-4)
+
+
+def test_grad_norm_logger_probe_with_a_stop_gradient_branch():
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((8,))
+    frozen = keras.layers.Dense(4, name="frozen")(inp)
+    live = keras.layers.Dense(4, name="live")(inp)
+    out = keras.layers.Dense(1, name="out")(keras.layers.Concatenate()([keras.ops.stop_gradient(frozen), live]))
+    model = keras.Model(inp, out)
+    model.compile(optimizer=keras.optimizers.SGD(0.02), loss="mse")
+    x, y = _data(32)
+    logger = gl.GradNormLogger(probe=(x, y))
+    model.fit(x, y, epochs=1, batch_size=16, verbose=0, callbacks=[logger])
+    assert logger.history["frozen"] == [0.0]
+    assert logger.history["live"][0] == pytest.approx(_probe_norms(model, x, y)["live"], rel=1e-4)
+
+
+def test_make_train_step_refuses_a_y_that_would_broadcast_and_takes_float64():
+    model = _model()
+    x, y = _data(32)
+    step = gl.make_train_step(model, keras.optimizers.SGD(0.0))
+    with pytest.raises(ValueError, match=r"y has shape \(32,\)"):
+        step(x, tf.squeeze(y, 1))
+    out = step(x.numpy().astype(np.float64), y.numpy().astype(np.float64))
+    ref = float(tf.reduce_mean(tf.square(y - model(x))))
+    assert float(out["loss"]) == pytest.approx(ref, rel=1e-6)
+    assert gl.tracing_count(step) >= 1
+
+
 # ----------------------------------------------------------------------------- widget
 def test_tracing_lab_float_mode_retraces_tensor_mode_does_not():
     lab = gl.TracingLab(value=0.1, mode="python float", plot=False)

@@ -9,16 +9,21 @@
 # - why training a network is, at its core, following gradients downhill;
 # - how `tf.GradientTape` records a computation and gives back gradients, from a single
 #   number up to a small Keras model;
-# - the difference between a watched *tensor* and an automatically watched *variable*;
+# - the difference between a watched *tensor* and an automatically watched *variable*, and
+#   why some gradients come back as `tf.IndexedSlices` instead of a plain tensor;
 # - what each chapter of this workbook answers, and how to use its live explorers.
 
 # %% [markdown]
 # ## Setup
 #
-# Every chapter starts with the same cell. `import gradlab as gl` comes first: it imports
-# TensorFlow with its C++ start-up log lines silenced (more on that at the end of this
-# chapter). `gl.setup(seed=0)` seeds Python, NumPy and TensorFlow, turns on deterministic
-# ops and sets plot defaults, so re-running a chapter reproduces its stored outputs.
+# Every chapter starts with the same cell. `import gradlab as gl` comes first, because it
+# loads TensorFlow without the wall of start-up log lines TensorFlow would otherwise print
+# (how, for maintainers, is in the [appendix](#Appendix-for-maintainers:-why-the-first-cell-is-clean)).
+# `gl.setup(seed=0)` *seeds* the random generators of Python, NumPy and TensorFlow (fixes
+# their starting point, so "random" numbers are the same on every run), makes TensorFlow's
+# ops deterministic and sets plot defaults, so re-running a chapter reproduces its stored
+# outputs. `gradlab` is this workbook's small helper package; the chapters show each
+# mechanism in plain TensorFlow before they use the gradlab function that packages it.
 
 # %%
 import gradlab as gl
@@ -34,11 +39,13 @@ print("TensorFlow", tf.__version__, "· Keras", keras.__version__)
 #
 # The source text opens with: *"gradient computation is the core of back-propagation and model
 # optimisation"* (梯度计算是反向传播和模型优化的核心环节). Concretely: a model has weights
-# $w$, a loss $L(w)$ says how wrong it is, and training repeats one step,
+# $w$, a *loss* $L(w)$ (one number) says how wrong it is, and training repeats one step,
 #
 # $$w \leftarrow w - \eta \, \frac{\partial L}{\partial w},$$
 #
-# moving every weight a little *against* its gradient, with a learning rate $\eta$. If the
+# moving every weight a little *against* its gradient (the slope of the loss in that
+# weight's direction), scaled by a *learning rate* $\eta$. *Back-propagation* is the method
+# that computes all those slopes at once, from the loss back to each weight. If the
 # gradient is wrong, missing (`None`), vanishingly small, or huge, this step does nothing
 # useful, or does damage. That is what the rest of the workbook is about.
 #
@@ -67,10 +74,9 @@ print("loss after     :", round(float(gl.toy_loss(w_next)), 4))  # smaller than 
 # ### Try it: drag the weight · 交互体验
 #
 # Move `w` and the learning rate. The blue line is the tangent, whose slope is exactly the
-# number `tape.gradient` returned; the green arrow is one gradient-descent step. Try a
-# learning rate of 1.5 from `w = 0`: the step jumps past the minimum to a *higher* loss.
-# Too large a step is the one-weight version of *exploding* updates, which chapter 01
-# studies in deep networks.
+# number `tape.gradient` returned; the green arrow is one gradient-descent step. (The
+# explorer is a live widget: in a notebook read without a running kernel you see a stored
+# picture instead.)
 
 # %%
 tangent = gl.TangentExplorer(w=-0.5, learning_rate=0.3)
@@ -78,24 +84,51 @@ tangent
 
 # %% [markdown]
 # The explorer is an ordinary Python object, so you can also drive it from code. Setting a
-# control recomputes immediately:
+# control recomputes immediately, and `snapshot()` stores a picture of the new state:
 
 # %%
 tangent.w.value = 3.5
-print(tangent.status_text)
+tangent.snapshot()
+
+# %% [markdown]
+# Now a learning rate of 1.5 from `w = 0`. The slope there is -3, so the step is
+# $-1.5 \cdot (-3) = 4.5$: it jumps far past the minimum near 2, to a *higher* loss:
+
+# %%
+tangent.w.value = 0.0
+tangent.learning_rate.value = 1.5
+tangent.snapshot()
+
+# %% [markdown]
+# Three learning rates from the same point. 0.3 moves towards the minimum, 1.0 jumps past it
+# but still lands lower, 1.5 lands higher than it started:
+
+# %%
+for lr in [0.3, 1.0, 1.5]:
+    loss, slope, w_next = gl.slope_and_step(0.0, lr)
+    print(f"lr {lr}: w 0 -> {w_next:.2f}, loss {loss:.3f} -> {float(gl.toy_loss(w_next)):.3f}")
+
+# %% [markdown]
+# Too large a step is the one-weight version of *exploding* updates, which chapter 01
+# studies in deep networks.
 
 # %% [markdown]
 # ## `tf.GradientTape` from zero
 #
 # TensorFlow computes gradients by **recording** operations on a *tape* while they run, then
-# playing the tape backwards (reverse-mode automatic differentiation). Three rules cover
-# most of what you will meet:
+# playing the tape backwards, from the result to the inputs, multiplying local slopes by
+# the chain rule as it goes (this is called *reverse-mode automatic differentiation*; it
+# gives the slopes of one number, the loss, with respect to millions of weights at a cost
+# of the same order as computing the loss itself). Three rules cover most of what you will meet:
 #
 # 1. Only operations run **inside** the `with tf.GradientTape()` block are recorded.
-# 2. The tape watches **trainable `tf.Variable`s automatically**. Plain tensors
-#    (`tf.constant`) must be watched explicitly with `tape.watch`.
+# 2. The tape watches **trainable `tf.Variable`s automatically** (a *variable* is a tensor
+#    that holds state and can be changed in place, which is how a model stores its weights).
+#    Plain *tensors* (`tf.constant`, immutable arrays) must be watched explicitly with
+#    `tape.watch`.
 # 3. `tape.gradient(target, sources)` returns one gradient per source, each with the
-#    **source's** shape.
+#    **source's** shape. (One exception, shown below: a gradient that touches only a few
+#    rows of a table comes back as `tf.IndexedSlices`.)
 #
 # ### A scalar loss of a variable
 
@@ -140,18 +173,24 @@ print("second:", tape.gradient(y, x))
 # ### Gradients of a small Keras model
 #
 # A Keras model's weights are trainable variables, so the tape watches them without being
-# asked. `model.trainable_variables` lists them (kernel and bias of each `Dense` layer), and
+# asked. `model.trainable_variables` lists them: for each `Dense` layer its *kernel* (the
+# weight matrix) and its *bias* (the vector added after it).
 # `tape.gradient(loss, model.trainable_variables)` returns a list in the same order, each
-# gradient shaped like its variable.
+# gradient shaped like its variable. (`relu`, the first layer's *activation*, is the function
+# applied to each of its outputs, here $\max(0, z)$.)
 
 # %%
 keras.utils.set_random_seed(1)  # the same initial weights each time this cell runs
 model = keras.Sequential(
     [keras.Input((4,)), keras.layers.Dense(3, activation="relu"), keras.layers.Dense(1)]
 )
-xb = tf.random.stateless_normal([8, 4], seed=[0, 1])
-yb = tf.random.stateless_normal([8, 1], seed=[0, 2])
+xb = tf.random.stateless_normal([8, 4], seed=[0, 1])  # a batch of 8 examples, 4 features
+yb = tf.random.stateless_normal([8, 1], seed=[0, 2])  # and their 8 targets
 
+# %% [markdown]
+# The loss is the *mean squared error*: the average over the batch of (prediction − target)².
+
+# %%
 with tf.GradientTape() as tape:
     loss = tf.reduce_mean(tf.square(model(xb) - yb))
 grads = tape.gradient(loss, model.trainable_variables)
@@ -170,11 +209,58 @@ for v, g in zip(model.trainable_variables, grads):
 print("loss after :", f"{float(tf.reduce_mean(tf.square(model(xb) - yb))):.4f}")  # lower
 
 # %% [markdown]
+# ### Sparse gradients: `tf.IndexedSlices`
+#
+# Rule 3 has one exception you will meet in any model with an embedding (a table with one
+# learned row per word or id). When the loss reads only some rows of a variable, through
+# `tf.gather` or a `keras.layers.Embedding`, the gradient of every other row is 0, and
+# TensorFlow does not build that mostly-zero tensor. It returns a `tf.IndexedSlices`: the
+# rows that were read (`indices`), their gradients (`values`) and the full shape
+# (`dense_shape`):
+
+# %%
+table = tf.Variable(tf.reshape(tf.range(12.0), (4, 3)))  # 4 rows of 3
+with tf.GradientTape() as tape:
+    loss = tf.reduce_sum(tf.gather(table, [0, 2, 2]))  # reads row 0 once, row 2 twice
+g = tape.gradient(loss, table)
+print(type(g).__name__)  # IndexedSlices, not a (4, 3) tensor
+print("indices    :", g.indices.numpy())  # [0 2 2]
+print("values     :", g.values.shape)  # (3, 3): one row per lookup
+print("dense_shape:", g.dense_shape.numpy())  # [4 3]
+
+# %% [markdown]
+# Optimizers accept it as it is. When you need the ordinary tensor (to print it, or to
+# compare it), `tf.convert_to_tensor` adds the rows up: row 2 was read twice, so its
+# gradient is 2:
+
+# %%
+print(tf.convert_to_tensor(g).numpy())  # rows 1 and 3 are 0
+
+# %% [markdown]
+# An `Embedding` layer does the same, both in ordinary *eager* code (each op runs as soon as
+# Python reaches it, as in every cell so far) and inside a `tf.function` (a Python function
+# that TensorFlow turns into a graph once and then reruns; chapter 03 is about it):
+
+# %%
+embedding = keras.layers.Embedding(input_dim=5, output_dim=2)
+ids = tf.constant([[1, 3, 3]])
+
+
+@tf.function
+def embedding_gradient():
+    with tf.GradientTape() as tape:
+        out = tf.reduce_sum(embedding(ids))
+    return tape.gradient(out, embedding.embeddings)
+
+
+print("inside tf.function:", type(embedding_gradient()).__name__)  # IndexedSlices
+
+# %% [markdown]
 # ## Contents
 #
 # The source text (梯度计算常见问题与解决) names four problems developers meet: vanishing
 # and exploding gradients, shape matching for non-scalar targets, and using `GradientTape`
-# efficiently with `tf.function`. One chapter each:
+# efficiently with `tf.function`. One chapter each, and a summary:
 #
 # | | Chapter | What it answers |
 # |---|---|---|
@@ -183,6 +269,15 @@ print("loss after :", f"{float(tf.reduce_mean(tf.square(model(xb) - yb))):.4f}")
 # | 02 | [Non-scalar targets and Jacobians · 非标量求导的维度匹配问题](02-jacobians.ipynb) | What `gradient` does with a vector target, Jacobians and their cost, and a gallery of `None` gradients with fixes. |
 # | 03 | [GradientTape with tf.function · tf.GradientTape与tf.function的协同使用](03-tape-and-function.ipynb) | Speed measured eager vs graph vs XLA, tracing and retracing, and the traps of state frozen at trace time. |
 # | 04 | [Summary · 总结](04-summary.ipynb) | A troubleshooting guide from symptom to fix, and a capstone: repair a broken training setup. |
+#
+# Chapters 05 onwards go beyond the source, to where learners really get stuck:
+#
+# | | Chapter | What it answers |
+# |---|---|---|
+# | 05 | [Beyond the source: residual connections, normalization and mixed precision · 超越原文：残差连接、归一化与混合精度](05-beyond-the-source.ipynb) | What keeps a 100-layer network trainable: skip connections, BatchNorm and LayerNorm, float16 with loss scaling; theory curves and paper presets in the explorer. |
+# | 06 | [Where None and NaN gradients come from · 梯度为 None 与 NaN 的根源](06-none-and-nan.ipynb) | The error messages users really see, the ops that cut the gradient path, NaN traps such as `tf.where`, `tf.custom_gradient`, and an inspector that names the cause. |
+# | 07 | [Gradients through time · 循环网络中的梯度](07-through-time.ipynb) | Back-propagation through time, why tanh RNNs vanish or explode, what gates change before and after training, and clipping for sequences; with the **TimeExplorer**. |
+# | 08 | [Gradients across devices and workers · 分布式训练中的梯度](08-distributed.ipynb) | `tf.distribute` on two logical CPUs and two real worker processes: loss scaling across replicas, where clipping happens, gradient accumulation. |
 
 # %% [markdown]
 # ## How to use this workbook
@@ -198,12 +293,54 @@ print("loss after :", f"{float(tf.reduce_mean(tf.square(model(xb) - yb))):.4f}")
 #   misleads, the chapter keeps that cell, shows the real error, explains it, and gives the
 #   corrected version next to it.
 # - **Exercises check themselves.** Each chapter ends with exercises whose checks say *what*
-#   is wrong (shape, values, `None`, NaN), not only pass or fail.
-# - **Tests.** `make test` re-runs every chapter and compares each output with the stored one
-#   (nbval), runs the unit tests of the `gradlab` helper package, and drives the explorers
-#   in a real JupyterLab in headless Chromium.
+#   is wrong (shape, values, `None`, NaN) and hint at why, not only pass or fail. Worked
+#   solutions follow at the very end, in collapsed cells: click the bar beside a cell to
+#   open it.
+
+# %% [markdown]
+# ## Summary
 #
-# ### Why the first cell is clean
+# - Training moves each weight against its gradient; bad gradients mean bad training, and
+#   too large a step overshoots (learning rate 1.5 above: loss 4.0 → 6.46).
+# - `tf.GradientTape` records what runs inside it. Variables are watched automatically,
+#   tensors need `tape.watch`, and an unconnected source gives `None`, silently.
+# - A non-persistent tape answers one `gradient` call.
+# - `tape.gradient(loss, model.trainable_variables)` gives one gradient per variable, shaped
+#   like it; for `tf.gather` and `Embedding` lookups it is a `tf.IndexedSlices`.
+#
+# ## Exercises
+#
+# Fill in the cells; each check says what is still wrong. As shipped they hold
+# placeholders, so the checks show ❌. The checks live in `gradlab.exercises.ch00`.
+
+# %%
+from gradlab.exercises import ch00
+
+# %% [markdown]
+# **1.** Compute $\frac{d}{dx}\,\sin(x)\,x^2$ at $x = 1.5$ with a tape. The check compares
+# it with the hand-derived $\cos(x)x^2 + 2x\sin(x)$.
+
+# %%
+x = tf.constant(1.5)
+answer_1 = None  # your code here: record sin(x) * x**2 on a tape and take its gradient
+ch00.check_derivative(answer_1)
+
+# %% [markdown]
+# **2.** Write `model_gradients(model, x, y)`: it returns the gradients of the model's mean
+# squared error on `(x, y)` with respect to its trainable variables (a list of four
+# tensors). The check calls it on `model, xb, yb` and compares with a reference tape.
+
+# %%
+def model_gradients(model, x, y):
+    return None  # your code here
+
+
+ch00.check_model_gradients(model_gradients, model, xb, yb)
+
+# %% [markdown]
+# ## Appendix for maintainers: why the first cell is clean
+#
+# *Not needed for learning; it explains what `import gradlab` changes in your session.*
 #
 # TensorFlow 2.21 prints several C++ log lines when it loads (`WARNING: All log messages
 # before absl::InitializeLog() ...`, an oneDNN notice, a CUDA notice on machines without a
@@ -219,6 +356,11 @@ print("loss after :", f"{float(tf.reduce_mean(tf.square(model(xb) - yb))):.4f}")
 # 3. `gl.setup()` sets TensorFlow's Python logger to `ERROR`; `gl.setup(seed=0, quiet=False)`
 #    leaves it alone.
 #
+# The tests (`make test`) re-run every chapter with nbval, which compares each cell's
+# output, standard error included, with the stored one; start-up lines there would fail
+# them. The same run also checks the unit tests of `gradlab` and drives the explorers in a
+# real JupyterLab in headless Chromium.
+#
 # To see TensorFlow's warnings again, call `tf.get_logger().setLevel("WARNING")` (Python
 # side), or set `TF_CPP_MIN_LOG_LEVEL=0` in the environment before starting Jupyter (C++
 # side). Chapter 02 does the first when it wants to show you one of those warnings.
@@ -231,44 +373,6 @@ print("TF_CPP_MIN_LOG_LEVEL  =", os.environ.get("TF_CPP_MIN_LOG_LEVEL"))
 print("Python logger level   =", tf.get_logger().getEffectiveLevel())  # 40 = ERROR
 
 # %% [markdown]
-# ## Summary
-#
-# - Training moves each weight against its gradient; bad gradients mean bad training.
-# - `tf.GradientTape` records what runs inside it. Variables are watched automatically,
-#   tensors need `tape.watch`, and an unconnected source gives `None`, silently.
-# - A non-persistent tape answers one `gradient` call.
-# - `tape.gradient(loss, model.trainable_variables)` gives one gradient per variable, shaped
-#   like it.
-#
-# ## Exercises
-#
-# Fill in the cells; each check says what is still wrong. As shipped they hold
-# placeholders, so the checks show ❌; worked answers are in [Solutions](#Solutions).
-#
-# **1.** Compute $\frac{d}{dx}\,\sin(x)\,x^2$ at $x = 1.5$ with a tape, and compare it with
-# the hand-derived $\cos(x)x^2 + 2x\sin(x)$.
-
-# %%
-x = tf.constant(1.5)
-answer_1 = None  # your code here: record sin(x) * x**2 on a tape and take its gradient
-expected_1 = np.cos(1.5) * 1.5**2 + 2 * 1.5 * np.sin(1.5)
-print(gl.check_array("d/dx sin(x)·x²", answer_1, expected_1))
-
-# %% [markdown]
-# **2.** Return the gradients of the model's mean squared error with respect to its
-# trainable variables (a list of four tensors). The check compares them with a reference.
-
-# %%
-def model_gradients(model, x, y):
-    return None  # your code here
-
-
-with tf.GradientTape() as ref_tape:
-    ref_loss = tf.reduce_mean(tf.square(model(xb) - yb))
-reference = ref_tape.gradient(ref_loss, model.trainable_variables)
-print(gl.check_arrays("model gradients", model_gradients(model, xb, yb), reference))
-
-# %% [markdown]
 # ## Solutions
 #
 # **1.** `x` is a constant, so the tape must be told to watch it:
@@ -278,15 +382,22 @@ with tf.GradientTape() as tape:
     tape.watch(x)
     f = tf.sin(x) * x**2
 answer_1 = tape.gradient(f, x)
-print(gl.check_array("d/dx sin(x)·x²", answer_1, expected_1))
+ch00.check_derivative(answer_1)
 
 # %% [markdown]
-# Forgetting `tape.watch` gives `None`, and the check says so:
+# Two typical slips, and what the check says about them. Forgetting `tape.watch` gives
+# `None`; computing `sin` with NumPy makes it a constant the tape cannot see, so the slope
+# of that factor is lost:
 
 # %% tags=["solution"]
 with tf.GradientTape() as tape:
     f = tf.sin(x) * x**2  # x is a tensor and nobody watched it
-print(gl.check_array("d/dx sin(x)·x²", tape.gradient(f, x), expected_1))
+print(ch00.check_derivative(tape.gradient(f, x)))
+
+with tf.GradientTape() as tape:
+    tape.watch(x)
+    f = np.sin(x) * x**2  # np.sin returns a NumPy number: a constant for the tape
+print(ch00.check_derivative(tape.gradient(f, x)))
 
 # %% [markdown]
 # **2.** The model's variables are watched automatically:
@@ -298,4 +409,22 @@ def model_gradients(model, x, y):
     return tape.gradient(loss, model.trainable_variables)
 
 
-print(gl.check_arrays("model gradients", model_gradients(model, xb, yb), reference))
+ch00.check_model_gradients(model_gradients, model, xb, yb)
+
+# %% [markdown]
+# Returning the loss instead of the gradients, or summing the squared errors instead of
+# averaging them, is feedback too:
+
+# %% tags=["solution"]
+def loss_only(model, x, y):
+    return tf.reduce_mean(tf.square(model(x) - y))
+
+
+def summed(model, x, y):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.square(model(x) - y))
+    return tape.gradient(loss, model.trainable_variables)
+
+
+print(ch00.check_model_gradients(loss_only, model, xb, yb))
+print(ch00.check_model_gradients(summed, model, xb, yb))

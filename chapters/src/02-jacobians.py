@@ -6,14 +6,14 @@
 #
 # - what `tape.gradient` returns when the target is a vector or a matrix, and why its result
 #   always has the source's shape;
-# - to build a Jacobian three ways (an element-by-element loop, `tape.jacobian`,
-#   `tape.batch_jacobian`), and when `batch_jacobian` gives wrong numbers without any error;
-# - to multiply by a Jacobian without building it: `output_gradients` for $J^\top v$,
-#   `tf.autodiff.ForwardAccumulator` for $J v$, and which of the two is cheaper for a given
-#   shape;
-# - why a gradient comes back `None`, seven ways, each with its fix; the common shape
-#   errors; persistent tapes and `del tape`; Hessians and Hessian-vector products;
-# - to explore Jacobians live in the **JacobianViewer**.
+# - to build a Jacobian with `tape.jacobian`, and one block per example with
+#   `tape.batch_jacobian`, which gives wrong numbers without any error when examples interact;
+# - what `persistent=True` keeps alive, and when `del tape` matters;
+# - why a gradient comes back `None`, seven ways, each with its fix, and what the common
+#   shape errors mean;
+# - optionally, going deeper: vector-Jacobian and Jacobian-vector products, forward vs
+#   reverse mode, how `tape.jacobian` vectorises (pfor), and Hessians; and the
+#   **JacobianViewer** to explore Jacobians live.
 
 # %% [markdown]
 # ## Setup
@@ -22,6 +22,7 @@
 import gradlab as gl  # noqa: I001  (first: it imports TensorFlow quietly)
 import numpy as np
 import tensorflow as tf
+from gradlab.exercises import ch02
 
 gl.setup(seed=0)
 
@@ -130,56 +131,21 @@ print("grads in the list:", jacobian)  # [None, None, None]: the list, never rea
 # block has closed, so the tape never recorded it. From the tape's point of view `y[i]` is a
 # brand-new tensor with no recorded path back to `x`, and "no path" means `None`.
 #
-# The fix is to take the slices while the tape is still recording:
-
-# %%
-with tf.GradientTape(persistent=True) as tape:
-    y = x**2
-    rows = [y[i] for i in range(3)]  # slicing recorded by the tape
-
-jacobian = tf.stack([tape.gradient(r, x) for r in rows])
-del tape
-print("Jacobian shape:", jacobian.shape)  # (3, 3)
-print(jacobian.numpy())  # diag(2x) = diag([2, 4, 6])
-
-# %% [markdown]
-# `gl.jacobian_loop(f, x)` is the same loop for any shapes. It calls `tape.gradient` once per
-# element of the target, which gets slow as the target grows. `tape.jacobian` does the whole
-# job in one call:
+# Repairing the loop is exercise 2. The loop is also slow: one `tape.gradient` call per
+# element of the target. `tape.jacobian` does the whole job in one call:
 
 # %%
 with tf.GradientTape() as tape:
     y = x**2
 
-print(tape.jacobian(y, x).numpy())  # diag([2, 4, 6]) again
-print("loop agrees:", np.allclose(gl.jacobian_loop(lambda v: v**2, x), np.diag([2.0, 4.0, 6.0])))  # True
+print(tape.jacobian(y, x).numpy())  # diag(2x) = diag([2, 4, 6])
 
 # %% [markdown]
-# By default `tape.jacobian` uses **pfor**: it rewrites the backward pass once so that it
-# processes all rows of the Jacobian together, as one vectorised computation. With
-# `experimental_use_pfor=False` it runs an ordinary loop over the rows instead. A loop reads
-# the tape once per row, and a non-persistent tape may only be read once:
-
-# %% tags=["raises-exception"]
-with tf.GradientTape() as tape:
-    y = x**2
-
-tape.jacobian(y, x, experimental_use_pfor=False)
-
-# %% [markdown]
-# A persistent tape can be read many times, so the loop works with one:
-
-# %%
-with tf.GradientTape(persistent=True) as tape:
-    y = x**2
-
-print(tape.jacobian(y, x, experimental_use_pfor=False).numpy())  # diag([2, 4, 6])
-del tape
-
-# %% [markdown]
-# The pfor version is the default because it is usually much faster. Use `False` when pfor
-# cannot convert one of your operations (it then raises an error that names the op), or to
-# save memory on a very large Jacobian, since the loop keeps only one row's work in flight.
+# How can one call compute every row? `tape.jacobian` uses **pfor** ("parallel for"),
+# TensorFlow's automatic vectoriser: instead of running the backward pass once per row, it
+# rewrites the backward pass once so that it processes all rows together, as one batched
+# computation. The optional section at the end of the chapter shows what pfor does when it
+# cannot vectorise an op, and what it costs.
 #
 # ### One Jacobian per example: `batch_jacobian`
 #
@@ -229,119 +195,25 @@ print("true block of example 0:\n", true_blocks[0])  # (1 - 1/4) * I = 0.75 * I
 print("batch_jacobian's block 0:\n", bj_c[0])  # all zeros: wrong
 print("largest error:", np.abs(bj_c - true_blocks).max())  # 0.75
 
+# %% [markdown]
+# The picture puts all three side by side, each drawn as the full 12 × 12 Jacobian: the
+# per-example blocks sit on the diagonal where they belong, and the grey cells are the
+# entries `batch_jacobian` never computes. Every cell shows its number.
+
 # %%
-gl.plot_jacobians({"full Jacobian (12 × 12)": full_c, "true blocks": true_blocks,
-                   "batch_jacobian": bj_c})
+gl.plot_block_diagonals(full_c, {"true diagonal blocks": true_blocks, "batch_jacobian": bj_c})
 
 # %% [markdown]
 # In the full Jacobian every off-diagonal block holds $-1/4$ on its diagonal. For each
 # example, `batch_jacobian` added its own block ($0.75$) to the three cross-example blocks
-# ($-0.25$ each) and got $0$. Before you trust `batch_jacobian`, check on a small batch that
-# the cross-example entries are zero:
+# ($-0.25$ each) and got $0$: its panel is all zeros. Before you trust `batch_jacobian`,
+# check on a small batch that the cross-example entries are zero:
 
 # %%
 print("Dense layer, largest cross-example entry:", gl.cross_example_max(full))  # 0.0: safe
 print("centering,   largest cross-example entry:", gl.cross_example_max(full_c))  # 0.25: unsafe
 
 # %% [markdown]
-# ## Multiply by the Jacobian without building it · grad_ys 与 output_gradients
-#
-# The source text's advice on mismatched dimensions:
-#
-# > 如果损失是非标量，需指定grad_ys参数。
-# >
-# > (If the loss is non-scalar, you need to specify the `grad_ys` argument.)
-#
-# Run it as stated, on a non-scalar `y`:
-
-# %% tags=["raises-exception"]
-with tf.GradientTape() as tape:
-    y = x**2
-
-tape.gradient(y, x, grad_ys=tf.ones(3))
-
-# %% [markdown]
-# `grad_ys` is the name of this argument in `tf.gradients`, the TensorFlow 1 graph-mode
-# function. In TensorFlow 2, which runs eagerly, it refuses to run at all:
-
-# %%
-try:
-    tf.gradients(tf.square(x), x, grad_ys=tf.ones(3))
-except RuntimeError as err:
-    print("RuntimeError:", err)
-
-# %% [markdown]
-# (`tf.gradients` still works inside a `tf.function`, where code runs as a graph.)
-# `GradientTape.gradient` calls the argument **`output_gradients`**. It is also not *required*: without it the tape uses a
-# vector of ones, which is the "gradient of the sum" we saw at the top. Passing a vector
-# $v$ weights the outputs, and the result is the **vector-Jacobian product** $J^\top v$:
-
-# %%
-def f(x):
-    return tf.tanh(tf.linalg.matvec(tf.constant([[1.0, -2.0, 0.5], [0.3, 0.8, -1.0]]), x))
-
-
-x3 = tf.constant([0.5, -0.2, 1.0])
-v = tf.constant([1.0, -3.0])
-with tf.GradientTape() as tape:
-    tape.watch(x3)
-    y = f(x3)
-
-vjp = tape.gradient(y, x3, output_gradients=v)
-J = gl.jacobian(f, x3)
-print("J shape:", J.shape)  # (2, 3): 2 outputs, 3 inputs
-print("output_gradients=v:", np.round(vjp.numpy(), 4))
-print("J.T @ v:           ", np.round(J.T @ v.numpy(), 4))  # the same
-
-# %% [markdown]
-# `v` must have the target's shape and the result has the source's shape, so one backward
-# pass gives one weighted combination of the Jacobian's **rows**. Reverse mode therefore
-# needs one pass per *output* to build the full Jacobian.
-#
-# Forward mode goes the other way. `tf.autodiff.ForwardAccumulator` carries a direction $u$
-# in input space forward through the computation and returns the **Jacobian-vector
-# product** $J u$: one combination of the Jacobian's **columns** per pass.
-
-# %%
-u = tf.constant([1.0, 0.0, 2.0])
-with tf.autodiff.ForwardAccumulator(primals=x3, tangents=u) as acc:
-    y = f(x3)
-
-print("ForwardAccumulator jvp:", np.round(acc.jvp(y).numpy(), 4))
-print("J @ u:                 ", np.round(J @ u.numpy(), 4))  # the same
-
-# %% [markdown]
-# `gl.vjp(f, x, v)` and `gl.jvp(f, x, u)` wrap both. Which one builds a full Jacobian faster?
-# Reverse mode needs one pass per output, forward mode one pass per input. So for a function
-# with **many inputs and few outputs** (a loss: millions of weights, one number) reverse mode
-# should win, and for **few inputs and many outputs** forward mode should. The next cell
-# measures it for $y = \tanh(Wx)$, building the full Jacobian both ways (each vectorised, as
-# `tape.jacobian` is), once with many inputs and 4 outputs and once the other way round. The
-# numbers depend on your machine, so this cell's output (and the next one's, which is
-# computed from it) is not compared when the notebook is tested.
-
-# %% tags=["nbval-ignore-output"]
-timing = gl.time_forward_reverse(sizes=(4, 16, 64, 256, 1024), fixed=4)
-gl.plot_forward_reverse(timing)
-
-# %% [markdown]
-# At small sizes fixed overheads dominate and the two modes are hard to tell apart. As a
-# side grows, the mode that needs one pass per element of that side should fall behind. The
-# next cell reads your measurement at the largest size and says which mode won each way
-# round. Expect reverse mode to win with 1024 inputs and forward mode with 1024 outputs; on
-# a busy machine or with very fast hardware a single measurement can still come out the
-# other way, so re-run the timing cell if it does.
-
-# %% tags=["nbval-ignore-output"]
-wide_in, wide_out = timing.wide_inputs, timing.wide_outputs
-print("1024 inputs,  4 outputs: reverse faster?", bool(wide_in["reverse"][-1] < wide_in["forward"][-1]))  # expected True
-print("4 inputs, 1024 outputs: forward faster?", bool(wide_out["forward"][-1] < wide_out["reverse"][-1]))  # expected True
-
-# %% [markdown]
-# This is why training uses reverse mode (back-propagation): a loss is one number. Forward
-# mode earns its place when there are few inputs, for example the sensitivity of a whole
-# output image to one scalar parameter.
-#
 # ## Use persistent tapes with care · persistent=True 与 del tape
 #
 # The source text:
@@ -351,18 +223,10 @@ print("4 inputs, 1024 outputs: forward faster?", bool(wide_out["forward"][-1] < 
 # > (`persistent=True` allows taking gradients several times, but you must release the
 # > resources by hand to avoid a memory leak: call `del tape` after use.)
 #
-# The first half is true. An ordinary tape frees what it recorded after the first
-# `gradient` call, so a second call fails:
-
-# %% tags=["raises-exception"]
-with tf.GradientTape() as tape:
-    y = x**2
-    z = tf.reduce_sum(y)
-
-print("dz/dx:", tape.gradient(z, x).numpy())
-print("dy/dx:", tape.gradient(y, x).numpy())
-
-# %% [markdown]
+# The first half is true: [chapter 00](00-introduction.ipynb) showed that an ordinary tape
+# answers one `gradient` call and raises `RuntimeError` on the second, and the section on
+# vector targets above read a persistent tape twice.
+#
 # What does a persistent tape keep alive? Every intermediate tensor that some gradient
 # needs. Below, `a = x * 2` is needed by the gradient of `sin(a)`. We drop our own name for
 # `a` and keep only a *weak reference*, which does not keep it alive; it reports whether
@@ -403,26 +267,8 @@ print("a alive after the function returned:", a_ref() is not None)  # False
 # `del tape` matters where the name lives long: at the top level of a notebook or script,
 # or inside a long training loop. There the tape and everything it recorded stay in memory
 # until the name is deleted or rebound.
-#
-# You can also call `gradient` **inside** the `with` block of a persistent tape. The tape
-# then also records the gradient computation itself. That is wasteful for a first
-# derivative, and TensorFlow warns about it (the warning shows when the log level lets
-# warnings through), but it is exactly what a second derivative needs:
-
-# %%
-tf.get_logger().setLevel("WARNING")
-with tf.GradientTape(persistent=True) as tape:
-    y = x**3
-    dy = tape.gradient(y, x)  # inside: recorded
-print("dy/dx:  ", dy.numpy())  # 3x² = [3. 12. 27.]
-print("d²y/dx²:", tape.gradient(dy, x).numpy())  # 6x = [6. 12. 18.]
-del tape
-tf.get_logger().setLevel("ERROR")
 
 # %% [markdown]
-# The section on second derivatives below does this with two nested tapes, which is the
-# cleaner way.
-#
 # ## Find out why a gradient is `None`
 #
 # `tape.gradient` returns `None` when it finds no recorded path from the target back to the
@@ -537,11 +383,62 @@ del tape
 
 # %% [markdown]
 # Use `ZERO` only when you *know* the source is unused. It also hides the six bugs above.
-#
+
+# %% [markdown]
 # ## Read the shape error messages · 维度不匹配错误
 #
-# The source text advises making sure that the target is "correctly related to the loss
-# function". In practice, shape problems announce themselves in a few recurring messages.
+# The source text's advice on mismatched dimensions:
+#
+# > 确保在调用tape.gradient时，目标变量与损失函数关联正确。……如果损失是非标量，需指定grad_ys参数。
+# >
+# > (Make sure that the target is correctly related to the loss when you call
+# > `tape.gradient`. ... If the loss is non-scalar, you need to specify the `grad_ys`
+# > argument.)
+#
+# Run the second half as stated, on a non-scalar `y`:
+
+# %% tags=["raises-exception"]
+with tf.GradientTape() as tape:
+    y = x**2
+
+tape.gradient(y, x, grad_ys=tf.ones(3))
+
+# %% [markdown]
+# `grad_ys` is the name of this argument in `tf.gradients`, the TensorFlow 1 function that
+# differentiates a graph. Called eagerly, which is how TensorFlow 2 runs by default, it
+# refuses to run at all:
+
+# %%
+try:
+    tf.gradients(tf.square(x), x, grad_ys=tf.ones(3))
+except RuntimeError as err:
+    print("RuntimeError:", err)
+
+# %% [markdown]
+# Inside a `tf.function`, where the code is traced into a graph (chapter 03), `tf.gradients`
+# still works, `grad_ys` included:
+
+# %%
+@tf.function
+def graph_gradients(x):
+    return tf.gradients(tf.square(x), x, grad_ys=tf.constant([1.0, -3.0, 0.5]))[0]
+
+
+print("tf.gradients in a tf.function:", graph_gradients(x).numpy())  # grad_ys * 2x = [2. -12. 3.]
+
+# %% [markdown]
+# `GradientTape.gradient` calls the argument **`output_gradients`**. It is also not
+# *required*: without it the tape weights every output by 1, which is the "gradient of the
+# sum" from the start of the chapter. A vector $v$ of the target's shape weights the outputs
+# instead, and the tape returns the gradient of $\sum_i v_i y_i$:
+
+# %%
+with tf.GradientTape() as tape:
+    y = x**2
+print("weighted:", tape.gradient(y, x, output_gradients=tf.constant([1.0, -3.0, 0.5])).numpy())  # [2. -12. 3.]
+
+# %% [markdown]
+# In practice, shape problems announce themselves in a few recurring messages.
 #
 # **`Attempt to convert a value (None) ...`**: a `None` gradient reached a TensorFlow
 # function. We met it at the source's `tf.stack`. Look for one of the seven causes above.
@@ -586,11 +483,211 @@ tape.batch_jacobian(y, x)
 tf.matmul(tf.ones([2, 3]), tf.ones([2, 3]))
 
 # %% [markdown]
-# ## Go to second order · Hessian
+# ## Go deeper (optional) · 进阶
 #
-# The Hessian of a scalar function is the Jacobian of its gradient. Compute the gradient
-# with an inner tape *while an outer tape records*, then ask the outer tape for the
-# Jacobian. For $f(x) = \tfrac12 x^\top A x$ the Hessian is $A$:
+# The rest of the chapter is for a second reading: what `output_gradients` computes in the
+# language of linear algebra, forward mode, how `tape.jacobian` vectorises and what that
+# costs, and second derivatives. Exercise 3 uses the first subsection; the others are not
+# needed for chapters 03 and 04.
+#
+# ### Multiply by the Jacobian without building it · VJP and JVP
+#
+# The weighted gradient above is the **vector-Jacobian product** $J^\top v$: the Jacobian
+# $J$ is never built. Check it on a function with 3 inputs and 2 outputs:
+
+# %%
+def f(x):
+    return tf.tanh(tf.linalg.matvec(tf.constant([[1.0, -2.0, 0.5], [0.3, 0.8, -1.0]]), x))
+
+
+x3 = tf.constant([0.5, -0.2, 1.0])
+v = tf.constant([1.0, -3.0])
+with tf.GradientTape() as tape:
+    tape.watch(x3)
+    y = f(x3)
+vjp = tape.gradient(y, x3, output_gradients=v)
+J = gl.jacobian(f, x3)
+print("J shape:", J.shape)  # (2, 3): 2 outputs, 3 inputs
+print("output_gradients=v:", np.round(vjp.numpy(), 4))
+print("J.T @ v:           ", np.round(J.T @ v.numpy(), 4))  # the same
+
+# %% [markdown]
+# `v` must have the target's shape and the result has the source's shape, so one backward
+# pass gives one weighted combination of the Jacobian's **rows**. Reverse mode therefore
+# needs one pass per *output* to build the full Jacobian.
+#
+# Forward mode goes the other way. `tf.autodiff.ForwardAccumulator` carries a direction $u$
+# in input space forward through the computation and returns the **Jacobian-vector
+# product** $J u$: one combination of the Jacobian's **columns** per pass. Its two
+# arguments have names from the forward-mode literature: the **primals** are the point
+# where you differentiate (here `x3`), the **tangents** the direction $u$ you push through,
+# one per primal and of the same shape.
+
+# %%
+u = tf.constant([1.0, 0.0, 2.0])
+with tf.autodiff.ForwardAccumulator(primals=x3, tangents=u) as acc:
+    y = f(x3)
+
+print("ForwardAccumulator jvp:", np.round(acc.jvp(y).numpy(), 4))
+print("J @ u:                 ", np.round(J @ u.numpy(), 4))  # the same
+
+# %% [markdown]
+# ### Forward vs reverse mode, measured
+#
+# `gl.vjp(f, x, v)` and `gl.jvp(f, x, u)` wrap both. Which one builds a full Jacobian faster?
+# Reverse mode needs one pass per output, forward mode one pass per input. So for a function
+# with **many inputs and few outputs** (a loss: millions of weights, one number) reverse mode
+# should win, and for **few inputs and many outputs** forward mode should. The next cell
+# measures it for $y = \tanh(Wx)$, building the full Jacobian both ways (each vectorised, as
+# `tape.jacobian` is), once with many inputs and 4 outputs and once the other way round.
+# Both axes of the plot are logarithmic. The numbers depend on your machine, so this cell's
+# output (and the next one's, which is computed from it) is not compared when the notebook
+# is tested.
+
+# %% tags=["nbval-ignore-output"]
+timing = gl.time_forward_reverse(sizes=(4, 16, 64, 256, 1024), fixed=4)
+gl.plot_forward_reverse(timing)
+
+# %% [markdown]
+# At small sizes fixed overheads dominate and the two modes are hard to tell apart. As a
+# side grows, the mode that needs one pass per element of that side should fall behind. The
+# next cell reads your measurement at the largest size and says which mode won each way
+# round. Expect reverse mode to win with 1024 inputs and forward mode with 1024 outputs; on
+# a busy machine a single measurement can still come out the other way, so re-run the
+# timing cell if it does.
+
+# %% tags=["nbval-ignore-output"]
+wide_in, wide_out = timing.wide_inputs, timing.wide_outputs
+print("1024 inputs,  4 outputs: reverse faster?", bool(wide_in["reverse"][-1] < wide_in["forward"][-1]))  # expected True
+print("4 inputs, 1024 outputs: forward faster?", bool(wide_out["forward"][-1] < wide_out["reverse"][-1]))  # expected True
+
+# %% [markdown]
+# This is why training uses reverse mode (back-propagation): a loss is one number. Forward
+# mode earns its place when there are few inputs, for example the sensitivity of a whole
+# output image to one scalar parameter.
+#
+# ### How `tape.jacobian` works: pfor, its fallback and its cost
+#
+# `tape.jacobian(..., experimental_use_pfor=False)` switches pfor off and computes the rows
+# one at a time in a `tf.while_loop`. Each row reads the tape again, and a non-persistent
+# tape may only be read once, so eagerly this fails:
+
+# %% tags=["raises-exception"]
+with tf.GradientTape() as tape:
+    y = x**2
+
+tape.jacobian(y, x, experimental_use_pfor=False)
+
+# %% [markdown]
+# The message says *with eager execution enabled*, and it means it. Inside a `tf.function`
+# the loop becomes part of the graph, which computes every row from the same recorded
+# forward pass, and the same code works with an ordinary tape:
+
+# %%
+@tf.function
+def jacobian_by_loop(x):
+    with tf.GradientTape() as tape:  # not persistent
+        y = x**2
+    return tape.jacobian(y, x, experimental_use_pfor=False)
+
+
+print(jacobian_by_loop(x).numpy())  # diag([2, 4, 6])
+
+# %% [markdown]
+# Eagerly, a persistent tape makes the loop work too:
+
+# %%
+with tf.GradientTape(persistent=True) as tape:
+    y = x**2
+
+print(tape.jacobian(y, x, experimental_use_pfor=False).numpy())  # diag([2, 4, 6])
+del tape
+
+# %% [markdown]
+# **What if pfor cannot vectorise an op?** pfor has a conversion rule for most ops, not all.
+# For an op without one, `tape.jacobian` does not raise: pfor quietly runs that op in a
+# `tf.while_loop` over the rows (its `fallback_to_while_loop` option, which `tape.jacobian`
+# turns on) and logs `Using a while_loop for converting ...` only at DEBUG level, which you
+# never see. The gradient of `tf.image.resize` (the op `ResizeBilinearGrad`) is one such
+# op. The Jacobian comes back, right, without a word:
+
+# %%
+def upscale(v):  # a 4-vector as a 2 × 2 image, resized to 3 × 3 and flattened
+    return tf.reshape(tf.image.resize(tf.reshape(v, [1, 2, 2, 1]), [3, 3]), [-1])
+
+
+v4 = tf.constant([0.5, 1.0, 2.0, 1.5])
+with tf.GradientTape(persistent=True) as tape:
+    tape.watch(v4)
+    up = upscale(v4)
+j_pfor = tape.jacobian(up, v4)  # nothing printed, no warning
+j_loop = tape.jacobian(up, v4, experimental_use_pfor=False)
+del tape
+print("shape:", j_pfor.shape, " same as the loop:", np.allclose(j_pfor, j_loop))  # (9, 4) True
+
+# %% [markdown]
+# `gl.pfor_fallbacks(f, x)` computes the same Jacobian with TensorFlow's logger at DEBUG
+# level, collected into a list instead of the screen, and returns the fallback messages:
+
+# %%
+_, fallbacks = gl.pfor_fallbacks(upscale, v4)
+print(fallbacks)  # the op that fell back to a while_loop
+_, fallbacks = gl.pfor_fallbacks(f, x3)
+print(fallbacks)  # [] for tanh(W x): fully vectorised
+
+# %% [markdown]
+# A fallback costs speed, not correctness. What does pfor buy when it works? The next cell
+# times `tape.jacobian` of $\tanh(Wx)$ with $W$ of size $n \times n$, with pfor and with the
+# while_loop, inside a `tf.function` and eagerly (machine-dependent, so not compared):
+
+# %% tags=["nbval-ignore-output"]
+pfor_timing = gl.time_pfor_vs_loop(sizes=(16, 64, 256), repeats=5)
+print("n:                         ", pfor_timing.sizes)
+print("eager, pfor, ms:           ", np.round(1e3 * pfor_timing.eager["pfor"], 2))
+print("eager, while_loop, ms:     ", np.round(1e3 * pfor_timing.eager["while_loop"], 2))
+for where, speedup in pfor_timing.speedups().items():
+    print(f"{where:5s} speed-up of pfor (×):", np.round(speedup, 2))
+
+# %% [markdown]
+# Inside a `tf.function` pfor is at least as fast as the loop, and at $n = 256$ ten or more
+# times faster on the machine that built this notebook. Called eagerly, `tape.jacobian`
+# converts the backward pass with pfor anew on *every* call, which costs tens to hundreds of
+# milliseconds whatever the size (the first row of times). So for a small Jacobian the plain
+# loop was faster there (a speed-up below 1 at $n = 16$), and pfor pulled ahead only as the
+# Jacobian grew. "pfor is faster" holds for large Jacobians and for compiled code.
+#
+# The price of vectorising is memory: all rows are in flight at once. The knob for that is
+# `parallel_iterations`: it caps how many rows are computed together, and pfor then works
+# through the rows in chunks of that many. The result is the same:
+
+# %%
+with tf.GradientTape(persistent=True) as tape:
+    y = x**2
+print(tape.jacobian(y, x, parallel_iterations=2).numpy())  # rows in chunks of 2: diag([2, 4, 6])
+del tape
+
+# %% [markdown]
+# ### Go to second order · Hessian
+#
+# You can call `gradient` **inside** the `with` block of a persistent tape. The tape then
+# also records the gradient computation itself. That is wasteful for a first derivative,
+# and TensorFlow warns about it (the warning shows when the log level lets warnings
+# through), but it is exactly what a second derivative needs:
+
+# %%
+tf.get_logger().setLevel("WARNING")
+with tf.GradientTape(persistent=True) as tape:
+    y = x**3
+    dy = tape.gradient(y, x)  # inside: recorded
+print("dy/dx:  ", dy.numpy())  # 3x² = [3. 12. 27.]
+print("d²y/dx²:", tape.gradient(dy, x).numpy())  # 6x = [6. 12. 18.]
+del tape
+tf.get_logger().setLevel("ERROR")
+
+# %% [markdown]
+# Two nested tapes are the cleaner way. The Hessian of a scalar function is the Jacobian of
+# its gradient: compute the gradient with an inner tape *while an outer tape records*, then
+# ask the outer tape for the Jacobian. For $f(x) = \tfrac12 x^\top A x$ the Hessian is $A$:
 
 # %%
 A = tf.constant([[2.0, 1.0, 0.0], [1.0, 3.0, -1.0], [0.0, -1.0, 4.0]])
@@ -609,8 +706,8 @@ print("Hessian:\n", H.numpy())  # A
 # %% [markdown]
 # A Hessian has $n^2$ entries: for a model with a million weights that is $10^{12}$
 # numbers. Optimisers and curvature estimates usually need only a **Hessian-vector
-# product** $Hv$, which costs about as much as two gradients. Push a forward-mode tangent
-# $v$ through the gradient computation (forward over reverse):
+# product** $Hv$. Push a forward-mode tangent $v$ through the gradient computation
+# (forward over reverse):
 
 # %%
 vq = tf.constant([1.0, 2.0, -1.0])
@@ -635,6 +732,24 @@ print("forward over reverse:", gl.hvp(quad, xq, vq))  # [ 4.  8. -6.]
 print("reverse over reverse:", gl.hvp(quad, xq, vq, method="reverse_over_reverse"))  # the same
 
 # %% [markdown]
+# How much does an HVP cost? A rule of thumb says "about two gradients": forward over
+# reverse carries a tangent along the gradient computation, reverse over reverse runs a
+# second backward pass through it. The next cell times a two-layer loss of 65 536 weights,
+# its gradient and both HVPs, each compiled. The four are called in turn, 30 rounds, and the
+# cell prints each one's time as a multiple of the gradient's in the same round (the
+# median over rounds; machine-dependent, so not compared):
+
+# %% tags=["nbval-ignore-output"]
+hvp_timing = gl.time_gradient_vs_hvp(n=256, repeats=30)
+for name, ratio in hvp_timing.relative().items():
+    print(f"{name:26s} {ratio:5.2f} × the gradient's time")
+
+# %% [markdown]
+# On the machine that built this notebook, over several runs, both HVPs took about 1.5 to 2
+# times as long as one gradient: the rule of thumb holds. What matters more is the memory:
+# an HVP needs vectors the size of $x$, never the $n^2$ Hessian.
+
+# %% [markdown]
 # ## Explore Jacobians interactively
 #
 # The **JacobianViewer** computes the Jacobian of one of four functions with all three
@@ -656,13 +771,15 @@ viewer
 
 # %% [markdown]
 # The controls are ordinary attributes, so a cell can drive the viewer too. Setting a value
-# recomputes everything before the assignment returns:
+# recomputes everything before the assignment returns. `viewer.snapshot()` stores a picture
+# of the new state, so a saved copy of the notebook shows it too:
 
 # %%
 viewer.function.value = "dense_batch"
 viewer.size.value = 6
 print(viewer.description_text)  # dense_batch · n=6 → jacobian shape (4, 3, 4, 6)
 print("rows of the heatmap:", int(np.prod(viewer.jacobian.shape[:2])))  # 4 examples × 3 units = 12
+viewer.snapshot()
 
 # %% [markdown]
 # `viewer.tracing_count()` counts the traces of the viewer's compiled functions. Each
@@ -694,38 +811,40 @@ print(viewer.status_text)
 # - `tape.gradient` of a non-scalar target returns the gradient of the **sum** of its
 #   elements, in the **source's** shape; a list of targets gives the sum of their gradients.
 # - A Jacobian holds every output element against every input element. Build it with
-#   `tape.jacobian` (vectorised by pfor) rather than a Python loop; with
-#   `experimental_use_pfor=False` the tape must be persistent.
+#   `tape.jacobian` rather than a Python loop, and slice *inside* the tape if you loop.
 # - `tape.batch_jacobian` returns only the per-example blocks. It is correct **only** when
 #   examples do not interact (not after batch-wise operations such as centering or batch
 #   normalization), and otherwise gives wrong numbers silently.
-# - `output_gradients=v` gives $J^\top v$ (one reverse pass per output), `ForwardAccumulator`
-#   gives $Jv$ (one forward pass per input): reverse mode wins for many inputs and few
-#   outputs, forward mode for few inputs and many outputs.
+# - A persistent tape keeps its intermediates until nothing refers to it; `del tape` is the
+#   explicit way to drop it.
 # - A `None` gradient means "no recorded path": an integer dtype, a NumPy round-trip,
 #   rebinding a variable, an unwatched tensor, a state change, work outside the tape, or a
 #   source that really is unused.
-# - A persistent tape keeps its intermediates until nothing refers to it; `del tape` is the
-#   explicit way to drop it.
-# - Hessians come from nested tapes; a Hessian-vector product never needs the Hessian.
+# - `output_gradients=v` (not `grad_ys`) weights the outputs and must have the target's
+#   exact shape; one that broadcasts gives a "gradient" of the wrong shape without an error.
+# - Going deeper: `output_gradients` gives $J^\top v$, `ForwardAccumulator` gives $Jv$;
+#   reverse mode wins for many inputs and few outputs. `tape.jacobian` vectorises with pfor,
+#   falls back to a loop silently for ops it cannot convert, and bounds its memory with
+#   `parallel_iterations`. Hessians come from nested tapes; a Hessian-vector product costs a
+#   small multiple of a gradient and never builds the Hessian.
 #
 # ### What the notebook showed about each claim of the source section
 #
 # | Source claim | What running it showed |
 # |---|---|
 # | For a non-scalar target the gradient's dimensions match the variable; TensorFlow handles it. | True: `gradient` returns the source's shape by summing the target. Exception: an `output_gradients` that broadcasts gives a gradient of another shape. |
-# | The loop `tape.gradient(y[i], x)` gives a `[3]` gradient per row and a `[3, 3]` Jacobian. | False as written: `y[i]` is computed after the tape closed, every gradient is `None`, and `tf.stack` raises `ValueError`. Slicing inside the tape, `tape.jacobian` or `gl.jacobian_loop` fix it. |
-# | With a non-scalar loss you must pass `grad_ys`. | `GradientTape.gradient` has no `grad_ys` (`TypeError`); the argument is `output_gradients`, and it is optional: the default weights every output by 1. `grad_ys` belongs to `tf.gradients`, which does not run eagerly. |
-# | `persistent=True` allows several gradient calls. | True; a plain tape raises `RuntimeError` on the second call. |
+# | The loop `tape.gradient(y[i], x)` gives a `[3]` gradient per row and a `[3, 3]` Jacobian. | False as written: `y[i]` is computed after the tape closed, every gradient is `None`, and `tf.stack` raises `ValueError`. `tape.jacobian` does it in one call; repairing the loop is exercise 2. |
+# | With a non-scalar loss you must pass `grad_ys`. | `GradientTape.gradient` has no `grad_ys` (`TypeError`); the argument is `output_gradients`, and it is optional: the default weights every output by 1. `grad_ys` belongs to `tf.gradients`, which raises `RuntimeError` eagerly and works inside a `tf.function`. |
+# | `persistent=True` allows several gradient calls. | True; a plain tape raises `RuntimeError` on the second call (chapter 00). |
 # | A persistent tape must be released with `del tape` to avoid a memory leak. | Half true: the tape keeps its intermediates alive and `del tape` frees them, but so does any loss of the last reference (e.g. returning from a function). It matters for long-lived names. |
 # | Make sure the target is correctly related to the loss. | Made concrete: the seven causes of `None` and four shape error messages above. |
 
 # %% [markdown]
 # ## Exercises
 #
-# Each exercise has a stub marked `# your code here` and a self-check. As shipped, the
-# stubs are empty and the checks say what is missing; worked answers are in
-# [Solutions](#Solutions) at the end.
+# Each exercise has a stub marked `# your code here` and a self-check from
+# `gradlab.exercises.ch02`. As shipped, the stubs are empty and the checks say what is
+# missing; worked answers are in [Solutions](#Solutions) at the end, collapsed.
 #
 # **1. The softmax Jacobian.** Compute the Jacobian of `tf.nn.softmax` at `z` with
 # `tape.jacobian`. By this chapter's convention row $i$ holds the derivatives of output
@@ -736,56 +855,33 @@ print(viewer.status_text)
 # Jacobian is symmetric, so here the two facts coincide.)
 
 # %%
-z = tf.constant([0.5, -1.0, 2.0, 0.0])
+z = tf.constant(ch02.SOFTMAX_Z)  # [0.5, -1.0, 2.0, 0.0]
 
 j_softmax = None  # your code here
 
-# %%
-s_np = tf.nn.softmax(z).numpy()
-
-
-def check_softmax_jacobian(j):
-    print(gl.check_array("softmax Jacobian", j, np.diag(s_np) - np.outer(s_np, s_np)))
-    row_sums = None if j is None else np.sum(np.asarray(j), axis=-1)
-    print(gl.check_array("row sums", row_sums, np.zeros(4)))
-
-
-check_softmax_jacobian(j_softmax)
+print(ch02.check_softmax_jacobian(j_softmax))
 
 # %% [markdown]
-# The check says what went wrong. Forgetting `tape.watch(z)` (a constant is not watched)
-# gives `None`, and `tape.gradient` instead of `tape.jacobian` gives the wrong shape:
-
-# %%
-with tf.GradientTape() as tape:
-    s = tf.nn.softmax(z)
-print(gl.check_array("no watch", tape.jacobian(s, z), np.zeros((4, 4))))
-
-with tf.GradientTape() as tape:
-    tape.watch(z)
-    s = tf.nn.softmax(z)
-print(gl.check_array("gradient instead", tape.gradient(s, z), np.zeros((4, 4))))
-
-# %% [markdown]
-# **2. Fix the source's loop.** Rewrite the source text's loop so that it really produces
-# the 3 × 3 Jacobian of `x**2`, keeping the loop over `tape.gradient` calls.
+# **2. Repair the source's loop.** Rewrite the source text's loop so that it really produces
+# the 3 × 3 Jacobian of `x**2`, keeping one `tape.gradient` call per element of `y`. The
+# check tells you what your result holds if it is not yet right.
 
 # %%
 x = tf.Variable([1.0, 2.0, 3.0])
 
 my_jacobian = None  # your code here
 
-print(gl.check_array("loop Jacobian", my_jacobian, np.diag([2.0, 4.0, 6.0])))
+print(ch02.check_loop_jacobian(my_jacobian))
 
 # %% [markdown]
-# **3. One row of a Jacobian without the Jacobian.** For `f` from the VJP section, get the
-# second row of its Jacobian (the gradient of the second output) with a single
-# `tape.gradient` call and a suitable `output_gradients`.
+# **3. One row of a Jacobian without the Jacobian.** For `f` and `x3` from the optional VJP
+# section, get the second row of the Jacobian (row 1, the gradient of the second output)
+# with a single `tape.gradient` call and a suitable `output_gradients`.
 
 # %%
 row_1 = None  # your code here
 
-print(gl.check_array("row 1 of J", row_1, gl.jacobian(f, x3)[1]))
+print(ch02.check_jacobian_row(row_1, f, x3))
 
 # %% [markdown]
 # **4. Is `batch_jacobian` safe here?** Layer normalization normalizes each example over its
@@ -801,19 +897,7 @@ def layer_norm(x):
 
 my_answer = None  # your code here: True or False
 
-
-def check_layer_norm_answer(answer):
-    xl = tf.random.stateless_normal([3, 4], seed=[0, 2])
-    safe = gl.cross_example_max(gl.jacobian(layer_norm, xl)) == 0.0
-    if not isinstance(answer, bool):
-        return gl.check_true("batch_jacobian safe for layer_norm", False,
-                             f"got {answer!r}: set my_answer to True or False")
-    return gl.check_true("batch_jacobian safe for layer_norm", answer == safe,
-                         "not quite: look at which examples each output depends on",
-                         "right: each example is normalized with its own statistics only")
-
-
-print(check_layer_norm_answer(my_answer))
+print(ch02.check_batch_jacobian_safe(my_answer, layer_norm))
 
 # %% [markdown]
 # ## Solutions
@@ -826,7 +910,7 @@ with tf.GradientTape() as tape:
     tape.watch(z)
     s = tf.nn.softmax(z)
 j_softmax = tape.jacobian(s, z)
-check_softmax_jacobian(j_softmax)
+print(ch02.check_softmax_jacobian(j_softmax))
 
 # %% [markdown]
 # **2.** Take the slices while the tape is recording (a persistent tape, because it is read
@@ -835,20 +919,21 @@ check_softmax_jacobian(j_softmax)
 # %% tags=["solution"]
 with tf.GradientTape(persistent=True) as tape:
     y = x**2
-    elements = [y[i] for i in range(len(y))]
+    elements = [y[i] for i in range(len(y))]  # sliced while recording
 my_jacobian = tf.stack([tape.gradient(e, x) for e in elements])
 del tape
-print(gl.check_array("loop Jacobian", my_jacobian, np.diag([2.0, 4.0, 6.0])))
+print(ch02.check_loop_jacobian(my_jacobian))
 
 # %% [markdown]
-# **3.** Weight the outputs with the one-hot vector $(0, 1)$: $J^\top e_1$ is row 1 of $J$:
+# **3.** Weight the outputs with the **one-hot** vector $(0, 1)$, a vector of zeros with a
+# single 1 at the position of the output you want: $J^\top e_1$ is row 1 of $J$:
 
 # %% tags=["solution"]
 with tf.GradientTape() as tape:
     tape.watch(x3)
     y = f(x3)
 row_1 = tape.gradient(y, x3, output_gradients=tf.constant([0.0, 1.0]))
-print(gl.check_array("row 1 of J", row_1, gl.jacobian(f, x3)[1]))
+print(ch02.check_jacobian_row(row_1, f, x3))
 
 # %% [markdown]
 # **4.** Safe: each example's mean and variance come from its own features only, so no
@@ -857,4 +942,4 @@ print(gl.check_array("row 1 of J", row_1, gl.jacobian(f, x3)[1]))
 # %% tags=["solution"]
 print("largest cross-example entry:",
       gl.cross_example_max(gl.jacobian(layer_norm, tf.random.stateless_normal([3, 4], seed=[0, 2]))))  # 0.0
-print(check_layer_norm_answer(True))
+print(ch02.check_batch_jacobian_safe(True, layer_norm))

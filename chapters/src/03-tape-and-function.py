@@ -6,13 +6,13 @@
 #
 # - what `@tf.function` does to a training step: it *traces* your Python once into a graph,
 #   then runs the graph; and how to measure what that buys you (eager vs graph vs XLA,
-#   first call vs steady state) on your own machine;
+#   TensorFlow's optimising compiler; first call vs steady state) on your own machine;
 # - to *see* tracing: `print` vs `tf.print`, a tracing counter, and what makes a function
 #   retrace (Python numbers, new shapes) and how to stop it (tensors, `input_signature`,
 #   `reduce_retracing`);
 # - the traps that bite in practice: values frozen at trace time, a model rebound after
 #   tracing, variables created inside the function, side effects that run once, and
-#   numerics checks that vanish under `jit_compile=True`;
+#   numerics checks that TF 2.21 drops under `jit_compile=True` on a CPU;
 # - a training loop you can take away: clipping, a non-finite check and per-layer gradient
 #   norms, as a `tf.function`, as a Keras `train_step` for `fit`, and as a callback.
 
@@ -24,6 +24,7 @@ import gradlab as gl  # noqa: I001  (first: it imports TensorFlow quietly)
 import keras
 import numpy as np
 import tensorflow as tf
+from gradlab.exercises import ch03
 
 gl.setup(seed=0)
 
@@ -113,7 +114,9 @@ print("traces of train_step:", train_step.experimental_get_tracing_count())  # 2
 # %% [markdown]
 # 610 calls, two traces. The second trace is not a retrace caused by the inputs (all the
 # batches have the same shape and dtype). On the first call `model` had no weights yet and
-# the optimizer had no slots: both were created *inside* the function. When a
+# the optimizer had none of its own variables yet: its iteration counter and, for
+# optimizers with momentum or Adam, its **slots** (one extra variable per weight, such as
+# a momentum buffer). Both were created *inside* the function. When a
 # `tf.function` creates variables on its first call, TensorFlow traces it once to create
 # them and a second time to get a graph that only uses them. Build the model and the
 # optimizer first, and a single trace is enough:
@@ -131,6 +134,7 @@ def make_source_step(model, optimizer):
     return train_step
 
 
+# %%
 def fresh_model_and_optimizer(seed=0):
     keras.utils.set_random_seed(seed)
     model = tf.keras.Sequential([tf.keras.layers.Dense(10)])
@@ -158,8 +162,10 @@ print("traces when built first:", built_step.experimental_get_tracing_count())  
 #
 # - **eager**: the plain Python function; every TensorFlow op is dispatched from Python;
 # - **tf.function**: traced once into a graph, then the graph runs;
-# - **XLA** (`tf.function(..., jit_compile=True)`): the graph is also compiled by XLA into
-#   fused machine code (this works on a CPU too).
+# - **XLA** (`tf.function(..., jit_compile=True)`): XLA ("Accelerated Linear Algebra") is
+#   TensorFlow's optimising compiler. It compiles the whole graph into machine code and
+#   *fuses* neighbouring ops (a multiply, an add and a square become one loop over the data
+#   instead of three). It works on a CPU too.
 #
 # The times below are this machine's, from the last time the notebook ran. They are not
 # compared when the notebook is tested. Re-run the cell and you get your own.
@@ -324,10 +330,20 @@ lab = gl.TracingLab(value=0.1, mode="python float")
 for lr in [0.2, 0.3, 0.4]:
     lab.value.value = lr  # what a slider move does
 print("python float:", lab.summary)  # 4 traces: 0.1, 0.2, 0.3, 0.4
+lab.snapshot()  # a picture of this state: every call was a new trace (red)
+
+# %% [markdown]
+# Now pass the same values as a tensor:
+
+# %%
 lab.mode.value = "tensor"
 for lr in [0.5, 0.6, 0.7]:
     lab.value.value = lr
 print("tensor      :", lab.summary)  # 1 trace for every value
+lab.snapshot()  # only the first call traced
+
+# %% [markdown]
+# The lab itself, live (a saved copy shows its current state):
 
 # %%
 lab
@@ -376,6 +392,7 @@ def step_v():
     opt.apply_gradients(zip(grads, [v], strict=True))
 
 
+# %%
 step_v()
 print("after step 1 (clipnorm 100):", v.numpy())  # [-3, -4]
 opt.clipnorm = 1.0
@@ -529,6 +546,7 @@ def with_assert_all_finite(x):
     return tf.debugging.assert_all_finite(sqrt_grad(x), "gradient of sqrt")
 
 
+# %%
 def with_assert(x):
     grad = sqrt_grad(x)
     tf.debugging.Assert(tf.reduce_all(tf.math.is_finite(grad)), [grad])
@@ -552,10 +570,50 @@ for checked in numerics_checks:
     print(f"{checked.__name__:24s} XLA result:", result.numpy())  # [inf 0.5], no error
 
 # %% [markdown]
-# No error: the infinity went straight through. Under XLA, `check_numerics`,
-# `assert_all_finite` and `tf.debugging.Assert` compile to nothing. A check you rely on
-# under XLA must be part of the computation: compute a boolean tensor and act on it, for
-# example skip the update, and return it so the caller can see it.
+# No error: the infinity went straight through. This is TensorFlow 2.21's behaviour on a
+# CPU, and the three checks disappear in two different ways:
+#
+# - `check_numerics` (which `assert_all_finite` calls) is compiled to nothing, **silently**;
+# - `tf.debugging.Assert` is dropped **with a warning** in TensorFlow's C++ log. This
+#   notebook does not show it because `gl.setup` sets `TF_CPP_MIN_LOG_LEVEL=2`, which hides
+#   C++ log lines below errors.
+#
+# To see the warning, the next cell runs both in a fresh Python process with
+# `TF_CPP_MIN_LOG_LEVEL=0` and prints the lines of its log that mention them (without their
+# timestamp prefix):
+
+# %%
+probe = """import tensorflow as tf
+@tf.function(jit_compile=True)
+def with_assert(x):
+    tf.debugging.Assert(tf.reduce_all(x > 0), [x])
+    return x
+@tf.function(jit_compile=True)
+def with_check_numerics(x):
+    return tf.debugging.check_numerics(tf.sqrt(x), "sqrt")
+x = tf.constant([-1.0, 1.0])
+print("with Assert, XLA result:", with_assert(x).numpy())
+print("with check_numerics, XLA result:", with_check_numerics(x).numpy())
+"""
+
+# %%
+import os
+import subprocess
+import sys
+
+env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0")  # let TensorFlow's C++ log through
+run = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
+for line in (run.stdout + run.stderr).splitlines():
+    if "XLA result" in line or "Assert" in line or "CheckNumerics" in line:
+        print(line.split("] ")[-1])  # the log's own words, without time and thread
+
+# %% [markdown]
+# The log says `Ignoring Assert operator`; about `check_numerics` it says nothing, and the
+# NaN from `sqrt(-1)` comes back. (On a GPU, newer TensorFlow versions compile
+# `CheckNumerics` into a real runtime check; this notebook runs on a CPU and shows what
+# TF 2.21 does there.) A check you rely on under XLA must therefore be part of the
+# computation: compute a boolean tensor and act on it, for example skip the update, and
+# return it so the caller can see it.
 
 # %%
 def finite_flag(x):
@@ -620,6 +678,7 @@ def regression_data(n, seed):
     return x, x @ w_true + noise
 
 
+# %%
 keras.utils.set_random_seed(0)
 net = keras.Sequential([
     keras.Input((20,)),
@@ -681,9 +740,10 @@ print("traces:", gl.tracing_count(xla_step))  # 1
 # ### The same step inside `model.fit`
 #
 # Keras 3 lets a model override `train_step`; `fit` then traces *that* into its training
-# function. `gl.GradNormTrainStep` is a mixin with the same logic (clipping, skip on
-# non-finite, per-layer norms), and `gl.GradNormSequential` is a `keras.Sequential` with
-# it. The logs gain `grad_norm`, `grad_norm/<layer>` and `skipped_steps`.
+# function. `gl.GradNormTrainStep` is a **mixin** with the same logic (clipping, skip on
+# non-finite, per-layer norms): a class that is not used on its own but listed as an extra
+# base class, `class MyModel(gl.GradNormTrainStep, keras.Model)`, to add its `train_step` to
+# the model. `gl.GradNormSequential` is a `keras.Sequential` with it. The logs gain `grad_norm`, `grad_norm/<layer>` and `skipped_steps`.
 
 # %%
 keras.utils.set_random_seed(0)
@@ -730,6 +790,8 @@ plain = keras.Sequential([
 plain.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
 probe = regression_data(128, seed=500)
 probe_logger = gl.GradNormLogger(probe=probe)  # every="epoch"
+
+# %%
 plain_history = plain.fit(x_train, y_train, epochs=8, batch_size=64, shuffle=False, verbose=0,
                           callbacks=[probe_logger])
 print("entries per layer:", {k: len(v) for k, v in probe_logger.history.items()})  # 8 each
@@ -760,8 +822,10 @@ probe_logger.plot(title="Gradient norms on a fixed probe batch, once per epoch")
 # - Anything read at trace time is frozen: Python hyperparameters (`optimizer.clipnorm`),
 #   a global model rebound later. Use variables, arguments, or a new function per model.
 # - Create variables and optimizers outside the step, and build them before the first call.
-# - `check_numerics`, `assert_all_finite` and `tf.debugging.Assert` raise inside a graph but
-#   are silently dropped under XLA. A check that must hold everywhere is a tensor you compute and act on.
+# - `check_numerics`, `assert_all_finite` and `tf.debugging.Assert` raise inside a graph. Under
+#   `jit_compile=True` on a CPU, TF 2.21 drops them: `Assert` with a C++ log warning that
+#   `TF_CPP_MIN_LOG_LEVEL=2` hides, `check_numerics` silently. A check that must hold
+#   everywhere is a tensor you compute and act on.
 # - `tf.config.run_functions_eagerly(True)` is for debugging only.
 
 # %% tags=["nbval-ignore-output"]
@@ -776,9 +840,9 @@ print("tracing lab:", lab.summary)  # tensor mode: 1 trace
 # %% [markdown]
 # ## Exercises
 #
-# Each exercise has a stub marked `# your code here` and a self-check. As shipped, the
-# stubs are empty and the checks say what is missing; worked answers are in
-# [Solutions](#Solutions) at the end.
+# Each exercise has a stub marked `# your code here` and a self-check from
+# `gradlab.exercises.ch03`. As shipped, the stubs are empty and the checks say what is
+# missing; worked answers are in [Solutions](#Solutions) at the end, collapsed.
 #
 # **1. Stop the retracing.** `noisy_step` below takes a Python float `scale`, so a sweep
 # over 5 values traces it 5 times. Change the call in the *loop* (not the function) so
@@ -789,18 +853,10 @@ def noisy_step(x, scale):
     return scale * tf.reduce_mean(x)
 
 
-def check_sweep(sweep):
-    return gl.check_true(
-        "one trace for the sweep", sweep.count == 1 and sweep.calls == 5,
-        f"{sweep.count} traces for {sweep.calls} calls: each new Python float is a new "
-        "constant in the graph. What kind of value can change without a retrace?",
-        f"{sweep.calls} calls, {sweep.count} trace")
-
-
 sweep = gl.TraceCounter(noisy_step)
 for scale in [0.1, 0.2, 0.3, 0.4, 0.5]:
     sweep(tf.ones([3]), scale)  # your code here: change what is passed as scale
-print(check_sweep(sweep))
+print(ch03.check_sweep(sweep))
 
 # %% [markdown]
 # **2. Predict the count.** Without running anything new, how many traces does this
@@ -810,70 +866,24 @@ print(check_sweep(sweep))
 # %%
 predicted = None  # your code here: a whole number
 
-
-def check_prediction(predicted):
-    counter = gl.TraceCounter(lambda x: x + 1)
-    for arg in [tf.ones([2]), tf.zeros([2]), tf.ones([3]), 1, 1]:
-        counter(arg)
-    if predicted is None:
-        return gl.check_true("predicted traces", False, "no prediction yet: set predicted to a whole number")
-    return gl.check_true(
-        "predicted traces", predicted == counter.count,
-        f"you predicted {predicted}: not what TensorFlow did. Go through the five calls and ask "
-        "for each: is this signature (shape, dtype, or Python value) new?",
-        f"{counter.count} traces: {counter.log}")
-
-
-print(check_prediction(predicted))
+print(ch03.check_prediction(predicted))
 
 # %% [markdown]
 # **3. Clip for real.** Write `make_clipped_step(model)`: it returns a training step for
 # `model` made with `gl.make_train_step`, plain `keras.optimizers.SGD(learning_rate=0.05)`
 # and the global gradient norm clipped to **1.0**. The check does not trust what the step
-# reports: it builds a fresh copy of `net`, measures the raw gradient norm itself, runs
-# your step once, and measures how far the weights actually moved. With SGD the weights
-# move by the learning rate times the applied gradient, so a step clipped to 1.0 moves them
-# by exactly $0.05 \times 1.0$ whenever the raw norm is above 1.
+# reports. It builds fresh copies of a small model, runs your step on a batch whose raw
+# gradient norm is far above 1 and on one whose raw norm is below it, and measures how far
+# the weights actually move. With SGD the weights move by the learning rate times the
+# applied gradient: by $0.05 \times 1.0$ when the gradient is clipped, and by $0.05$ times
+# the raw norm when it is not.
 
 # %%
 def make_clipped_step(model):
     return None  # your code here
 
 
-def check_clipped_step(make_step, lr=0.05, clip=1.0):
-    model = keras.models.clone_model(net)
-    model.set_weights(net.get_weights())
-    x, y = regression_data(64, seed=2000)
-    with tf.GradientTape() as tape:
-        loss = tf.reduce_mean(tf.square(y - model(x)))
-    raw = float(tf.linalg.global_norm(tape.gradient(loss, model.trainable_variables)))
-    before = [v.numpy().copy() for v in model.trainable_variables]
-    step_fn = make_step(model)
-    if step_fn is None:
-        return gl.check_true("weights moved by lr × 1.0", False,
-                             "make_clipped_step returned None: return the step from gl.make_train_step")
-    try:
-        step_fn(x, y)
-    except Exception as err:  # noqa: BLE001 - a failing step is feedback
-        return gl.check_true("weights moved by lr × 1.0", False, f"the step raised {type(err).__name__}: {err}")
-    moved = float(np.sqrt(sum(np.sum((v.numpy() - b) ** 2)
-                              for v, b in zip(model.trainable_variables, before, strict=True))))
-    return gl.check_true(
-        "weights moved by lr × 1.0", raw > clip and abs(moved - lr * clip) < 1e-3 * lr,
-        f"the weights moved by {moved:.4g}; with a raw gradient norm of {raw:.3g} an SGD({lr}) step "
-        f"clipped to a global norm of {clip} moves them by {lr * clip:.4g}",
-        f"raw gradient norm {raw:.3g}; the weights moved by {moved:.4g} = {lr} × {clip}")
-
-
-print(check_clipped_step(make_clipped_step))
-
-# %% [markdown]
-# The check fails for the usual slips, too: no clipping, or a threshold of 5 as in the
-# chapter's loop, lets the raw gradient through:
-
-# %%
-print(check_clipped_step(lambda m: gl.make_train_step(m, keras.optimizers.SGD(0.05))))
-print(check_clipped_step(lambda m: gl.make_train_step(m, keras.optimizers.SGD(0.05), clip_global_norm=5.0)))
+print(ch03.check_clipped_step(make_clipped_step))
 
 # %% [markdown]
 # ## Solutions
@@ -885,14 +895,14 @@ print(check_clipped_step(lambda m: gl.make_train_step(m, keras.optimizers.SGD(0.
 sweep = gl.TraceCounter(noisy_step)
 for scale in [0.1, 0.2, 0.3, 0.4, 0.5]:
     sweep(tf.ones([3]), tf.constant(scale))
-print(check_sweep(sweep))
+print(ch03.check_sweep(sweep))
 
 # %% [markdown]
 # **2.** Three traces: shape `[2]` (the second `[2]` reuses it), shape `[3]`, and the
 # Python value `1` (the second `1` reuses it).
 
 # %% tags=["solution"]
-print(check_prediction(3))
+print(ch03.check_prediction(3))
 
 # %% [markdown]
 # **3.** Pass the threshold to `gl.make_train_step`; it clips with `tf.clip_by_global_norm`:
@@ -902,4 +912,4 @@ def make_clipped_step(model):
     return gl.make_train_step(model, keras.optimizers.SGD(learning_rate=0.05), clip_global_norm=1.0)
 
 
-print(check_clipped_step(make_clipped_step))
+print(ch03.check_clipped_step(make_clipped_step))

@@ -8,6 +8,7 @@ one-shot version for a chapter cell.
 from __future__ import annotations
 
 import io
+import math
 
 import matplotlib
 import matplotlib.ticker
@@ -73,29 +74,46 @@ class ReportPlot:
     """A log-scale per-layer plot of a :class:`~gradlab.grads.GradientReport`, updated in place.
 
     Draws the back-propagated signal, the weight-gradient norms before and after clipping,
-    optionally the forward activation std, and a shaded healthy band: the range of layer-1
-    signals that :func:`~gradlab.grads.diagnose` calls healthy (1e-3 to 1e3 times the last
-    layer's). Exact zeros (underflow) are drawn as red triangles on the bottom edge, NaN/inf
-    as purple triangles on the top edge, instead of silently disappearing from a log axis.
+    optionally the forward activation std, the theory curve (``report.predicted_signal``,
+    dashed, where the report has one) and a shaded healthy band for the *signal*: the range
+    of layer-1 signals that :func:`~gradlab.grads.diagnose` calls healthy (1e-3 to 1e3 times
+    the last layer's). Exact zeros (underflow) are drawn as red triangles on the bottom edge,
+    NaN/inf as purple triangles on the top edge, instead of silently disappearing from a log axis.
+
+    ``live=True`` (the explorer) renders with Agg blitting: the static part (axes, ticks,
+    labels, legend) is drawn once per axis range into a cached background, and each update
+    only restores it and draws the data artists (:meth:`render_png`). The y range snaps to
+    whole decades and the x range to steps of 5 layers (past 10), so most changes, a depth
+    drag included, reuse a cached background.
     """
 
-    def __init__(self, report=None, *, show_forward: bool = True, figsize=(7.2, 3.7),
-                 legend: bool = True, vanish_below: float = 1e-3, explode_above: float = 1e3):
+    BACKGROUNDS = 8  # cached backgrounds (one per x/y range), about 1 MB each
+
+    def __init__(self, report=None, *, show_forward: bool = True, figsize=None,
+                 legend: bool = True, live: bool = False, vanish_below: float = 1e-3,
+                 explode_above: float = 1e3):
+        from collections import OrderedDict
+
         self.vanish_below, self.explode_above = vanish_below, explode_above
-        if legend:
-            self.fig, self.ax = new_figure(figsize)
-        else:  # the live explorer: fixed margins, legend drawn by the widget (a draw costs half)
-            self.fig, self.ax = new_figure(figsize, layout=None)
-            self.fig.subplots_adjust(left=0.11, right=0.98, bottom=0.14, top=0.91)
+        self.live = live
+        if live:  # fixed margins (constrained layout would re-solve on every full draw)
+            self.fig, self.ax = new_figure(figsize or (8.6, 3.7), layout=None)
+            self.fig.subplots_adjust(left=0.085, right=0.6 if legend else 0.98, bottom=0.14, top=0.91)
+        else:
+            self.fig, self.ax = new_figure(figsize or (8.6, 3.7))
         ax = self.ax
         ax.set_yscale("log")
         ax.set_xlabel("hidden layer (1 = input side)")
-        ax.set_ylabel("L2 norm")
+        ax.set_ylabel("L2 norm, every series (log scale)")
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         self.band = Rectangle((0, 1e-3), 1, 1e6 - 1e-3, transform=ax.get_yaxis_transform(),
-                              color="#2da44e", alpha=0.12, lw=0, label="healthy band for layer 1")
+                              color="#2da44e", alpha=0.12, lw=0,
+                              label="healthy band for the signal at layer 1\n(1e-3 to 1e3 × the last layer's)")
         ax.add_patch(self.band)
         (self.signal,) = ax.plot([], [], "o-", ms=3, lw=1.8, color="#0969da",
                                  label="signal dL/dz (back-propagated)")
+        (self.theory,) = ax.plot([], [], "--", lw=1.6, color="#0969da", alpha=0.75,
+                                 label="signal predicted by variance propagation")
         (self.weight,) = ax.plot([], [], "s--", ms=2.5, lw=1.2, color="#bc4c00",
                                  label="weight gradient dL/dW")
         (self.clipped,) = ax.plot([], [], "-", lw=2.2, color="#1a7f37", alpha=0.8,
@@ -103,17 +121,22 @@ class ReportPlot:
         (self.forward,) = ax.plot([], [], ":", lw=1.4, color="#6e7781",
                                   label="forward activation std")
         (self.zeros,) = ax.plot([], [], "v", ms=7, color="#cf222e", clip_on=False,
-                                label="exactly 0 (underflow)")
+                                label="signal exactly 0 (underflow)")
         (self.nonfinite,) = ax.plot([], [], "^", ms=7, color="#8250df", clip_on=False,
                                     label="NaN / inf")
         self.show_forward = show_forward
         self.title = ax.set_title("", fontsize=10, loc="left")
-        # The live explorer prints the status beside the figure; drawing text is most of a
-        # redraw's cost, so it keeps the figure free of the title and the legend.
-        self.title.set_visible(legend)
         ax.yaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+        ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(numticks=8))
         if legend:
-            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+        self._dynamic = (self.band, self.theory, self.forward, self.weight, self.clipped,
+                         self.signal, self.zeros, self.nonfinite, self.title)
+        if live:
+            for artist in self._dynamic:
+                artist.set_animated(True)
+        self._backgrounds: OrderedDict = OrderedDict()
+        self.full_draws = 0  # how many times the static background was drawn (tests, bench)
         if report is not None:
             self.update(report)
 
@@ -126,6 +149,12 @@ class ReportPlot:
         series = [report.signal_norms, report.weight_norms]
         self.signal.set_data(x, report.signal_norms)
         self.weight.set_data(x, report.weight_norms)
+        theory = getattr(report, "predicted_signal", None)
+        if theory is not None:
+            self.theory.set_data(x, theory)
+            series.append(theory)
+        else:
+            self.theory.set_data([], [])
         if report.clip is not None:
             self.clipped.set_data(x, report.clipped_weight_norms)
             series.append(report.clipped_weight_norms)
@@ -152,11 +181,19 @@ class ReportPlot:
             self.band.set_visible(True)
         else:
             self.band.set_visible(False)
-        lo = max(lo, 1e-45)
+        # whole decades, in steps of 5 or 10 decades for a wide range: the axis (and a live
+        # plot's cached background) changes less often while the depth is dragged
+        llo, lhi = np.log10(max(lo, 1e-300)), np.log10(max(hi, 1e-300))
+        step = 1 if lhi - llo < 8 else 5 if lhi - llo < 30 else 10
+        lo = 10.0 ** max(np.floor(llo / step) * step, -300)
+        hi = 10.0 ** min(np.ceil(lhi / step) * step, 300)
         if hi <= lo:
             hi = lo * 10
         self.ax.set_ylim(lo, hi)
-        self.ax.set_xlim(0.5, n + 0.5)
+        # a live plot's x axis grows in steps of 5 layers past 10: dragging the depth reuses
+        # the cached background until the next step (a full draw costs 5-10x a blitted one)
+        xmax = n if (not self.live or n <= 10) else 5 * math.ceil(n / 5)
+        self.ax.set_xlim(0.5, xmax + 0.5)
         sig = report.signal_norms
         zero_x = x[sig == 0]
         bad_x = x[~np.isfinite(sig)]
@@ -168,30 +205,67 @@ class ReportPlot:
         self.title.set_color(color)
         return self
 
+    def render_png(self) -> bytes:
+        """The current figure as PNG bytes; blitted when ``live`` (see the class docstring)."""
+        if not self.live:
+            return figure_png(self.fig, fast=True)
+        canvas = self.fig.canvas
+        key = (self.ax.get_xlim(), self.ax.get_ylim(), canvas.get_width_height(physical=True))
+        bg = self._backgrounds.get(key)
+        if bg is None:
+            canvas.draw()  # animated artists are left out: this is the static background
+            self.full_draws += 1
+            bg = canvas.copy_from_bbox(self.fig.bbox)
+            self._backgrounds[key] = bg
+            while len(self._backgrounds) > self.BACKGROUNDS:
+                self._backgrounds.popitem(last=False)
+        else:
+            self._backgrounds.move_to_end(key)
+            canvas.restore_region(bg)
+        for artist in self._dynamic:
+            self.ax.draw_artist(artist)
+        return encode_png(canvas)
+
     def png(self, dpi: float | None = None, *, fast: bool = False) -> bytes:
         """The current figure as PNG bytes."""
+        if self.live and dpi in (None, self.fig.dpi):
+            return self.render_png()
         return figure_png(self.fig, dpi, fast=fast)
 
     def legend_items(self) -> list[tuple[str, str, str]]:
         """``(label, color, marker)`` of each drawn series, for a legend outside the figure."""
         items = [(self.band.get_label(), "#2da44e", "■")]
-        for line in (self.signal, self.weight, self.clipped, self.forward, self.zeros, self.nonfinite):
+        for line in (self.signal, self.theory, self.weight, self.clipped, self.forward, self.zeros,
+                     self.nonfinite):
             marker = {"v": "▼", "^": "▲"}.get(line.get_marker(), "━")
             items.append((line.get_label(), line.get_color(), marker))
         return items
 
 
+def encode_png(canvas) -> bytes:
+    """PNG bytes of an Agg canvas's current buffer, RGB, fastest zlib level (the live explorers)."""
+    from PIL import Image
+
+    w, h = canvas.get_width_height(physical=True)
+    img = Image.frombuffer("RGBA", (w, h), canvas.buffer_rgba(), "raw", "RGBA", 0, 1)
+    buf = io.BytesIO()
+    img.convert("RGB").save(buf, format="png", compress_level=1)
+    return buf.getvalue()
+
+
 def plot_report(report, *, show_forward: bool = True, title: str | None = None):
-    """A static plot of one :class:`~gradlab.grads.GradientReport` (chapter 01)."""
+    """A static plot of one :class:`~gradlab.grads.GradientReport` (chapters 01, 05)."""
     return _show(ReportPlot(report, show_forward=show_forward).update(report, title=title).fig)
 
 
 def plot_activations(z, curves, *, figsize=(8, 3.2)):
     """Activations (left) and their derivatives (right), from :func:`~gradlab.grads.activation_curves`."""
     fig, (a1, a2) = new_figure(figsize, ncols=2)
-    for name, (f, df) in curves.items():
-        a1.plot(z, f, label=name)
-        a2.plot(z, df, label=name)
+    # each later line is thinner, so where two coincide (relu and leaky_relu for z > 0) both show
+    for k, (name, (f, df)) in enumerate(curves.items()):
+        lw = max(3.2 - 0.6 * k, 1.0)
+        a1.plot(z, f, label=name, lw=lw)
+        a2.plot(z, df, label=name, lw=lw)
     a1.set_title("f(z)")
     a2.set_title("f'(z), computed with GradientTape")
     a2.axhline(0.25, color="gray", ls=":", lw=1)
@@ -203,16 +277,28 @@ def plot_activations(z, curves, *, figsize=(8, 3.2)):
 
 
 def plot_clipping_2d(g, clipped: dict, *, threshold: float, figsize=(4.6, 4.2)):
-    """Arrows for one 2-D gradient and its clipped versions, with the norm-ball (chapter 01)."""
+    """Arrows for one 2-D gradient and its clipped versions, with the norm-ball (chapter 01).
+
+    Clipped vectors that coincide (``clip_by_norm`` and ``clip_by_global_norm`` of a single
+    tensor) are drawn as one two-coloured arrow, the later one thinner on top of the earlier,
+    and the legend says which ones are equal, so no arrow hides another.
+    """
     fig, ax = new_figure(figsize)
     g = np.asarray(g, dtype=float)
     colors = {"original": "#6e7781", "value": "#cf222e", "norm": "#0969da", "global_norm": "#1a7f37"}
     ax.annotate("", xy=g, xytext=(0, 0), arrowprops=dict(arrowstyle="->", color=colors["original"], lw=2))
     ax.plot([], [], color=colors["original"], label=f"original {np.round(g, 2)}")
+    drawn: list[tuple[str, np.ndarray]] = []
     for mode, v in clipped.items():
         v = np.asarray(v, dtype=float)
-        ax.annotate("", xy=v, xytext=(0, 0), arrowprops=dict(arrowstyle="->", color=colors[mode], lw=2))
-        ax.plot([], [], color=colors[mode], label=f"clip_by_{mode} {np.round(v, 2)}")
+        same = [m for m, w in drawn if np.allclose(v, w, rtol=1e-3, atol=1e-6)]
+        # a repeat is drawn thinner on top of the arrow it coincides with: both colours show
+        lw = 5.0 if not same else 2.0
+        ax.annotate("", xy=v, xytext=(0, 0), zorder=3 + len(same),
+                    arrowprops=dict(arrowstyle="->", color=colors.get(mode, "black"), lw=lw))
+        label = f"clip_by_{mode} {np.round(v, 2)}" + (f" (= clip_by_{same[0]})" if same else "")
+        ax.plot([], [], color=colors.get(mode, "black"), lw=lw, label=label)
+        drawn.append((mode, v))
     t = np.linspace(0, 2 * np.pi, 200)
     ax.plot(threshold * np.cos(t), threshold * np.sin(t), color="#0969da", lw=0.8, ls=":")
     ax.add_patch(Rectangle((-threshold, -threshold), 2 * threshold, 2 * threshold, fill=False,
@@ -221,32 +307,70 @@ def plot_clipping_2d(g, clipped: dict, *, threshold: float, figsize=(4.6, 4.2)):
     ax.set_xlim(-m * 0.3, m)
     ax.set_ylim(-m * 0.3, m)
     ax.set_aspect("equal")
-    ax.legend(fontsize=8, loc="lower right")
-    ax.set_title(f"threshold {threshold:g}: dotted box = value, circle = norm", fontsize=9)
+    ax.set_xlabel("component 1")
+    ax.set_ylabel("component 2")
+    ax.legend(fontsize=8, loc="upper left")
+    ax.set_title(f"threshold {threshold:g}: dotted box = value, dotted circle = norm", fontsize=9)
     return _show(fig)
 
 
-def plot_losses(histories: dict, *, ylabel: str = "loss", logy: bool = True, figsize=(7, 3.2)):
-    """One line per named loss history; non-finite steps marked with a cross (chapter 01)."""
-    fig, ax = new_figure(figsize)
+def plot_losses(histories: dict, *, ylabel: str = "loss", logy: bool = True, figsize=None,
+                target: float | None = None, linear: bool = False, linear_top: float | None = None):
+    """One line per named loss history; non-finite steps marked with a cross (chapters 01, 04).
+
+    ``target`` draws a dashed horizontal line at that loss (the goal of an exercise).
+    ``linear=True`` adds a second panel with a linear y axis, cut at ``linear_top`` (default:
+    1.1 times the largest first loss), so a run that settles near 0 is not flattened by one that
+    explodes; a run that leaves the panel is marked where it does. By default one panel, with a
+    logarithmic y axis when ``logy``, as chapter 01 uses it.
+    """
+    if target is not None and not (isinstance(target, (int, float, np.floating)) and np.isfinite(target)):
+        raise ValueError(f"target must be a finite number or None; got {target!r}")
+    fig, axes = new_figure(figsize or ((10, 3.4) if linear else (7, 3.2)), ncols=2 if linear else 1)
+    axes = list(axes) if linear else [axes]
+    firsts = []
+    longest = max((np.size(h) for h in histories.values()), default=1)
     for name, hist in histories.items():
         h = np.asarray(hist, dtype=float)
         steps = np.arange(1, h.size + 1)
-        (line,) = ax.plot(steps, np.where(np.isfinite(h), h, np.nan), label=name)
-        bad = ~np.isfinite(h)
-        if bad.any():
-            first = int(np.argmax(bad))
-            y = h[np.isfinite(h)].max() if np.isfinite(h).any() else 1.0
-            ax.plot([steps[first]], [y], "x", ms=10, mew=2, color=line.get_color())
-            kind = "NaN" if np.isnan(h[first]) else "inf"
-            ax.annotate(f"{name}: {kind} from step {steps[first]}", (steps[first], y),
-                        textcoords="offset points", xytext=(5, -12), fontsize=8,
-                        color=line.get_color())
-    if logy:
-        ax.set_yscale("log")
-    ax.set_xlabel("step")
-    ax.set_ylabel(ylabel)
-    ax.legend(fontsize=8)
+        finite = np.isfinite(h)
+        if finite.any():
+            firsts.append(float(h[finite][0]))
+        for k, ax in enumerate(axes):
+            (line,) = ax.plot(steps, np.where(finite, h, np.nan), label=name,
+                              color=f"C{list(histories).index(name)}")
+            bad = ~finite
+            if bad.any() and k == 0:
+                first = int(np.argmax(bad))
+                y = h[finite].max() if finite.any() else 1.0
+                ax.plot([steps[first]], [y], "x", ms=10, mew=2, color=line.get_color())
+                kind = "NaN" if np.isnan(h[first]) else "inf"
+                right = steps[first] > 0.6 * longest  # keep the label inside the axes
+                ax.annotate(f"{name}: {kind} from step {steps[first]}", (steps[first], y),
+                            textcoords="offset points", xytext=(-8 if right else 5, -12), fontsize=8,
+                            color=line.get_color(), ha="right" if right else "left")
+    if linear:
+        top = float(linear_top) if linear_top is not None else 1.1 * max(firsts, default=1.0)
+        ax = axes[1]
+        ax.set_ylim(0, top)
+        for name, hist in histories.items():
+            h = np.asarray(hist, dtype=float)
+            above = np.flatnonzero(~(h <= top))  # NaN and inf count as off the panel
+            if above.size and above[0] > 0:
+                color = f"C{list(histories).index(name)}"
+                ax.annotate(f"{name}: off the panel from step {above[0] + 1}", (above[0] + 1, top),
+                            textcoords="offset points", xytext=(5, -12), fontsize=8, color=color)
+        ax.set_title("linear axis", fontsize=9)
+    for k, ax in enumerate(axes):
+        if target is not None:
+            ax.axhline(target, color="0.3", ls="--", lw=1, label=f"target {target:g}")
+        if logy and k == 0:
+            ax.set_yscale("log")
+            if linear:
+                ax.set_title("logarithmic axis", fontsize=9)
+        ax.set_xlabel("step")
+        ax.set_ylabel(ylabel + (" (log scale)" if logy and k == 0 else ""))
+        ax.legend(fontsize=8)
     return _show(fig)
 
 
@@ -263,7 +387,8 @@ def plot_signal_history(history, *, figsize=(7.2, 3.2)):
     cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#bbbbbb")
     im = ax.imshow(logm, aspect="auto", origin="lower", cmap=cmap, interpolation="nearest",
                    extent=(0.5, m.shape[1] + 0.5, 0.5, m.shape[0] + 0.5))
-    fig.colorbar(im, ax=ax, label="log10 signal norm")
+    fig.colorbar(im, ax=ax, label="log10 signal norm (grey: exactly 0 or NaN)")
+    ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.set_xlabel("training step")
     ax.set_ylabel("hidden layer (1 = input side)")
     ax.grid(False)

@@ -12,7 +12,8 @@ import numpy as np
 
 from .gradients import new_figure
 
-__all__ = ["JacobianPlot", "as_matrix", "plot_forward_reverse", "plot_jacobian", "plot_jacobians"]
+__all__ = ["JacobianPlot", "as_matrix", "block_diagonal_matrix", "plot_block_diagonals", "plot_forward_reverse",
+           "plot_jacobian", "plot_jacobians"]
 
 CMAP = "RdBu_r"
 
@@ -131,6 +132,67 @@ def plot_jacobians(named: dict, *, y_ndim: int | None = None, figsize=None, shar
     return fig
 
 
+def block_diagonal_matrix(blocks) -> np.ndarray:
+    """Per-example blocks ``(B, out, in)`` placed on the diagonal of a ``(B·out, B·in)`` matrix.
+
+    Entries outside the blocks are NaN: ``batch_jacobian`` does not compute them. With the
+    blocks drawn at the same places as in the full Jacobian, the two can be compared cell by
+    cell (chapter 02).
+    """
+    b = np.asarray(blocks, dtype=float)
+    if b.ndim != 3:
+        raise ValueError(f"blocks must have shape (batch, out, in); got shape {b.shape}")
+    n, r, c = b.shape
+    m = np.full((n * r, n * c), np.nan)
+    for k in range(n):
+        m[k * r:(k + 1) * r, k * c:(k + 1) * c] = b[k]
+    return m
+
+
+def plot_block_diagonals(full, blocks: dict, *, annotate: bool = True, figsize=None):
+    """The full Jacobian of a batched function next to per-example blocks drawn where they belong.
+
+    ``full`` has shape ``(B, out, B, in)``; ``blocks`` maps a title to a ``(B, out, in)`` array
+    (the true diagonal blocks, what ``batch_jacobian`` returned, ...). Every panel has the full
+    Jacobian's geometry and one shared colour scale; grey cells are not part of the blocks,
+    and with ``annotate`` each cell shows its number, so a block of zeros reads as zeros
+    rather than as an empty panel (chapter 02).
+    """
+    full = np.asarray(full, dtype=float)
+    if full.ndim != 4 or full.shape[0] != full.shape[2]:
+        raise ValueError(f"full must have shape (B, out, B, in); got shape {full.shape}")
+    if not blocks:
+        raise ValueError("blocks must map at least one title to a (B, out, in) array; got an empty dict")
+    nb, r, _, c = full.shape
+    mats = {f"full Jacobian, shape {full.shape}\ndrawn as {nb * r} × {nb * c}": full.reshape(nb * r, nb * c)}
+    for name, b in blocks.items():
+        if np.shape(b) != (nb, r, c):
+            raise ValueError(f"blocks[{name!r}] must have shape {(nb, r, c)}; got {np.shape(b)}")
+        mats[f"{name}, shape {(nb, r, c)}\nblocks drawn on the diagonal (grey: not computed)"] = block_diagonal_matrix(b)
+    lim = _limit(np.concatenate([m.ravel() for m in mats.values()]))
+    cmap = matplotlib.colormaps[CMAP].with_extremes(bad="#d0d7de")
+    fig, axes = new_figure(figsize or (3.6 * len(mats) + 0.8, 3.9), ncols=len(mats), squeeze=False)
+    image = None
+    for ax, (name, m) in zip(axes[0], mats.items(), strict=True):
+        image = ax.imshow(np.ma.masked_invalid(m), cmap=cmap, vmin=-lim, vmax=lim, interpolation="nearest")
+        ax.grid(False)
+        ax.set_title(name, fontsize=9, loc="left")
+        ax.set_xlabel("input element")
+        for k in range(1, nb):
+            ax.axhline(k * r - 0.5, color="#57606a", lw=0.8)
+            ax.axvline(k * c - 0.5, color="#57606a", lw=0.8)
+        if annotate and m.size <= 400:
+            for (i, j), val in np.ndenumerate(m):
+                if np.isfinite(val):
+                    ax.text(j, i, f"{val:.2g}" if val else "0", ha="center",
+                            va="center", fontsize=6, color="white" if abs(val) > 0.6 * lim else "black")
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    axes[0][0].set_ylabel("output element")
+    fig.colorbar(image, ax=list(axes[0]), shrink=0.8)
+    return fig
+
+
 def plot_forward_reverse(timing, *, figsize=(8.0, 3.3)):
     """Forward vs reverse mode over input and output sizes, from :func:`~gradlab.time_forward_reverse`."""
     fig, (a1, a2) = new_figure(figsize, ncols=2, sharey=True)
@@ -150,8 +212,8 @@ def plot_forward_reverse(timing, *, figsize=(8.0, 3.3)):
         ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
         ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
         ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-        ax.set_xlabel(xlabel)
-    a1.set_ylabel("ms for the full Jacobian")
+        ax.set_xlabel(f"{xlabel}, log scale")
+    a1.set_ylabel("ms for the full Jacobian (log scale)")
     a1.set_title("wide input, few outputs", fontsize=10, loc="left")
     a2.set_title("few inputs, wide output", fontsize=10, loc="left")
     a1.legend(fontsize=8, loc="upper left")

@@ -43,7 +43,9 @@ def plot_step_times(timings: Sequence, *, title: str | None = None):
                         textcoords="offset points")
     ax.set_yscale("log")
     ax.set_xticks(idx, [t.name for t in timings])
-    ax.set_ylabel("time per call (ms)")
+    ax.set_ylabel("time per call (ms, log scale)")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_ylim(min(first.min(), steady.min()) / 2, max(first.max(), steady.max()) * 4)
     ax.legend(loc="upper left", fontsize=8)
     ax.set_title(title or "One training step: first call vs steady state")
@@ -84,10 +86,18 @@ def plot_grad_norm_history(history: Mapping[str, Sequence[float]], steps: Sequen
     ax.yaxis.set_minor_formatter(short if few_decades else NullFormatter())
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("gradient norm ‖∂L/∂W‖")
+    ax.set_ylabel("gradient norm ‖∂L/∂W‖ (log scale)")
     ax.legend(fontsize=8, ncol=2 if len(history) > 4 else 1)
     ax.set_title(title or "Per-layer gradient norms during training")
     return fig
+
+
+def _two_five(v: float, _pos=None) -> str:
+    """Label a log axis' minor ticks at 2 and 5 times a power of ten, as plain numbers."""
+    if not v > 0:
+        return ""
+    lead = v / 10 ** np.floor(np.log10(v))
+    return f"{v:g}" if round(lead) in (2, 5) and abs(lead - round(lead)) < 1e-6 else ""
 
 
 class CallTimePlot:
@@ -104,9 +114,11 @@ class CallTimePlot:
         (self.retraced,) = self.ax.plot([], [], "o", color=RETRACE_COLOR, ms=6,
                                         label="call that traced")
         self.ax.set_yscale("log")
+        self.ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+        self.ax.yaxis.set_minor_formatter(FuncFormatter(_two_five))
         self.ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         self.ax.set_xlabel("call")
-        self.ax.set_ylabel("ms")
+        self.ax.set_ylabel("ms (log scale)")
         self.ax.legend(fontsize=7, loc="upper right")
         self.ax.set_title("time of each call", fontsize=9)
 

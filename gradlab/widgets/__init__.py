@@ -7,9 +7,9 @@ import importlib
 from .explorer import GradientExplorer
 from .intro import TangentExplorer
 
-__all__ = ["GradientExplorer", "TangentExplorer", "JacobianViewer", "TracingLab"]
+__all__ = ["GradientExplorer", "TangentExplorer", "JacobianViewer", "TracingLab", "TimeExplorer"]
 
-_LAZY = {"JacobianViewer": ".jacobian", "TracingLab": ".tracing"}
+_LAZY = {"JacobianViewer": ".jacobian", "TracingLab": ".tracing", "TimeExplorer": ".time"}
 
 
 def __getattr__(name: str):

@@ -20,13 +20,17 @@ class FigureView(widgets.Image):
     same ``Image`` widget receives the new bytes, so nothing new is created per update.
     """
 
-    def __init__(self, fig, *, css_name: str, **kw):
+    def __init__(self, fig, *, css_name: str, render=None, **kw):
         super().__init__(format="png", **kw)
         self.fig = fig
+        self._render = render  # e.g. ReportPlot.render_png: a blitted redraw of the data only
         css(self, css_name)
         self.refresh()
 
     def refresh(self) -> None:
+        if self._render is not None:
+            self.value = self._render()
+            return
         from ..plots import figure_png
 
         self.value = figure_png(self.fig, fast=True)

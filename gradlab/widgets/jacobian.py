@@ -6,7 +6,8 @@ import html
 
 import ipywidgets as widgets
 
-from ..jacobians import JACOBIAN_FUNCTIONS, JacobianBench, _check_int, _get_function
+from .._validate import check_int as _check_int
+from ..jacobians import JACOBIAN_FUNCTIONS, JacobianBench, jacobian_function
 from ..plots.jacobians import JacobianPlot
 from ._base import FigureView, SnapshotMixin, css, static_bundle, status_html
 
@@ -33,7 +34,7 @@ class JacobianViewer(SnapshotMixin, widgets.VBox):
     """
 
     def __init__(self, function: str = "softmax", size: int = 8, seed: int = 0):
-        _get_function(function)
+        jacobian_function(function)
         size = _check_int("size", size, VIEWER_MIN_SIZE, VIEWER_MAX_SIZE)
         self.bench = JacobianBench(seed=seed)
         self.function = css(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import statistics
+import time
 
 import pytest
 
@@ -21,8 +22,10 @@ pytestmark = pytest.mark.browser
 
 CHAPTER_01 = "chapters/01-vanishing-exploding.ipynb"
 SCRATCH = "scratch-explorer.ipynb"
+CHAPTER_05 = "chapters/05-beyond-the-source.ipynb"
 STATUS_RE = re.compile(
     r"depth (?P<depth>\d+) · (?P<activation>\S+) · (?P<initializer>\S+) · "
+    r"(?P<mode>(?:(?:residual|\w+ norm|float16|bfloat16|loss scale \S+) · )*)"
     r"(?P<clip>clip off|clip \S+ ≤ \S+) → (?P<status>[\w-]+)"
 )
 
@@ -102,6 +105,121 @@ def test_explorer_controls_in_jupyterlab(page, explorer):
           + ", ".join(f"{k} {v:.0f}" for k, v in latencies.items()))
 
 
+@pytest.fixture
+def explorer05(page, lab_server):
+    """The first ``.gradlab-explorer`` of chapter 05 (residual, norm, dtype, loss scale, presets)."""
+    if not (CHAPTERS / CHAPTER_05.split("/")[1]).exists():
+        pytest.skip(f"{CHAPTER_05} does not exist yet")
+    labpage.open_executed(page, lab_server, CHAPTER_05)
+    ex = page.locator(".gradlab-explorer").first
+    ex.wait_for(state="visible")
+    ex.locator(".gradlab-status").first.wait_for(state="visible")
+    ex.scroll_into_view_if_needed()
+    return ex
+
+
+def click_checkbox(page, ex, css, needles, **kw):
+    box = ex.locator(f".{css} input[type=checkbox]").first
+    return change(page, ex, lambda: box.click(), needles, events=("click", "change"), **kw)
+
+
+def test_chapter05_controls_in_jupyterlab(page, explorer05):
+    """Drive residual, norm, dtype, loss scale and a preset from the page; check status and pixels."""
+    ex, latencies = explorer05, {}
+    s = state(ex)
+    base = [("gradlab-activation", "sigmoid"), ("gradlab-initializer", "glorot_uniform")]
+    for css, value in base:
+        if s[css.split("-")[1]] != value:
+            select(page, ex, css, value, [f"· {value} ·"])
+    if s["clip"] != "clip off":
+        select(page, ex, "gradlab-clip-mode", "off", ["clip off"], plot_changes=False)
+    for css, value in [("gradlab-dtype", "float32"), ("gradlab-norm", "none"), ("gradlab-loss-scale", "1")]:
+        if labpage.selected_label(ex, css).replace("\xa0", " ").split(" ")[0] != value:
+            select(page, ex, css, value, ["→"], plot_changes=False)
+    if "residual" in state(ex)["mode"]:
+        click_checkbox(page, ex, "gradlab-residual", ["glorot_uniform · clip off"])
+    if state(ex)["depth"] != "50":
+        set_depth(page, ex, 50)
+    assert state(ex)["status"] == "vanishing"
+    latencies["residual on"] = click_checkbox(
+        page, ex, "gradlab-residual", ["depth 50 · sigmoid · glorot_uniform · residual · clip off → healthy"])
+    latencies["residual off"] = click_checkbox(page, ex, "gradlab-residual", ["glorot_uniform · clip off"])
+    latencies["norm→batch"] = select(page, ex, "gradlab-norm", "batch",
+                                     ["· batch norm · clip off → healthy"])
+    latencies["norm→none"] = select(page, ex, "gradlab-norm", "none", ["glorot_uniform · clip off"])
+    set_depth(page, ex, 14)
+    latencies["dtype→float16"] = select(page, ex, "gradlab-dtype", "float16",
+                                        ["depth 14 · sigmoid · glorot_uniform · float16 · clip off",
+                                         "exactly 0"])
+    ex.screenshot(path=str(_shot("explorer05-float16-depth14.png")))
+    latencies["loss-scale→2^15"] = select(page, ex, "gradlab-loss-scale", "2^15",
+                                          ["float16 · loss scale 2^15 · clip off"])
+    latencies["dtype→bfloat16"] = select(page, ex, "gradlab-dtype", "bfloat16",
+                                         ["bfloat16 · loss scale 2^15 ·"])
+    latencies["preset→Saxe"] = select(page, ex, "gradlab-preset", "Saxe et al. 2014",
+                                      ["depth 100 · linear · orthogonal · clip off → healthy"])
+    note = labpage.status_text(ex, "gradlab-preset-note")
+    assert "paper 1, measured 1" in note and "Saxe" in note, note
+    print("\nchapter 05 input → status latency (ms): "
+          + ", ".join(f"{k} {v:.0f}" for k, v in latencies.items()))
+
+
+DRAG_JS = """(root) => {
+    // Time-stamp every change of the status text while the depth slider is dragged.
+    const status = root.querySelector('.gradlab-status');
+    window.__glDrag = [];
+    const obs = new MutationObserver(() => window.__glDrag.push([performance.now(), status.innerText]));
+    obs.observe(status, {subtree: true, childList: true, characterData: true});
+    window.__glDragStop = () => obs.disconnect();
+}"""
+
+
+def drag_depth(page, ex, start: int, stop: int, seconds: float = 2.0) -> dict:
+    """Drag the depth slider's handle from ``start`` to ``stop`` with the mouse, as a learner does.
+
+    Returns the status updates per second during the drag and the time from the mouse release
+    to the status naming the final depth (``settle_ms``).
+    """
+    track = ex.locator(".gradlab-depth .noUi-target, .gradlab-depth .slider").first
+    box = track.bounding_box()
+    lo, hi = 1, 100
+
+    def x_of(d):
+        return box["x"] + (d - lo) / (hi - lo) * box["width"]
+
+    y = box["y"] + box["height"] / 2
+    ex.evaluate("(root) => (" + DRAG_JS + ")(root)")
+    steps = max(2, abs(stop - start))  # one layer per move, as fast as the page takes them
+    page.mouse.move(x_of(start), y)
+    page.mouse.down()
+    t_start = page.evaluate("() => performance.now()")
+    for i in range(1, steps + 1):
+        page.mouse.move(x_of(start + (stop - start) * i / steps), y)
+        page.wait_for_timeout(seconds * 1000 / steps / 4)
+    page.mouse.up()
+    t_up = page.evaluate("() => performance.now()")
+    # settled: no new status for 1 s after the release
+    log, quiet_since = [], time.monotonic()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        page.wait_for_timeout(100)
+        new = page.evaluate("() => window.__glDrag")
+        if len(new) != len(log):
+            log, quiet_since = new, time.monotonic()
+        elif time.monotonic() - quiet_since > 1.0:
+            break
+    page.evaluate("() => window.__glDragStop()")
+    during = [t for t, _ in log if t_start <= t <= t_up]
+    after = [t for t, _ in log if t > t_up]
+    final = log[-1][1].split(" · ")[0] if log else "?"
+    return {
+        "moves_per_s": steps / ((t_up - t_start) / 1000),
+        "updates_per_s": len(during) / ((t_up - t_start) / 1000),
+        "settle_ms": (after[-1] - t_up) if after else 0.0,  # 0: the last update came before release
+        "final": final,
+    }
+
+
 def _shot(name: str):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     return ARTIFACTS / name
@@ -133,4 +251,16 @@ def test_bench_explorer_slider_latency(page, explorer):
     line = (f"browser slider→status latency at depth ~50, {len(samples)} changes: "
             f"p50 {p50:.0f} ms, p95 {p95:.0f} ms (min {samples[0]:.0f}, max {samples[-1]:.0f})")
     print("\n" + line)
-    _shot("bench.txt").write_text(line + "\n")
+    # activation dropdown at depth 50: click-to-status, p50 over 10 changes
+    acts = [select(page, ex, "gradlab-activation", a, [f"depth 50 · {a} ·"])
+            for a in ("tanh", "sigmoid") * 5]
+    line2 = f"activation dropdown→status at depth 50: p50 {statistics.median(acts):.0f} ms"
+    print(line2)
+    # a mouse drag of the depth slider at depth 100 (first drag right after Run All, then again)
+    set_depth(page, ex, 100)
+    drags = [drag_depth(page, ex, 100, 80), drag_depth(page, ex, 80, 100), drag_depth(page, ex, 100, 80)]
+    line3 = "depth drag at depth 80-100: " + "; ".join(
+        f"{d['moves_per_s']:.0f} mouse moves/s → {d['updates_per_s']:.1f} updates/s, settled {d['settle_ms']:.0f} ms after release ({d['final']})"
+        for d in drags)
+    print(line3)
+    _shot("bench.txt").write_text("\n".join([line, line2, line3]) + "\n")

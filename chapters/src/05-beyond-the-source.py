@@ -1,0 +1,489 @@
+# %% [markdown]
+# # Beyond the source: residual connections, normalization and mixed precision · 超越原文：残差连接、归一化与混合精度
+
+# %% [markdown]
+# **What you will learn**
+#
+# - why a skip connection keeps the per-layer gain of the gradient near 1, and why a deep
+#   residual stack with He initialization still blows up without normalization;
+# - what batch normalization and layer normalization do to the gradient, how batch norm differs
+#   between training and inference, and how it depends on the batch size;
+# - where float16 training loses gradients (real underflow, not a norm artifact), how loss
+#   scaling in Keras 3 brings them back, and why bfloat16 needs no scaling;
+# - how the mean-field variance recursion predicts the per-layer signal, and where it does not;
+# - to reproduce published numbers (He, Glorot & Bengio, Saxe, Pennington, Klambauer,
+#   He/Balduzzi, Micikevicius) in the explorer, each beside the paper's claim.
+#
+# The source text stops at clipping, initialization and the choice of activation. This chapter
+# goes on to what keeps 100-layer networks trainable today. It uses the same network family as
+# chapter 01: width 64, a batch of 128 standard normal inputs, a regression loss, and hidden
+# layers $z = hW$, $a = f(\mathrm{norm}(z))$, with $h \leftarrow h + a$ when a layer is residual.
+
+# %% [markdown]
+# ## Setup
+
+# %%
+import gradlab as gl  # noqa: I001  (first: it imports TensorFlow quietly)
+import keras
+import numpy as np
+import tensorflow as tf
+from gradlab import presets
+from gradlab.exercises import ch05
+
+gl.setup(seed=0)
+np.set_printoptions(precision=3)
+engine = gl.MLPGradientEngine()  # one engine for every cell and the explorer: each mode traces once
+
+# %% [markdown]
+# ## Skip connections keep the gain near 1 · 残差连接
+#
+# In a plain stack the signal $\delta_l = \partial \mathcal{L}/\partial z_l$ of layer $l$ is the next
+# layer's signal times one factor per layer: $\delta_l = (\delta_{l+1} W_{l+1}^\top) \odot f'(z_l)$.
+# A product of $D$ factors below 1 (for a depth $D$) vanishes. A residual block computes
+# $h_l = h_{l-1} + f(h_{l-1} W_l)$, so its Jacobian is $I + J_l$, where $J_l$ is the Jacobian of
+# the branch $f(h_{l-1} W_l)$: the identity is *added* to each factor. Going back, the gradient
+# of the loss $\mathcal{L}$ with respect to $h_l$ keeps an untouched copy of the one at $h_D$,
+# plus corrections (He et al. 2016, *Identity mappings in deep residual networks*).
+#
+# First in plain TensorFlow: a 50-layer sigmoid stack with Glorot weights, the tape watching
+# every pre-activation $z_l$, with and without the skip.
+
+# %%
+def signal_norms(residual: bool, depth: int = 50):
+    """Per-layer ||dLoss/dz|| of a sigmoid stack, measured with one tape (float64 norms)."""
+    x, y = engine.x, engine.y
+    kernels = engine.kernels("glorot_uniform")[:depth]
+    with tf.GradientTape() as tape:
+        h, zs = x, []
+        for w in kernels:
+            z = h @ w
+            tape.watch(z)
+            zs.append(z)
+            a = tf.sigmoid(z)
+            h = h + a if residual else a
+        loss = tf.reduce_mean(tf.square(h @ engine.out_kernel - y))
+    return np.array([gl.true_norm(g) for g in tape.gradient(loss, zs)])
+
+
+plain, skip = signal_norms(False), signal_norms(True)
+print(f"plain   : layer 1 {plain[0]:.3g}, layer 50 {plain[-1]:.3g}, ratio {plain[0] / plain[-1]:.3g}")
+print(f"residual: layer 1 {skip[0]:.3g}, layer 50 {skip[-1]:.3g}, ratio {skip[0] / skip[-1]:.3g}")
+
+# %% [markdown]
+# The same numbers from the explorer's engine, which packages this measurement (and `gl.build_mlp(...,
+# residual=True)` builds the same network as a Keras model):
+
+# %%
+for residual in (False, True):
+    r = engine.report(50, "sigmoid", "glorot_uniform", residual=residual)
+    print(f"residual={residual!s:5}: {r.summary()}")
+
+# %% [markdown]
+# ## A residual stack with He initialization still explodes · 为什么还需要归一化
+#
+# The skip fixes the backward product, but the forward pass now *adds* every block's output to
+# $h$. With ReLU and He initialization each branch has about the variance of its input, so the
+# variance of $h$ at least doubles per block. After 100 blocks the activations' std is about
+# $10^{22}$: their squares, and the loss, are beyond float32's maximum of $3.4\times10^{38}$.
+
+# %%
+blowup = engine.report(100, "relu", "he_normal", residual=True)
+stds = blowup.activation_stds
+print("forward std of h at layers 1, 10, 50, 100:", [f"{stds[i]:.3g}" for i in (0, 9, 49, 99)])
+print(f"std² at layer 100: {stds[-1] ** 2:.3g}  (float32 max {float(np.finfo(np.float32).max):.3g})")
+print(f"loss: {blowup.loss}; {blowup.status}: {int(np.sum(~np.isfinite(blowup.signal_norms)))} layers "
+      "with a NaN/inf signal")
+
+# %% [markdown]
+# Three fixes. **Normalize** the pre-activation, so every branch starts from unit scale
+# (below), or **scale the branch**: multiply its output by a small factor such as
+# $1/\sqrt{D}$, or initialize its last layer at zero, so that each block starts as the
+# identity (Fixup, SkipInit, and the zero-initialized last BatchNorm γ of each ResNet block
+# do this). In plain TensorFlow, the forward std after 100 blocks:
+
+# %%
+def forward_std(branch_scale: float, depth: int = 100) -> float:
+    h = engine.x
+    for w in engine.kernels("he_normal")[:depth]:
+        h = h + branch_scale * tf.nn.relu(h @ w)
+    return float(tf.math.reduce_std(tf.cast(h, tf.float64)))
+
+
+for scale, label in [(1.0, "1 (plain)"), (0.1, "1/sqrt(100)"), (0.0, "0 (zero-initialized)")]:
+    print(f"branch scale {label:<22}: std of h after 100 blocks = {forward_std(scale):.3g}")
+
+# %% [markdown]
+# A zero branch makes each block the identity at the start: the gradient then reaches layer 1
+# unchanged, and training grows the branches from there. With normalization instead:
+
+# %%
+for norm in ("layer", "batch"):
+    r = engine.report(100, "relu", "he_normal", residual=True, norm=norm)
+    print(f"residual + {norm} norm: {r.summary()}")
+
+# %% [markdown]
+# ## Batch norm and layer norm · 批归一化与层归一化
+#
+# Both subtract a mean and divide by a standard deviation, then apply a learned scale γ and
+# shift β (γ = 1 and β = 0 as Keras initializes them). **Batch norm** takes the statistics of
+# each feature over the *batch*; **layer norm** takes those of each example over its *features*.
+# The gradient flows through the statistics too: the engine differentiates through them, as a
+# training step does.
+#
+# Without a skip, the plain sigmoid stack of depth 50 that lost 31 orders of magnitude:
+
+# %%
+for norm in ("none", "batch", "layer"):
+    r = engine.report(50, "sigmoid", "glorot_uniform", norm=norm)
+    print(f"norm={norm:<5}: ratio {r.ratio:.3g}, gain {r.gain:.3g} per layer → {r.status}")
+
+# %% [markdown]
+# Batch norm rescues it, layer norm does not. Why: a sigmoid's output has mean 0.5, so every
+# pre-activation $z_j = \sum_k h_k W_{kj}$ carries a large offset $0.5\sum_k W_{kj}$ that is the
+# same for every example. Batch norm subtracts it per feature and divides by the *spread over
+# the batch* (about $\sqrt{\mathrm{Var} f}$), which cancels the small sigmoid slope: the per-layer
+# gain is about $\sqrt{E[f'^2]/\mathrm{Var} f} \approx 1$. Layer norm divides by the example's
+# spread over features, which includes that offset: the gain stays about
+# $\sqrt{E[f'^2]/E[f^2]} \approx 0.39$.
+
+# %%
+ef, vf, d2 = gl.gaussian_moments("sigmoid", 1.0)  # E f, Var f, E f'² for z ~ N(0, 1)
+print(f"sigmoid: E f = {ef:.3f}, Var f = {vf:.4f}, E f'^2 = {d2:.4f}")
+print(f"batch-norm gain sqrt(E f'^2 / Var f) = {np.sqrt(d2 / vf):.3f}")
+print(f"layer-norm gain sqrt(E f'^2 / E f^2) = {np.sqrt(d2 / (vf + ef**2)):.3f}")
+
+# %% [markdown]
+# Normalization is not a cure-all at initialization, though. With tanh, whose output has mean
+# 0, both norms make the signal *grow* towards the input, because they divide by a spread smaller
+# than the slope they multiply by (layer norm's gain $\sqrt{E[f'^2]/E[f^2]} \approx 1.08$ for
+# tanh). Yang et al. (2019, *A mean field theory of batch normalization*) show that batch norm
+# makes gradients explode with depth at initialization; the next cell shows it, and how much
+# worse it gets with a small batch.
+
+# %% [markdown]
+# ### Training versus inference
+#
+# In training (`training=True`, as in `fit` or a custom step) a `BatchNormalization` layer uses
+# the current batch's statistics and updates its moving averages. In inference it uses the
+# moving averages, which start at mean 0 and variance 1 and follow the data only slowly
+# (`momentum=0.99`):
+
+# %%
+bn = keras.layers.BatchNormalization()
+batch = 5.0 + 2.0 * tf.random.stateless_normal([128, 4], seed=[0, 3])
+train_out, infer_out = bn(batch, training=True), bn(batch, training=False)
+print(f"training : output mean {float(tf.reduce_mean(train_out)):.3f}, std {float(tf.math.reduce_std(train_out)):.3f}")
+print(f"inference: output mean {float(tf.reduce_mean(infer_out)):.3f}, std {float(tf.math.reduce_std(infer_out)):.3f}")
+print("moving mean after one training call:", np.round(bn.moving_mean.numpy(), 3))  # 0.01 of the way to 5
+
+# %% [markdown]
+# A model evaluated right after a few training steps therefore sees a very different network
+# from the one its gradients were computed for. Batch norm also depends on the batch size: the
+# statistics of a small batch are noisy, and with 2 examples every normalized feature is ±1.
+# Layer norm does not look at the other examples at all (its numbers change only because the
+# data does). tanh with Glorot weights, depth 50:
+
+# %%
+for batch_size in (2, 8, 128):
+    small = gl.MLPGradientEngine(batch_size=batch_size, max_depth=50)
+    cells = []
+    for norm in ("batch", "layer"):
+        r = small.report(50, "tanh", "glorot_uniform", norm=norm)
+        cells.append(f"{norm} norm: ratio {r.ratio:.3g} ({r.status})")
+    print(f"batch {batch_size:>3}: " + "; ".join(cells))
+
+# %% [markdown]
+# ## Mixed precision · 混合精度
+#
+# float16 has 5 exponent bits: its largest value is 65504, its smallest normal number
+# $2^{-14} \approx 6.1\times10^{-5}$, its smallest subnormal $2^{-24} \approx 6\times10^{-8}$.
+# Anything smaller rounds to 0. bfloat16 keeps float32's 8 exponent bits (same range) and has
+# only 8 bits of precision.
+
+# %%
+for dt in (np.float16, np.float32):
+    fi = np.finfo(dt)
+    print(f"{fi.dtype}: max {float(fi.max):.4g}, smallest normal {float(fi.tiny):.3g}, "
+          f"smallest subnormal {float(fi.smallest_subnormal):.3g}")
+tiny = tf.constant([1e-8, 1e-7, 1e-30])
+print("1e-8, 1e-7, 1e-30 as float16 :", tf.cast(tiny, tf.float16).numpy())
+print("1e-8, 1e-7, 1e-30 as bfloat16:", tf.cast(tf.cast(tiny, tf.bfloat16), tf.float32).numpy())
+
+# %% [markdown]
+# A gradient of a sigmoid stack shrinks by about 4 per layer, so in float16 its early layers
+# fall below $2^{-24}$. Here the engine computes the forward and backward pass in float16 with
+# float32 variables, as Keras's `mixed_float16` policy does; the signal tensors themselves are
+# exactly 0, not just their norms:
+
+# %%
+for dtype, scale in [("float32", 1), ("float16", 1), ("float16", 2**15), ("bfloat16", 1)]:
+    r = engine.report(14, "sigmoid", "glorot_uniform", dtype=dtype, loss_scale=scale)
+    zeros = np.flatnonzero(r.signal_norms == 0) + 1
+    print(f"{dtype:<8} loss scale {scale:>5}: layer 1 signal {r.signal_norms[0]:.3g}, "
+          f"exactly-zero layers {zeros.tolist()}")
+
+# %% [markdown]
+# **Loss scaling** multiplies the loss by $S$ before the backward pass, so every gradient is
+# $S$ times larger and stays inside float16's range; the float32 weight gradients are divided
+# by $S$ afterwards. $2^{15}$ rescues 14 layers, but at depth 17 even that is not enough, and too
+# large a scale overflows the last layers (65504 is float16's maximum):
+
+# %%
+for depth, scale in [(16, 2**15), (17, 2**15), (14, 2**24)]:
+    r = engine.report(depth, "sigmoid", "glorot_uniform", dtype="float16", loss_scale=scale)
+    print(f"depth {depth}, scale 2^{int(np.log2(scale))}: zero layers {int(np.sum(r.signal_norms == 0))}, "
+          f"status {r.status}")
+
+# %% [markdown]
+# ### In Keras 3
+#
+# `keras.mixed_precision.set_global_policy("mixed_float16")` makes every new layer compute in
+# float16 and keep float32 variables. Keep the output layer in float32 (`dtype="float32"`,
+# which `gl.build_mlp` does under a mixed policy), so the loss is computed in float32.
+# `fit` scales the loss by itself; in a custom loop, wrap the optimizer in a
+# `LossScaleOptimizer`, multiply the loss with `optimizer.scale_loss(loss)` inside the tape, and
+# pass the scaled gradients to `apply_gradients`, which divides them by the scale, skips a
+# step whose gradients are not finite, and adjusts the scale (dynamic loss scaling). Older
+# (Keras 2) guides call `get_scaled_loss` and `get_unscaled_gradients`: they no longer exist.
+
+# %%
+keras.mixed_precision.set_global_policy("mixed_float16")
+try:
+    model = gl.build_mlp(14, activation="sigmoid")
+    optimizer = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.1))
+finally:
+    keras.mixed_precision.set_global_policy("float32")  # every later layer is float32 again
+print("hidden layer:", model.layers[0].compute_dtype, "compute,", model.layers[0].variable_dtype, "variables")
+print("output layer:", model.layers[-1].compute_dtype)
+print("scale_loss:", hasattr(optimizer, "scale_loss"), "· get_scaled_loss:", hasattr(optimizer, "get_scaled_loss"))
+
+# %%
+x, y = engine.x, engine.y
+with tf.GradientTape() as tape:
+    loss = tf.reduce_mean(tf.square(model(x, training=True) - y))
+    scaled_loss = optimizer.scale_loss(loss)
+grads = tape.gradient(scaled_loss, model.trainable_variables)
+print(f"loss {float(loss):.4g}, scaled loss / loss = {float(scaled_loss / loss):.0f}")  # 2^15
+print(f"layer-1 kernel gradient (still scaled): {gl.true_norm(grads[0]):.3g}")
+_ = optimizer.apply_gradients(zip(grads, model.trainable_variables))  # unscales, then SGD
+
+# %% [markdown]
+# bfloat16 (`mixed_bfloat16`, the TPU default) has float32's exponent range, so gradients do
+# not underflow before float32's would, and it needs no loss scaling; what it gives up is
+# precision (about 3 significant digits).
+
+# %% [markdown]
+# ## The theory curve · 理论曲线
+#
+# The explorer draws a dashed line over the measured signal: the mean-field variance recursion.
+# Treat the units of $h$ as independent with mean $m$ and variance $v$, and the weights as
+# random with variance $\mathrm{Var}\,W$ and fan $n$. Then $z = hW$ has variance
+# $q = n\,\mathrm{Var}W\,(m^2 + v)$; forward, $m, v \leftarrow E f(z), \mathrm{Var} f(z)$ (added to
+# the old $m, v$ with a skip); backward, one layer multiplies the signal by
+# $\sqrt{n\,\mathrm{Var}W\,E[f'(z)^2]}$, the per-layer gain of chapter 01. With normalization
+# $z$ is divided by its batch (or example) spread, and with a skip the identity adds to the
+# backward factor. `gl.predicted_signal` (with `gl.gaussian_moments`) evaluates this with Gaussian quadrature, anchored at
+# the measured last layer. It returns `None` in float16 and bfloat16 (the recursion is about real
+# numbers; rounding and underflow are what those modes show) and when there is nothing finite
+# to anchor to.
+
+# %%
+cases = [("sigmoid", "glorot_uniform", {}), ("relu", "glorot_uniform", {}),
+         ("tanh", "orthogonal", {}), ("sigmoid", "glorot_uniform", {"residual": True}),
+         ("relu", "he_normal", {"residual": True, "norm": "layer"}),
+         ("sigmoid", "glorot_uniform", {"norm": "batch"}),
+         ("sigmoid", "glorot_uniform", {"dtype": "float16"})]
+for act, init, mode in cases:
+    r = engine.report(50, act, init, **mode)
+    p = r.predicted_signal
+    pred = "None" if p is None else f"{p[0] / p[-1]:.3g}"
+    print(f"{act:<8} {init:<15} {str(mode):<38} ratio measured {r.ratio:.3g}, predicted {pred}")
+
+# %% [markdown]
+# Within a decade where the assumptions hold. Batch norm is the exception: the recursion
+# predicts a flat signal, while the measured one grows towards the input. The units of a deep
+# network are correlated across the batch, and batch norm's statistics see those correlations;
+# the mean field assumes them away.
+
+# %% [markdown]
+# ## The explorer with the new controls · 交互探索
+#
+# `residual`, `norm`, `dtype`, `loss scale` and `preset` join chapter 01's controls (settable as
+# `ex.set(...)` and as constructor keywords). The status line names every mode that is not the
+# default, and exact zeros are red triangles on the bottom edge.
+
+# %%
+ex = gl.GradientExplorer(depth=50, activation="sigmoid", residual=True, engine=engine)
+ex
+
+# %%
+ex.set(residual=False, norm="batch")
+ex.snapshot()
+
+# %%
+ex.set(norm="none", depth=14, dtype="float16")
+ex.snapshot()
+
+# %%
+ex.set(loss_scale=2**15)
+ex.snapshot()
+
+# %% [markdown]
+# ## Paper presets · 论文复现
+#
+# Each preset sets the explorer to a published setting and shows the paper's number beside
+# ours. Our network is not the papers' (width 64, a regression loss, random data), so expect
+# the order of magnitude and the direction, not the digits. All presets at once:
+
+# %%
+for key in presets.PRESETS:
+    _, res = presets.run_preset(key, engine)
+    p = res.preset
+    print(f"{p.title:<58} {presets.QUANTITIES[p.quantity]:<40} paper {res.format(p.paper_value):>8}"
+          f"  measured {res.format(res.measured):>8}")
+
+# %% [markdown]
+# **He et al. 2015.** A ReLU zeroes half its inputs, so with Xavier's $\mathrm{Var}W = 1/n$
+# every layer halves the variance: over 29 layers the signal shrinks by $2^{-14.5}$. He
+# initialization ($2/n$) keeps it.
+
+# %%
+ex.set(preset="he2015_xavier")
+ex.snapshot()
+
+# %%
+ex.set(preset="he2015_he")
+ex.snapshot()
+
+# %% [markdown]
+# **Glorot & Bengio 2010.** The "standard" $U[\pm 1/\sqrt{n}]$ has $n\,\mathrm{Var}W = 1/3$;
+# their normalized initialization has 1. The measured gains are below the linear-regime
+# numbers because $E[\tanh'(z)^2] < 1$ once $z$ is not small.
+
+# %%
+ex.set(preset="glorot2010_standard")
+ex.snapshot()
+
+# %%
+ex.set(preset="glorot2010_normalized")
+ex.snapshot()
+
+# %% [markdown]
+# **Saxe et al. 2014** and **Pennington et al. 2017.** Orthogonal weights preserve the norm
+# exactly in a linear network; with tanh the gain stays just below 1 (near isometry).
+
+# %%
+ex.set(preset="saxe2014")
+ex.snapshot()
+
+# %%
+ex.set(preset="pennington2017")
+ex.snapshot()
+
+# %% [markdown]
+# **Klambauer et al. 2017.** SELU with LeCun normal weights drives the activations to mean 0
+# and variance 1, at any depth (the grey dotted forward std).
+
+# %%
+ex.set(preset="klambauer2017")
+ex.snapshot()
+
+# %% [markdown]
+# **He et al. 2016 / Balduzzi et al. 2017.** The skip's identity term carries the gradient to
+# every layer (the plain network: ratio about 1e-31, above).
+
+# %%
+ex.set(preset="he2016_residual")
+ex.snapshot()
+
+# %% [markdown]
+# **Micikevicius et al. 2018.** float16 loses the early layers; a loss scale of $2^{15}$ (the
+# default initial scale of Keras's `LossScaleOptimizer`) brings them back.
+
+# %%
+ex.set(preset="micikevicius2018_fp16")
+ex.snapshot()
+
+# %%
+ex.set(preset="micikevicius2018_scaled")
+ex.snapshot()
+
+# %% [markdown]
+# ## Summary · 总结
+#
+# - A skip connection adds the identity to each layer's backward factor: a residual sigmoid
+#   stack of depth 50 keeps its gradient (ratio about 9) where the plain one loses 31 decades.
+# - Without normalization a residual ReLU stack with He weights doubles its variance per block
+#   and overflows float32 by depth 100; layer norm, batch norm, or a scaled or zero-initialized
+#   branch fix it.
+# - Batch norm uses the batch's statistics in training and moving averages in inference, and
+#   it depends on the batch size; layer norm does neither. Normalization can rescue a vanishing
+#   signal (sigmoid + batch norm) but also make it grow (tanh, small batches).
+# - float16 gradients below $2^{-24}$ are exactly 0. Scale the loss (`LossScaleOptimizer`,
+#   `scale_loss` in a custom loop), keep the output layer in float32, or use bfloat16.
+# - The variance recursion predicts the signal within a decade in the plain and residual modes;
+#   it misses batch norm's correlations and does not model float16 rounding.
+
+# %% [markdown]
+# ## Exercises
+#
+# **Exercise 1.** The 100-layer residual ReLU network with He initialization is non-finite.
+# Keep `residual=True` and the 100 layers; change `norm`, `initializer` or `activation` so that
+# it is finite and healthy. `ch05.EX1_BASE` holds the starting settings.
+
+# %%
+my_fix = {}  # e.g. {"norm": ...}
+ch05.check_deep_fix(my_fix)
+
+# %% [markdown]
+# **Exercise 2.** In float16, the 14-layer sigmoid network with Glorot weights loses its first
+# 5 layers. What is the smallest power-of-two loss scale with no exactly-zero layer? Use the
+# engine (`engine.report(14, "sigmoid", "glorot_uniform", dtype="float16", loss_scale=...)`).
+
+# %%
+my_scale = 1
+ch05.check_loss_scale(my_scale)
+
+# %% [markdown]
+# **Exercise 3.** Complete a custom training step for a `mixed_float16` model with a
+# `LossScaleOptimizer` (Keras 3): one tape, the loss as the mean squared error (in float32), the
+# loss scaled, the gradients applied.
+
+# %%
+def train_step(model, optimizer, x, y):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x, training=True) - y))
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    return loss
+
+
+ch05.check_scaled_step(train_step)
+
+# %% [markdown]
+# ## Solutions
+
+# %% tags=["solution"]
+# Exercise 1: normalize the pre-activation of every block (batch norm works too).
+ch05.check_deep_fix({"norm": "layer"})
+
+# %% tags=["solution"]
+# Exercise 2: sweep the powers of two and keep the first without a zero layer.
+for k in range(25):
+    r = engine.report(14, "sigmoid", "glorot_uniform", dtype="float16", loss_scale=2**k)
+    if np.all(r.signal_norms > 0):
+        break
+ch05.check_loss_scale(2**k)
+
+# %% tags=["solution"]
+# Exercise 3: scale inside the tape, differentiate the scaled loss; apply_gradients unscales.
+def train_step(model, optimizer, x, y):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x, training=True) - y))
+        scaled_loss = optimizer.scale_loss(loss)
+    grads = tape.gradient(scaled_loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    return loss
+
+
+ch05.check_scaled_step(train_step)

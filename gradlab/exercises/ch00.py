@@ -1,0 +1,78 @@
+"""Self-checks for chapter 00's exercises (``from gradlab.exercises import ch00``).
+
+Exercise 1 asks for d/dx sin(x)·x² at x = 1.5 from a tape; exercise 2 for the gradients of a
+model's mean squared error. Each check knows the typical wrong answers and says why they are
+wrong: a NumPy round-trip inside the tape (``None``, or a factor the tape never saw), the
+function's value instead of its slope, the loss instead of the gradients, a sum where the
+mean was wanted (every gradient is then batch-size times too large).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from .._env import quiet_import_tensorflow
+from ..checks import CheckResult, check_array, check_arrays
+
+tf = quiet_import_tensorflow()
+
+__all__ = ["X1", "check_derivative", "check_model_gradients", "expected_derivative", "reference_gradients"]
+
+X1 = 1.5  # where exercise 1 takes the derivative
+
+
+def expected_derivative(x: float = X1) -> float:
+    """d/dx sin(x)·x² = cos(x)·x² + 2x·sin(x), derived by hand."""
+    return float(np.cos(x) * x**2 + 2 * x * np.sin(x))
+
+
+_ROUND_TRIP = ("A NumPy round-trip inside the tape gives this too: np.sin(x) or x.numpy() returns a NumPy "
+               "value that the tape cannot follow, so use TensorFlow ops (tf.sin) all the way from x to f.")
+
+
+def check_derivative(answer) -> CheckResult:
+    """Exercise 1: ``answer`` is the tape's d/dx sin(x)·x² at x = 1.5."""
+    x = X1
+    hints = [
+        (2 * x * np.sin(x), "your number is 2x·sin(x), the slope of x² alone: sin(x) reached the product as a "
+                            "constant. " + _ROUND_TRIP),
+        (np.cos(x) * x**2, "your number is cos(x)·x², the slope of sin(x) alone: x² reached the product as a "
+                           "constant. " + _ROUND_TRIP),
+        (np.sin(x) * x**2, "your number is sin(x)·x², the value of the function, not its slope: return "
+                           "tape.gradient(f, x)."),
+    ]
+    if_none = ("Two usual causes: x is a constant and was not watched (tape.watch(x)); or a NumPy round-trip "
+               "inside the tape (np.sin(x), x.numpy()) handed the tape a value it cannot follow back to x: use "
+               "TensorFlow ops (tf.sin) all the way from x to f.")
+    return check_array("d/dx sin(x)·x²", answer, expected_derivative(x), hints=hints, if_none=if_none)
+
+
+def reference_gradients(model, x, y) -> list:
+    """The gradients of ``mean((model(x) - y)²)`` with respect to ``model.trainable_variables``."""
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x) - y))
+    return tape.gradient(loss, model.trainable_variables)
+
+
+def check_model_gradients(model_gradients: Callable, model, x, y) -> CheckResult:
+    """Exercise 2: ``model_gradients(model, x, y)`` returns one gradient per trainable variable.
+
+    The learner's function is called here, so an exception inside it is feedback too.
+    """
+    name = "model gradients"
+    if not callable(model_gradients):
+        return CheckResult(name, False, f"expected your function model_gradients, got {type(model_gradients).__name__}")
+    try:
+        got = model_gradients(model, x, y)
+    except Exception as err:  # noqa: BLE001 - a learner's error is feedback
+        return CheckResult(name, False, f"your function raised {type(err).__name__}: {err}")
+    reference = reference_gradients(model, x, y)
+    batch = int(x.shape[0])
+    hints = [(lambda arrs: all(np.allclose(a, batch * np.asarray(r), rtol=1e-3, atol=1e-6)
+                               for a, r in zip(arrs, reference, strict=True)),
+              f"the ratio is the batch size ({batch}): the loss was summed over the examples "
+              "(tf.reduce_sum) where the mean was wanted (tf.reduce_mean).")]
+    return check_arrays(name, got, reference, labels=[v.path for v in model.trainable_variables],
+                        what="one gradient per trainable variable", hints=hints)

@@ -1,0 +1,150 @@
+"""Self-checks for chapter 02's exercises (non-scalar targets and Jacobians).
+
+Each exercise cell shows the task and one call:
+
+* exercise 1: :func:`check_softmax_jacobian`, the Jacobian of ``tf.nn.softmax`` at :data:`SOFTMAX_Z`;
+* exercise 2: :func:`check_loop_jacobian`, the source text's loop repaired;
+* exercise 3: :func:`check_jacobian_row`, one row of a Jacobian from one ``output_gradients`` call;
+* exercise 4: :func:`check_batch_jacobian_safe`, is ``batch_jacobian`` right for a function?
+
+Every check returns a :class:`~gradlab.checks.CheckResult` and never raises on a wrong
+answer: the typical slips (an unwatched constant, ``gradient`` instead of ``jacobian``, the
+source's list of ``None`` s, the wrong row, a string instead of a bool) get feedback that says
+what is wrong and hints at why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from .._env import quiet_import_tensorflow
+from ..checks import CheckResult, check_array
+from ..jacobians import cross_example_max, jacobian
+
+tf = quiet_import_tensorflow()
+
+__all__ = [
+    "LOOP_X",
+    "SOFTMAX_Z",
+    "check_batch_jacobian_safe",
+    "check_jacobian_row",
+    "check_loop_jacobian",
+    "check_softmax_jacobian",
+]
+
+#: Exercise 1: the point at which the softmax Jacobian is taken.
+SOFTMAX_Z = (0.5, -1.0, 2.0, 0.0)
+#: Exercise 2: the source text's ``x``; the Jacobian of ``x**2`` there is ``diag(2x)``.
+LOOP_X = (1.0, 2.0, 3.0)
+
+
+def _none_positions(answer) -> list[int] | None:
+    """Positions of ``None`` in a list or tuple answer, or None when it is not such a list."""
+    if isinstance(answer, (list, tuple)):
+        return [i for i, a in enumerate(answer) if a is None]
+    return None
+
+
+def _same(a, b, atol: float = 1e-5) -> bool:
+    try:
+        a = np.asarray(a.numpy() if hasattr(a, "numpy") else a, dtype=np.float64)
+    except (TypeError, ValueError):
+        return False
+    return a.shape == np.shape(b) and bool(np.allclose(a, b, atol=atol))
+
+
+# ----------------------------------------------------------------------------- exercise 1
+def check_softmax_jacobian(j) -> CheckResult:
+    """Exercise 1: ``j`` is the 4 × 4 Jacobian of ``tf.nn.softmax`` at :data:`SOFTMAX_Z`."""
+    name = "softmax Jacobian"
+    s = tf.nn.softmax(tf.constant(SOFTMAX_Z)).numpy().astype(np.float64)
+    expected = np.diag(s) - np.outer(s, s)
+    if j is None:
+        return CheckResult(name, False, (
+            "got None. Either nothing is assigned yet, or tape.jacobian returned None: z is a "
+            "tf.constant, and a tape watches only variables by itself. Call tape.watch(z) inside "
+            "the with block, before the softmax."))
+    if _same(j, np.zeros(4)):
+        return CheckResult(name, False, (
+            "got 4 zeros, shape (4,): that is tape.gradient, the gradient of the sum of the outputs. "
+            "The outputs of a softmax always sum to 1, so that gradient is 0. tape.jacobian keeps "
+            "one row per output."))
+    result = check_array(name, j, expected, rtol=1e-4, atol=1e-6)
+    if not result:
+        return result
+    got = np.asarray(j.numpy() if hasattr(j, "numpy") else j, dtype=np.float64)
+    rows = np.abs(np.sum(got, axis=1)).max()
+    return CheckResult(name, True, f"shape (4, 4), values match, and every row sums to 0 (largest |sum| {rows:.1g})")
+
+
+# ----------------------------------------------------------------------------- exercise 2
+def check_loop_jacobian(j) -> CheckResult:
+    """Exercise 2: ``j`` is ``diag(2x)`` for :data:`LOOP_X`, built by the repaired loop."""
+    name = "loop Jacobian"
+    nones = _none_positions(j)
+    if nones:
+        where = ", ".join(str(i) for i in nones)
+        return CheckResult(name, False, (
+            f"your list holds None at position {where}: those are the source's None gradients. "
+            "Each y[i] was sliced after the with block had closed, so the tape never recorded the "
+            "slice and finds no path from y[i] back to x. Slice while the tape is still recording "
+            "(inside the with block); the tape must also be persistent to be read once per row."))
+    if j is not None and _same(j, 2 * np.asarray(LOOP_X)):
+        return CheckResult(name, False, (
+            "got [2. 4. 6.], shape (3,): that is one tape.gradient(y, x) call, the gradient of the "
+            "sum of y. The Jacobian has one row per element of y: one gradient call per y[i]."))
+    return check_array(name, j, np.diag(2 * np.asarray(LOOP_X)))
+
+
+# ----------------------------------------------------------------------------- exercise 3
+def check_jacobian_row(row, f: Callable, x, index: int = 1) -> CheckResult:
+    """Exercise 3: ``row`` is row ``index`` of ``f``'s Jacobian at ``x`` (the gradient of output ``index``)."""
+    name = f"row {index} of J"
+    full = jacobian(f, x)
+    expected = full[index]
+    if row is not None and not _same(row, expected):
+        for k in range(full.shape[0]):
+            if k != index and _same(row, full[k]):
+                return CheckResult(name, False, (
+                    f"that is row {k}, not row {index}: output_gradients picks the rows by position, "
+                    f"and positions start at 0. Put the 1 at position {index}."))
+        if _same(row, full.sum(axis=0)):
+            return CheckResult(name, False, (
+                "that is the sum of all rows: tape.gradient without output_gradients weights every "
+                f"output by 1. Weight output {index} by 1 and every other output by 0."))
+        if np.shape(row) == tuple(full.shape[:1]):
+            return CheckResult(name, False, (
+                f"shape {np.shape(row)} is the output's shape, the shape of output_gradients. The "
+                f"result of tape.gradient has the source's shape {tuple(full.shape[1:])}."))
+    return check_array(name, row, expected, rtol=1e-4, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- exercise 4
+def check_batch_jacobian_safe(answer, f: Callable, shape=(3, 4), seed: int = 2) -> CheckResult:
+    """Exercise 4: ``answer`` (True or False) says whether ``batch_jacobian`` is right for ``f``.
+
+    The truth is measured: ``f``'s full Jacobian on a random batch of ``shape`` has no
+    cross-example entry (:func:`~gradlab.cross_example_max` is 0) exactly when it is safe.
+    """
+    name = "batch_jacobian safe"
+    xl = tf.random.stateless_normal(list(shape), seed=[0, seed])
+    cross = cross_example_max(jacobian(f, xl))
+    safe = cross == 0.0
+    if isinstance(answer, np.bool_):
+        answer = bool(answer)
+    if answer is None:
+        return CheckResult(name, False, "no answer yet: set my_answer to True or False")
+    if isinstance(answer, str):
+        return CheckResult(name, False, (
+            f"got the string {answer!r}: write the bool True or False, without quotes"))
+    if not isinstance(answer, bool):
+        return CheckResult(name, False, f"got {answer!r} ({type(answer).__name__}): set my_answer to True or False")
+    if answer != safe:
+        hint = ("look at which examples each output depends on: does any statistic mix examples?"
+                if safe else "some output depends on another example's input")
+        return CheckResult(name, False, f"not quite ({hint}). gl.cross_example_max on its full Jacobian tells you.")
+    why = ("each example is transformed with its own numbers only: the largest cross-example entry is 0"
+           if safe else f"examples are coupled: the largest cross-example entry is {cross:.3g}")
+    return CheckResult(name, True, f"right: {why}")

@@ -1,0 +1,220 @@
+"""Self-checks for chapter 03's exercises (GradientTape with tf.function).
+
+Each exercise cell shows the task and one call:
+
+* exercise 1: :func:`check_sweep`, a sweep over five values traced only once;
+* exercise 2: :func:`check_prediction`, the predicted number of traces of a call sequence;
+* exercise 3: :func:`check_clipped_step`, a training step with SGD(0.05) and global-norm
+  clipping at 1.0, judged by how far the weights really move.
+
+Every check returns a :class:`~gradlab.checks.CheckResult` and never raises on a wrong
+answer. Exercise 2 accepts a number written as a string (and says so); exercise 3 tells the
+intended fix from a coincidence such as ``SGD(0.1)`` with a clip of 0.5, whose product is
+the same 0.05.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable
+
+import numpy as np
+
+from .._env import quiet_import_tensorflow
+from ..checks import CheckResult
+from ..tracing import TraceCounter
+
+tf = quiet_import_tensorflow()
+
+__all__ = [
+    "PREDICTION_ARGS",
+    "check_clipped_step",
+    "check_prediction",
+    "check_sweep",
+    "count_prediction_traces",
+    "regression_data",
+]
+
+
+# ----------------------------------------------------------------------------- exercise 1
+def check_sweep(sweep, calls: int = 5) -> CheckResult:
+    """Exercise 1: ``sweep`` is a :class:`~gradlab.TraceCounter` called ``calls`` times with one trace."""
+    name = "one trace for the sweep"
+    count, made = getattr(sweep, "count", None), getattr(sweep, "calls", None)
+    if count is None or made is None:
+        return CheckResult(name, False, f"expected the gl.TraceCounter named sweep, got {type(sweep).__name__}")
+    if made != calls:
+        return CheckResult(name, False, f"{made} calls, expected {calls}: keep the loop over the five values")
+    if count != 1:
+        return CheckResult(name, False, (
+            f"{count} traces for {made} calls: each new Python float is a new constant in the "
+            "graph. What kind of value can change without a retrace?"))
+    return CheckResult(name, True, f"{made} calls, 1 trace")
+
+
+# ----------------------------------------------------------------------------- exercise 2
+#: Exercise 2: the call sequence, described for the learner in the chapter.
+PREDICTION_ARGS = ("tensor [2]", "tensor [2]", "tensor [3]", "Python int 1", "Python int 1")
+
+
+def count_prediction_traces() -> tuple[int, list[str]]:
+    """Run exercise 2's five calls through a :class:`~gradlab.TraceCounter`: ``(traces, log)``."""
+    counter = TraceCounter(lambda x: x + 1)
+    for arg in [tf.ones([2]), tf.zeros([2]), tf.ones([3]), 1, 1]:
+        counter(arg)
+    return counter.count, list(counter.log)
+
+
+def _as_count(predicted):
+    """``(int, note, problem)``: the prediction as a whole number, a note on its type, or the problem."""
+    if predicted is None:
+        return None, "", "no prediction yet: set predicted to a whole number"
+    if isinstance(predicted, bool):
+        return None, "", f"got {predicted!r}, a bool: set predicted to a whole number of traces, e.g. 2"
+    if isinstance(predicted, (str, bytes)):
+        text = predicted.decode() if isinstance(predicted, bytes) else predicted
+        try:
+            value = float(text.strip())
+        except ValueError:
+            return None, "", f"got the string {predicted!r}: write the number of traces as a number, e.g. 2"
+        if not value.is_integer():
+            return None, "", f"got {predicted!r}: a number of traces is a whole number"
+        return int(value), f" (you wrote the string {predicted!r}; the number {int(value)} works too)", None
+    if hasattr(predicted, "numpy"):
+        predicted = predicted.numpy()
+    if isinstance(predicted, np.ndarray) and predicted.shape == ():
+        predicted = predicted.item()
+    if isinstance(predicted, numbers.Integral):
+        return int(predicted), "", None
+    if isinstance(predicted, numbers.Real) and math.isfinite(predicted) and float(predicted).is_integer():
+        return int(predicted), "", None
+    return None, "", f"got {predicted!r} ({type(predicted).__name__}): set predicted to a whole number"
+
+
+def check_prediction(predicted) -> CheckResult:
+    """Exercise 2: ``predicted`` is the number of traces the five calls make (a number, or its string)."""
+    name = "predicted traces"
+    value, note, problem = _as_count(predicted)
+    if problem:
+        return CheckResult(name, False, problem)
+    count, log = count_prediction_traces()
+    if value != count:
+        direction = "fewer" if value > count else "more"
+        return CheckResult(name, False, (
+            f"you predicted {value}; TensorFlow made {direction} traces than that. Go through the five "
+            "calls and ask for each: is this signature (shape, dtype, or Python value) new?"))
+    return CheckResult(name, True, f"{count} traces{note}: {log}")
+
+
+# ----------------------------------------------------------------------------- exercise 3
+def regression_data(n: int, seed: int):
+    """``(x, y)`` with ``y = x w_true + 0.1 noise``, 20 features: chapter 03's data."""
+    x = tf.random.stateless_normal([n, 20], seed=[seed, 0])
+    w_true = tf.random.stateless_normal([20, 1], seed=[99, 0])
+    noise = 0.1 * tf.random.stateless_normal([n, 1], seed=[seed, 1])
+    return x, x @ w_true + noise
+
+
+def _fresh_model():
+    import keras
+
+    keras.utils.set_random_seed(0)
+    return keras.Sequential([
+        keras.Input((20,)),
+        keras.layers.Dense(32, activation="relu", name="hidden1"),
+        keras.layers.Dense(32, activation="relu", name="hidden2"),
+        keras.layers.Dense(1, name="output"),
+    ])
+
+
+def _raw_norm(model, x, y) -> float:
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(y - model(x)))
+    return float(tf.linalg.global_norm(tape.gradient(loss, model.trainable_variables)))
+
+
+def _distance_moved(make_step: Callable, x, y, steps: int = 1):
+    """``(distances, problem)``: how far each of ``steps`` steps of ``make_step(model)`` moves a fresh model."""
+    model = _fresh_model()
+    before = [v.numpy().copy() for v in model.trainable_variables]
+    try:
+        step_fn = make_step(model)
+    except Exception as err:  # noqa: BLE001 - a failing factory is feedback
+        return None, f"make_clipped_step(model) raised {type(err).__name__}: {err}"
+    if step_fn is None:
+        return None, "make_clipped_step returned None: return the step that gl.make_train_step gives you"
+    if not callable(step_fn):
+        return None, f"make_clipped_step returned a {type(step_fn).__name__}, not a step function"
+    moved = []
+    for _ in range(steps):
+        try:
+            step_fn(x, y)
+        except Exception as err:  # noqa: BLE001 - a failing step is feedback
+            return None, f"the step raised {type(err).__name__}: {err}"
+        moved.append(math.sqrt(sum(float(np.sum((v.numpy() - b) ** 2))
+                                   for v, b in zip(model.trainable_variables, before, strict=True))))
+        before = [v.numpy().copy() for v in model.trainable_variables]
+    return moved, None
+
+
+def check_clipped_step(make_step: Callable, lr: float = 0.05, clip: float = 1.0) -> CheckResult:
+    """Exercise 3: ``make_step(model)`` trains ``model`` with ``SGD(lr)``, global norm clipped to ``clip``.
+
+    The check trusts nothing the step reports. It runs the step on fresh copies of a model
+    twice: on a batch whose raw gradient norm is above ``clip`` (the weights must move by
+    ``lr × clip``) and on one whose raw norm is 0.4·``clip``, below every threshold that could
+    matter (they must move by ``lr × 0.4·clip``: the gradient passes unclipped). The first
+    alone cannot tell SGD(0.05) clipped at 1.0 from SGD(0.1) clipped at 0.5; the second can.
+    A second step on the small batch tells plain SGD from SGD with momentum, whose first
+    step is the same.
+    """
+    name = f"SGD({lr}) clipped to {clip}"
+    x, y = regression_data(64, seed=2000)
+    raw = _raw_norm(_fresh_model(), x, y)
+    # the MSE gradient is linear in the residual: scaling it scales the raw norm exactly
+    small_norm = 0.4 * clip
+    pred = _fresh_model()(x)
+    y_small = pred + (small_norm / raw) * (y - pred)
+    big, problem = _distance_moved(make_step, x, y)
+    if problem:
+        return CheckResult(name, False, problem)
+    small, problem = _distance_moved(make_step, x, y_small, steps=2)
+    if problem:
+        return CheckResult(name, False, problem)
+    (big,), (small, small_again) = big, small
+    if big == 0.0:
+        return CheckResult(name, False, (
+            "the weights of the model passed to make_clipped_step did not move: build the step for "
+            "its model argument (not for a global model such as net)"))
+    tol = 2e-3
+    big_ok = abs(big - lr * clip) <= tol * lr * clip
+    small_ok = abs(small - lr * small_norm) <= tol * lr * small_norm
+    lr_seen = small / small_norm
+    facts = (f"raw gradient norm {raw:.3g}: the weights moved by {big:.4g} (expected {lr} × {clip} = "
+             f"{lr * clip:.4g}); raw norm {small_norm:.2g}, below the threshold: moved {small:.4g} "
+             f"(expected {lr} × {small_norm:.2g} = {lr * small_norm:.4g})")
+    if big_ok and small_ok and small_again > 1.3 * small:
+        return CheckResult(name, False, (
+            f"{facts}. The first steps are right, but a second step on the same small batch moved "
+            f"{small_again:.4g}, {small_again / small:.2g} times the first: the optimizer keeps momentum. "
+            f"Use plain SGD({lr})."))
+    if big_ok and small_ok:
+        return CheckResult(name, True, facts)
+    if big_ok:
+        return CheckResult(name, False, (
+            f"{facts}. The big step is right only by coincidence: the unclipped step shows a learning "
+            f"rate of {lr_seen:.3g}, not {lr}, so your threshold is about {big / lr_seen:.3g}, and "
+            f"{lr_seen:.3g} × {big / lr_seen:.3g} happens to equal {lr * clip:.3g}. Use SGD({lr}) and "
+            f"clip_global_norm={clip}."))
+    if abs(big - lr_seen * raw) <= tol * lr_seen * raw:
+        return CheckResult(name, False, (
+            f"{facts}. The big step moved by the learning rate times the raw norm: nothing was "
+            f"clipped. Pass clip_global_norm={clip} to gl.make_train_step."))
+    if small_ok:
+        return CheckResult(name, False, (
+            f"{facts}. The learning rate is right; the big step was clipped to a global norm of "
+            f"{big / lr:.3g}, not {clip}."))
+    return CheckResult(name, False, (
+        f"{facts}. Neither step matches plain SGD({lr}) clipped at {clip} (a momentum or Adam "
+        "optimizer moves by other amounts)."))

@@ -1,0 +1,77 @@
+"""Self-check for chapter 04's capstone (``from gradlab.exercises import ch04``).
+
+The capstone asks for a model, an optimizer and an optional clipping threshold that train a
+small regression problem to a final loss below 0.1 within 200 steps. :func:`check_capstone`
+runs :func:`gradlab.check_trains` on it and, when the loss simply ends too high, adds advice
+that fits what the run did: a loss still falling but too slowly (steps too short: with every
+step clipped, each moves the weights by exactly learning rate × clip), or a loss that jumps
+around (steps too long). That advice is as specific with clipping as without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .._env import quiet_import_tensorflow
+from ..checks import CheckResult, check_trains, step_length_advice
+
+tf = quiet_import_tensorflow()
+
+__all__ = ["BELOW", "REQUIRED", "STEPS", "capstone_data", "check_capstone"]
+
+STEPS = 200  # training steps the capstone allows
+BELOW = 0.1  # the final loss (mean of the last 10 steps) must be below this
+REQUIRED = ("standardize/shift", "standardize/scale")  # the Standardize layer must stay, repaired
+
+
+def capstone_data(n: int = 256, seed: int = 0):
+    """The capstone's batch: 8 features with mean 3 and std 2, a target that uses three of them.
+
+    ``x = 3 + 2·z`` for standard normal ``z``, and ``y = sin(z₀) + 0.5·z₁·z₂``; returns
+    ``(x, y)`` with shapes ``(n, 8)`` and ``(n, 1)``.
+    """
+    raw = tf.random.stateless_normal([n, 8], seed=[seed, 1])
+    x = 3.0 + 2.0 * raw
+    y = tf.sin(raw[:, :1]) + 0.5 * raw[:, 1:2] * raw[:, 2:3]
+    return x, y
+
+
+def check_capstone(make_model: Callable, make_optimizer: Callable, clip: float | None = None, *,
+                   steps: int = STEPS, below: float = BELOW) -> CheckResult:
+    """The capstone's self-check: build a fresh model and optimizer, train, judge (chapter 04).
+
+    ``make_model()`` and ``make_optimizer()`` are the learner's functions; ``clip`` is ``None``
+    or a global-norm threshold. Passes when :func:`gradlab.check_trains` passes on the capstone
+    data with ``require_variables=REQUIRED``. When the final loss stays above ``below`` for
+    another reason than NaN or ``None``, :func:`gradlab.checks.step_length_advice` is appended.
+    """
+    name = "capstone"
+    import keras
+
+    for label, fn in (("make_model", make_model), ("make_optimizer", make_optimizer)):
+        if isinstance(fn, (keras.Model, keras.optimizers.Optimizer)):
+            return CheckResult(name, False, f"{label} must be your function, got the {type(fn).__name__} it built: "
+                                            "pass it without calling it, so the check can build a fresh one")
+        if not callable(fn):
+            return CheckResult(name, False, f"{label} must be your function (pass it without calling it), "
+                                            f"got {type(fn).__name__}")
+    if clip is not None and (isinstance(clip, bool) or not isinstance(clip, (int, float)) or not clip > 0):
+        return CheckResult(name, False, f"the clip must be None or a number > 0, got {clip!r}")
+    try:
+        model, optimizer = make_model(), make_optimizer()
+    except Exception as err:  # noqa: BLE001 - a learner's error is feedback
+        return CheckResult(name, False, f"building your model or optimizer raised {type(err).__name__}: {err}")
+    x, y = capstone_data()
+    result = check_trains(name, model, x, y, optimizer=optimizer, steps=steps, below=below,
+                          clip_global_norm=clip, require_variables=list(REQUIRED))
+    if result or "not below" not in result.feedback:
+        return result
+    run = result.details
+    if not (hasattr(run, "losses") and hasattr(run, "global_norms")):
+        # check_trains does not hand its run back: train a fresh copy to see what happened
+        from ..diagnostics import train_steps
+
+        run = train_steps(make_model(), x, y, optimizer=make_optimizer(), steps=steps, clip_global_norm=clip)
+    advice = step_length_advice(run.losses, run.global_norms, optimizer=optimizer, clip=clip, below=below)
+    first_sentence = result.feedback.split(f"not below {below:g}.")[0] + f"not below {below:g}."
+    return CheckResult(name, False, first_sentence + advice, details=run)

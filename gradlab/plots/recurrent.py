@@ -1,0 +1,188 @@
+"""Plots of gradients through time (chapter 07).
+
+matplotlib only, no widgets. :class:`TimePlot` builds its figure once and updates the
+artists' data in place (what the TimeExplorer needs); :func:`plot_time_report`,
+:func:`plot_time_norms` and :func:`plot_cliff` are one-shot versions for chapter cells.
+"""
+
+from __future__ import annotations
+
+import matplotlib.ticker
+import numpy as np
+from matplotlib.patches import Rectangle
+
+from .gradients import STATUS_COLORS, new_figure
+
+__all__ = ["TimePlot", "plot_cliff", "plot_time_norms", "plot_time_report"]
+
+
+class TimePlot:
+    """Per-time-step gradient norms on a log scale (left) and the weight-gradient norms (right).
+
+    Left: ``time_step_norms`` against the step (1 = earliest), the healthy band (the range of
+    step-1 norms that :func:`gradlab.grads.diagnose` calls healthy: 1e-3 to 1e3 times the last
+    step's), and exact zeros (float32 underflow) as red triangles on the bottom edge. Right:
+    the norm of each weight gradient before (open squares) and after clipping (filled dots).
+    """
+
+    def __init__(self, report=None, *, figsize=(8.4, 3.6), legend: bool = True):
+        if legend:
+            self.fig, (self.ax, self.wax) = new_figure(figsize, ncols=2, width_ratios=[3, 1.25])
+        else:  # the live explorer: fixed margins, legend drawn by the widget
+            self.fig, (self.ax, self.wax) = new_figure(figsize, ncols=2, layout=None,
+                                                       width_ratios=[3, 1.25])
+            self.fig.subplots_adjust(left=0.09, right=0.98, bottom=0.25, top=0.91, wspace=0.3)
+        ax, wax = self.ax, self.wax
+        for a in (ax, wax):
+            a.set_yscale("log")
+            a.yaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+        ax.set_xlabel("time step (1 = earliest input)")
+        ax.set_ylabel("‖dLoss / d x_t‖")
+        wax.set_title("weight gradients", fontsize=9)
+        self.band = Rectangle((0, 1e-3), 1, 1e6 - 1e-3, transform=ax.get_yaxis_transform(),
+                              color="#2da44e", alpha=0.12, lw=0, label="healthy band for step 1")
+        ax.add_patch(self.band)
+        (self.norms,) = ax.plot([], [], "o-", ms=2.5, lw=1.6, color="#0969da",
+                                label="‖dLoss/dx_t‖ per time step")
+        (self.zeros,) = ax.plot([], [], "v", ms=6, color="#cf222e", clip_on=False,
+                                label="exactly 0 (underflow)")
+        (self.weight,) = wax.plot([], [], "s", ms=7, mfc="none", color="#bc4c00",
+                                  label="weight gradient, unclipped")
+        (self.clipped,) = wax.plot([], [], "o", ms=5, color="#1a7f37",
+                                   label="weight gradient, clipped")
+        self.title = ax.set_title("", fontsize=10, loc="left")
+        self.title.set_visible(legend)
+        self._names: tuple[str, ...] = ()
+        if legend:
+            ax.legend(loc="lower right", fontsize=7)
+            wax.legend(loc="best", fontsize=6)
+        if report is not None:
+            self.update(report)
+
+    def update(self, report, *, title: str | None = None):
+        """Replace the plotted data with ``report``'s (a :class:`gradlab.recurrent.TimeReport`)."""
+        s = report.time_step_norms
+        n = s.size
+        x = np.arange(1, n + 1)
+        self.norms.set_data(x, s)
+        pos = s[np.isfinite(s) & (s > 0)]
+        lo, hi = (pos.min() / 4, pos.max() * 4) if pos.size else (1e-12, 1.0)
+        last = s[-1]
+        if np.isfinite(last) and last > 0:
+            b_lo, b_hi = last * 1e-3, last * 1e3
+            lo, hi = min(lo, b_lo / 2), max(hi, b_hi * 2)
+            self.band.set_y(b_lo)
+            self.band.set_height(b_hi - b_lo)
+            self.band.set_visible(True)
+        else:
+            self.band.set_visible(False)
+        lo = max(lo, 1e-45)
+        hi = max(hi, lo * 10)
+        self.ax.set_ylim(lo, hi)
+        self.ax.set_xlim(0.5, n + 0.5)
+        zx = x[s == 0]
+        self.zeros.set_data(zx, np.full(zx.size, lo))
+        # weight gradients, one column per weight
+        w, c = report.weight_norms, report.clipped_weight_norms
+        xi = np.arange(w.size)
+        self.weight.set_data(xi, w)
+        self.clipped.set_data(xi, c if report.clip is not None else np.full(w.size, np.nan))
+        if report.weight_names != self._names:
+            self._names = report.weight_names
+            self.wax.set_xticks(xi, [_short(nm) for nm in report.weight_names], rotation=60, fontsize=7)
+            self.wax.set_xlim(-0.6, w.size - 0.4)
+        wv = np.concatenate([w, c])
+        wv = wv[np.isfinite(wv) & (wv > 0)]
+        if wv.size:
+            self.wax.set_ylim(wv.min() / 3, wv.max() * 3)
+        self.title.set_color(STATUS_COLORS.get(report.status, "black"))
+        self.title.set_text(title if title is not None else
+                            f"{report.status}: step 1 / step {n} = {report.ratio:.3g}")
+        return self
+
+    def legend_items(self) -> list[tuple[str, str, str]]:
+        """``(label, color, marker)`` of each series, for a legend outside the figure."""
+        return [(self.band.get_label(), "#2da44e", "■"),
+                (self.norms.get_label(), "#0969da", "━"),
+                (self.zeros.get_label(), "#cf222e", "▼"),
+                (self.weight.get_label(), "#bc4c00", "□"),
+                (self.clipped.get_label(), "#1a7f37", "●")]
+
+
+def _short(name: str) -> str:
+    """A tick label for a weight: ``lstm/lstm_cell/recurrent_kernel`` → ``recurrent``."""
+    parts = name.split("/")
+    last = parts[-1].replace("readout ", "out ").replace("recurrent_kernel", "recurrent")
+    if any(p.startswith(("readout", "dense")) for p in parts[:-1]):
+        last = f"out {last}"
+    return last
+
+
+def plot_time_report(report, *, title: str | None = None):
+    """A static plot of one :class:`~gradlab.recurrent.TimeReport` (chapter 07)."""
+    return TimePlot(report).update(report, title=title).fig
+
+
+def plot_time_norms(curves: dict, *, title: str | None = None, figsize=(7.2, 3.4), ylabel=None):
+    """Several per-time-step norm curves (``label -> norms``, earliest step first) on one log axis.
+
+    Each curve is divided by its own last value, so all start at 1 on the right and the left
+    end reads as the ratio step 1 / step T. Exact zeros are drawn as triangles on the bottom edge.
+    """
+    if not isinstance(curves, dict) or not curves:
+        raise ValueError(f"curves must be a non-empty dict of label -> norms; got {type(curves).__name__}")
+    fig, ax = new_figure(figsize)
+    ax.set_yscale("log")
+    floor = None
+    scaled = {}
+    for label, s in curves.items():
+        s = np.asarray(s, dtype=np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = s / s[-1]
+        scaled[label] = r
+        pos = r[np.isfinite(r) & (r > 0)]
+        if pos.size:
+            floor = pos.min() if floor is None else min(floor, pos.min())
+    floor = (floor or 1e-12) / 10
+    for label, r in scaled.items():
+        x = np.arange(1, r.size + 1)
+        (line,) = ax.plot(x, np.where(r > 0, r, np.nan), lw=1.5, label=label)
+        z = x[r == 0]
+        if z.size:
+            ax.plot(z, np.full(z.size, floor), "v", ms=5, color=line.get_color(), clip_on=False)
+    ax.axhspan(1e-3, 1e3, color="#2da44e", alpha=0.1, lw=0)
+    ax.set_ylim(bottom=floor)
+    ax.set_xlabel("time step (1 = earliest input)")
+    ax.set_ylabel(ylabel or "‖dLoss/dx_t‖ / ‖dLoss/dx_T‖")
+    if title:
+        ax.set_title(title, fontsize=10, loc="left")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return fig
+
+
+def plot_cliff(w_grid, b_grid, loss, paths: dict | None = None, *, figsize=(7.6, 3.6)):
+    """Pascanu's cliff: ``log10`` of the loss over ``(w, b)`` (left) and the loss along each path (right).
+
+    ``paths`` maps a label to :func:`gradlab.recurrent.descent_path`'s result.
+    """
+    fig, (ax, lax) = new_figure(figsize, ncols=2, width_ratios=[1.3, 1])
+    im = ax.pcolormesh(w_grid, b_grid, np.log10(np.asarray(loss) + 1e-12), shading="auto",
+                       cmap="viridis")
+    fig.colorbar(im, ax=ax, label="log10 loss")
+    ax.set_xlabel("w (recurrent weight)")
+    ax.set_ylabel("b (bias)")
+    ax.set_xlim(np.min(w_grid), np.max(w_grid))
+    ax.set_ylim(np.min(b_grid), np.max(b_grid))
+    styles = [("#ffffff", "o-"), ("#ff8c00", "s-"), ("#cf222e", "^-")]
+    for (label, path), (color, style) in zip((paths or {}).items(), styles, strict=False):
+        p = path["points"]
+        ax.plot(p[:, 0], p[:, 1], style, ms=3, lw=1.2, color=color, label=label)
+        lax.plot(np.arange(path["losses"].size), path["losses"], style, ms=3, color=color
+                 if color != "#ffffff" else "#0969da", label=label)
+    if paths:
+        ax.legend(fontsize=7, loc="lower left")
+        lax.set_yscale("log")
+        lax.set_xlabel("gradient-descent iteration")
+        lax.set_ylabel("loss")
+        lax.legend(fontsize=7)
+    return fig

@@ -1,0 +1,222 @@
+"""The self-checks of chapters 00 and 04: right answers pass, typical wrong answers get specific feedback."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gradlab as gl
+from gradlab.diagnostics import keras, tf
+from gradlab.exercises import ch00, ch04
+
+
+def _fails(result, *needles):
+    assert not result and str(result).startswith("❌")
+    for needle in needles:
+        assert needle in result.feedback, result.feedback
+
+
+# ----------------------------------------------------------------------------- chapter 00, exercise 1
+X = tf.constant(1.5)
+
+
+def _tape_derivative(fn, watch=True):
+    with tf.GradientTape() as tape:
+        if watch:
+            tape.watch(X)
+        f = fn(X)
+    return tape.gradient(f, X)
+
+
+def test_ch00_expected_derivative_against_a_finite_difference():
+    h = 1e-6
+    f = lambda x: np.sin(x) * x**2  # noqa: E731
+    assert ch00.expected_derivative() == pytest.approx((f(1.5 + h) - f(1.5 - h)) / (2 * h), rel=1e-7)
+
+
+def test_ch00_ex1_right_answer_passes():
+    assert ch00.check_derivative(_tape_derivative(lambda x: tf.sin(x) * x**2))
+    assert ch00.check_derivative(3.1516)  # a plain number is fine too
+
+
+def test_ch00_ex1_unwatched_tensor_gives_none_and_the_hint():
+    _fails(ch00.check_derivative(_tape_derivative(lambda x: tf.sin(x) * x**2, watch=False)),
+           "got None", "tape.watch(x)", "NumPy round-trip")
+
+
+@pytest.mark.parametrize("fn, words", [
+    (lambda x: np.sin(x) * x**2, ["2x·sin(x)", "sin(x) reached the product as a constant", "tf.sin"]),
+    (lambda x: tf.sin(x) * x.numpy() ** 2, ["cos(x)·x²", "x² reached the product as a constant"]),
+])
+def test_ch00_ex1_numpy_round_trips_are_named(fn, words):
+    _fails(ch00.check_derivative(_tape_derivative(fn)), "values differ", *words)
+
+
+def test_ch00_ex1_the_value_instead_of_the_slope():
+    _fails(ch00.check_derivative(tf.sin(X) * X**2), "the value of the function, not its slope")
+
+
+def test_ch00_ex1_strings_and_lists():
+    assert ch00.check_derivative(f"{ch00.expected_derivative():.6f}")
+    _fails(ch00.check_derivative("the slope"), "got a str")
+    _fails(ch00.check_derivative([3.15, 3.15]), "shape (2,), expected ()")
+
+
+# ----------------------------------------------------------------------------- chapter 00, exercise 2
+@pytest.fixture(scope="module")
+def small_model():
+    keras.utils.set_random_seed(1)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="relu"), keras.layers.Dense(1)])
+    x = tf.random.stateless_normal([8, 4], seed=[0, 1])
+    y = tf.random.stateless_normal([8, 1], seed=[0, 2])
+    return model, x, y
+
+
+def _grads(loss_of):
+    def fn(model, x, y):
+        with tf.GradientTape() as tape:
+            loss = loss_of(model(x), y)
+        return tape.gradient(loss, model.trainable_variables)
+
+    return fn
+
+
+def test_ch00_ex2_reference_matches_a_hand_computed_gradient(small_model):
+    model, x, y = small_model
+    ref = ch00.reference_gradients(model, x, y)
+    # the output bias gradient of mean((p - y)^2) is 2 * mean(p - y)
+    p = model(x)
+    assert float(ref[3][0]) == pytest.approx(float(2 * tf.reduce_mean(p - y)), rel=1e-5)
+
+
+def test_ch00_ex2_right_answer_passes(small_model):
+    r = ch00.check_model_gradients(_grads(lambda p, y: tf.reduce_mean(tf.square(p - y))), *small_model)
+    assert r and "all 4 arrays match" in r.feedback
+
+
+def test_ch00_ex2_returning_the_loss_does_not_crash(small_model):
+    _fails(ch00.check_model_gradients(lambda m, x, y: tf.reduce_mean(tf.square(m(x) - y)), *small_model),
+           "got a single number", "a list of 4 arrays", "tape.gradient(loss, variables)")
+
+
+def test_ch00_ex2_sum_instead_of_mean_names_the_batch_size(small_model):
+    r = ch00.check_model_gradients(_grads(lambda p, y: tf.reduce_sum(tf.square(p - y))), *small_model)
+    _fails(r, "item 0 (sequential", "8×", "the ratio is the batch size (8)", "tf.reduce_sum")
+
+
+def test_ch00_ex2_other_wrong_answers(small_model):
+    model = small_model[0]
+    _fails(ch00.check_model_gradients(None, *small_model), "expected your function")
+    _fails(ch00.check_model_gradients(lambda m, x, y: 1 / 0, *small_model), "raised ZeroDivisionError")
+    _fails(ch00.check_model_gradients(lambda m, x, y: None, *small_model), "got None")
+    first_two = lambda m, x, y: _grads(lambda p, t: tf.reduce_mean(tf.square(p - t)))(m, x, y)[:2]  # noqa: E731
+    _fails(ch00.check_model_gradients(first_two, *small_model), "got 2 arrays, expected 4",
+           "one gradient per trainable variable")
+    wrong_sign = _grads(lambda p, y: -tf.reduce_mean(tf.square(p - y)))
+    _fails(ch00.check_model_gradients(wrong_sign, *small_model), "sign is flipped")
+    flat = lambda m, x, y: tf.concat([tf.reshape(g, [-1]) for g in _grads(  # noqa: E731
+        lambda p, t: tf.reduce_mean(tf.square(p - t)))(m, x, y)], 0)
+    _fails(ch00.check_model_gradients(flat, *small_model), "got one array of shape (19,)", "concatenated")
+    assert model.trainable_variables  # the checks never change the model's variable list
+
+
+def test_ch00_overshoot_claim():
+    loss, slope, w_next = gl.slope_and_step(0.0, 1.5)
+    assert slope == pytest.approx(-3.0) and w_next == pytest.approx(4.5)
+    assert float(gl.toy_loss(w_next)) > loss  # the step lands higher than it started
+    assert float(gl.toy_loss(gl.slope_and_step(0.0, 1.0)[2])) < loss
+
+
+# ----------------------------------------------------------------------------- chapter 04
+def test_ch04_capstone_data():
+    x, y = ch04.capstone_data()
+    assert x.shape == (256, 8) and y.shape == (256, 1)
+    assert float(tf.reduce_mean(x)) == pytest.approx(3.0, abs=0.1)
+    assert float(tf.math.reduce_std(x)) == pytest.approx(2.0, abs=0.1)
+
+
+def test_ch04_step_advice_steps_too_short_with_a_clip():
+    losses = np.linspace(0.4, 0.19, 200)
+    norms = np.full(200, 5.0)
+    norms[:3] = 0.5
+    text = gl.step_length_advice(losses, norms, optimizer=keras.optimizers.SGD(0.01), clip=1.0, below=0.1)
+    assert "still falling" in text and "too short" in text, text
+    assert "197 of 200 steps were clipped" in text and "0.01 × 1 = 0.01" in text, text
+    assert "more steps" in text and "momentum" in text
+
+
+def test_ch04_step_advice_steps_too_long():
+    losses = np.where(np.arange(200) % 2 == 0, 0.3, 0.9)
+    text = gl.step_length_advice(losses, np.full(200, 5.0), optimizer=keras.optimizers.SGD(2.0), clip=1.0, below=0.1)
+    assert "not settling" in text and "from 0.3 to 0.9" in text and "too long" in text, text
+    assert "2 × 1 = 2" in text
+    text = gl.step_length_advice(losses, np.full(200, 5.0), optimizer=keras.optimizers.SGD(0.1, momentum=0.9),
+                                 clip=None, below=0.1)
+    assert "too long" in text and "clipped" not in text
+
+
+class _Standardize(keras.layers.Layer):
+    def __init__(self, use_scale=True, **kw):
+        super().__init__(**kw)
+        self.use_scale = use_scale
+
+    def build(self, input_shape):
+        self.shift = self.add_weight(shape=(input_shape[-1],), initializer="zeros", name="shift")
+        self.scale = self.add_weight(shape=(input_shape[-1],), initializer="ones", name="scale")
+
+    def call(self, inputs):
+        return (inputs - self.shift) * self.scale if self.use_scale else inputs - self.shift
+
+
+def _capstone_model(use_scale=True, layer=True):
+    layers = [keras.Input((8,))] + ([_Standardize(use_scale, name="standardize")] if layer else [])
+    for i in range(8):
+        layers.append(keras.layers.Dense(32, activation="relu", kernel_initializer=keras.initializers.HeNormal(seed=i)))
+    layers.append(keras.layers.Dense(1, kernel_initializer=keras.initializers.GlorotUniform(seed=100)))
+    return keras.Sequential(layers, name="t")
+
+
+def test_ch04_check_capstone_passes_a_repaired_setup_with_adam():
+    r = ch04.check_capstone(_capstone_model, lambda: keras.optimizers.Adam(0.01))
+    assert r, r.feedback
+
+
+def test_ch04_check_capstone_sgd_001_with_a_clip_is_as_specific_as_without():
+    with_clip = ch04.check_capstone(_capstone_model, lambda: keras.optimizers.SGD(0.01), clip=1.0)
+    _fails(with_clip, "not below 0.1", "still falling", "too short", "steps were clipped", "0.01 × 1 = 0.01")
+    assert "Look for vanishing gradients" not in with_clip.feedback  # the old, vague advice
+    assert hasattr(with_clip.details, "losses")
+
+
+def test_ch04_check_capstone_wrong_inputs_are_feedback():
+    _fails(ch04.check_capstone(_capstone_model(), lambda: keras.optimizers.SGD(0.1)), "pass it without calling it")
+    _fails(ch04.check_capstone(_capstone_model, lambda: 1 / 0), "raised ZeroDivisionError")
+    _fails(ch04.check_capstone(_capstone_model, lambda: keras.optimizers.SGD(0.1), clip=-1), "number > 0")
+    _fails(ch04.check_capstone(lambda: _capstone_model(use_scale=False), lambda: keras.optimizers.SGD(0.01), 1.0),
+           "no gradient (None)", "standardize/scale")
+    _fails(ch04.check_capstone(lambda: _capstone_model(layer=False), lambda: keras.optimizers.Adam(0.01)),
+           "no trainable variable 'standardize/shift'", "not a fix")
+
+
+# ----------------------------------------------------------------------------- plot_losses (chapter 04's view)
+def test_plot_losses_target_line_and_linear_view():
+    broken = [3.0, 10.0, 1e20, np.inf]
+    fixed = [4.0, 1.0, 0.05, 0.01]
+    fig = gl.plot_losses({"broken": broken, "fixed": fixed}, target=0.1, linear=True)
+    log_ax, lin_ax = fig.axes
+    assert log_ax.get_yscale() == "log" and lin_ax.get_yscale() == "linear"
+    assert lin_ax.get_ylim() == pytest.approx((0.0, 1.1 * 4.0))
+    for ax in (log_ax, lin_ax):
+        targets = [ln for ln in ax.get_lines() if ln.get_label() == "target 0.1"]
+        assert len(targets) == 1 and np.allclose(targets[0].get_ydata(), 0.1)
+    texts = [t.get_text() for t in lin_ax.texts]
+    assert "broken: off the panel from step 2" in texts
+    assert any("inf from step 4" in t.get_text() for t in log_ax.texts)
+
+
+def test_plot_losses_default_is_one_log_panel():
+    fig = gl.plot_losses({"a": [1.0, 0.5]})
+    assert len(fig.axes) == 1 and fig.axes[0].get_yscale() == "log"
+    assert not [ln for ln in fig.axes[0].get_lines() if ln.get_label().startswith("target")]
+    with pytest.raises(ValueError, match="target must be a finite number"):
+        gl.plot_losses({"a": [1.0]}, target=float("nan"))

@@ -1,0 +1,132 @@
+"""Chapter 01's self-checks: the right answers pass, typical wrong answers get their hint.
+
+Every wrong answer must come back as a failed CheckResult with specific feedback, never as
+an exception. The expected answers are recomputed here from an independent source (the
+float64 norms of gl.gradient_report on a real build_mlp model, tf.clip_by_global_norm).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gradlab as gl
+from gradlab.exercises import ch01
+
+tf = gl.quiet_import_tensorflow()
+
+
+def _fails_with(result, *fragments):
+    assert isinstance(result, gl.CheckResult)
+    assert not result, str(result)
+    for fragment in fragments:
+        assert fragment in result.feedback, f"{fragment!r} not in: {result.feedback}"
+
+
+# ----------------------------------------------------------------------------- exercise 1
+@pytest.fixture(scope="module")
+def first_vanishing_depth():
+    """The smallest depth whose verdict is vanishing, from gradient_report on real models."""
+    x, y = gl.make_data(batch_size=128, input_dim=64, seed=0)
+    for depth in range(2, 30):
+        model = gl.build_mlp(depth, activation="relu", initializer="glorot_uniform")
+        if gl.gradient_report(model, x, y).status == "vanishing":
+            return depth
+    raise AssertionError("relu + glorot_uniform never vanished below depth 30")
+
+
+def test_ex1_right_answer_passes(first_vanishing_depth):
+    assert first_vanishing_depth == 8  # measured: depth 7 ratio 0.113, depth 8 ratio 0.088
+    result = ch01.check_vanishing_depth(first_vanishing_depth)
+    assert result, str(result)
+    assert "ratio 0.088" in result.feedback
+    assert ch01.check_vanishing_depth(np.int64(first_vanishing_depth))
+    assert ch01.check_vanishing_depth(float(first_vanishing_depth))
+
+
+def test_ex1_wrong_answers_get_hints(first_vanishing_depth):
+    _fails_with(ch01.check_vanishing_depth(first_vanishing_depth - 1), "'healthy'", "Go deeper")
+    _fails_with(ch01.check_vanishing_depth(50), "shallower network already is")
+    _fails_with(ch01.check_vanishing_depth(None), "got None")
+    _fails_with(ch01.check_vanishing_depth("8"), "string '8'")
+    _fails_with(ch01.check_vanishing_depth(True), "bool")
+    _fails_with(ch01.check_vanishing_depth(8.5), "expected a depth")
+    _fails_with(ch01.check_vanishing_depth([7, 8]), "one number")
+    _fails_with(ch01.check_vanishing_depth(0), "outside 1..100")
+
+
+# ----------------------------------------------------------------------------- exercise 2
+def right_clip(grads, t):
+    global_norm = tf.sqrt(tf.add_n([tf.reduce_sum(tf.square(g)) for g in grads]))
+    return [g * (t / tf.maximum(global_norm, t)) for g in grads]
+
+
+def test_ex2_right_answers_pass():
+    assert ch01.check_clip_by_global_norm(right_clip)
+    # the same in NumPy, and with a Python if: any correct implementation passes
+    def numpy_clip(grads, t):
+        arrays = [np.asarray(g) for g in grads]
+        norm = np.sqrt(sum(float(np.sum(a**2)) for a in arrays))
+        return arrays if norm <= t else [a * t / norm for a in arrays]
+
+    assert ch01.check_clip_by_global_norm(numpy_clip)
+
+
+def test_ex2_test_gradients_have_the_stated_norm():
+    norm = np.sqrt(sum(np.sum(np.square(g)) for g in ch01.CLIP_TEST_GRADS))
+    assert norm == pytest.approx(np.sqrt(34))  # 5.83, between the thresholds 2 and 10
+
+
+@pytest.mark.parametrize(
+    "wrong, fragments",
+    [
+        (lambda grads, t: None, ["returned None"]),
+        (lambda grads, t: tf.clip_by_global_norm(grads, t), ["pair (list, norm)", "only the list"]),
+        (lambda grads, t: tf.concat([tf.reshape(g, [-1]) for g in right_clip(grads, t)], 0),
+         ["one flat tensor of 6 values", "one tensor per gradient"]),
+        (lambda grads, t: right_clip(grads, t)[0], ["one tensor of shape (2,)"]),
+        (lambda grads, t: [tf.clip_by_norm(g, t) for g in grads], ["each tensor on its own"]),
+        (lambda grads, t: grads, ["came back unchanged", "t=2"]),
+        (lambda grads, t: [g * t / tf.linalg.global_norm(grads) for g in grads],
+         ["scaled the gradients up", "t=10", "unchanged"]),
+        (lambda grads, t: right_clip(grads, t)[:1], ["returned 1 items, expected 2"]),
+        (lambda grads, t: [g * t / tf.reduce_sum([tf.reduce_sum(g * g) for g in grads]) for g in grads],
+         ["values differ", "square root"]),
+        (lambda grads, t: [g * (t / 0) for g in grads], ["raised ZeroDivisionError"]),
+        (lambda grads, t: "clipped", ["returned a str"]),
+        ("not a function", ["expected a function"]),
+    ],
+)
+def test_ex2_wrong_answers_get_hints(wrong, fragments):
+    _fails_with(ch01.check_clip_by_global_norm(wrong), *fragments)
+
+
+# ----------------------------------------------------------------------------- exercise 3
+@pytest.fixture(scope="module")
+def last_zero_layer():
+    """The last exactly-zero signal layer at depth 100, from gradient_report's float64 norms."""
+    x, y = gl.make_data(batch_size=128, input_dim=64, seed=0)
+    model = gl.build_mlp(100, activation="sigmoid", initializer="glorot_uniform")
+    sig = gl.gradient_report(model, x, y).signal_norms
+    zeros = np.nonzero(sig == 0)[0]
+    assert zeros.size and np.array_equal(zeros, np.arange(zeros.size))  # one block from layer 1
+    return int(zeros.max()) + 1
+
+
+def test_ex3_right_answer_passes(last_zero_layer):
+    assert last_zero_layer == 43  # measured on TF 2.21 CPU
+    result = ch01.check_last_zero_layer(last_zero_layer)
+    assert result, str(result)
+    assert ch01.check_last_zero_layer(np.int64(last_zero_layer))
+    assert ch01.check_last_zero_layer(tf.constant(last_zero_layer))
+
+
+def test_ex3_wrong_answers_get_hints(last_zero_layer):
+    _fails_with(ch01.check_last_zero_layer(last_zero_layer - 1), "0-based")
+    _fails_with(ch01.check_last_zero_layer(100 - last_zero_layer + 1), "output side")
+    _fails_with(ch01.check_last_zero_layer(1), "so is a later one")
+    _fails_with(ch01.check_last_zero_layer(last_zero_layer + 5), "not exactly 0")
+    _fails_with(ch01.check_last_zero_layer(101), "does not exist")
+    _fails_with(ch01.check_last_zero_layer(np.arange(last_zero_layer)), "one number", "add 1")
+    _fails_with(ch01.check_last_zero_layer(None), "got None")
+    _fails_with(ch01.check_last_zero_layer("43"), "string '43'")

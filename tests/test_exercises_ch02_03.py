@@ -1,0 +1,145 @@
+"""Chapter 02 and 03 self-checks: the right answers pass, typical wrong answers get feedback, never an exception."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+import gradlab as gl
+from gradlab.exercises import ch02, ch03
+
+
+def _fails(result, *needles):
+    assert not result and result.ok is False, result
+    for needle in needles:
+        assert needle in result.feedback, result.feedback
+
+
+def _f(x):
+    return tf.tanh(tf.linalg.matvec(tf.constant([[1.0, -2.0, 0.5], [0.3, 0.8, -1.0]]), x))
+
+
+X3 = tf.constant([0.5, -0.2, 1.0])
+
+
+# ----------------------------------------------------------------------------- chapter 02
+def _softmax_reference():
+    z = np.array(ch02.SOFTMAX_Z, dtype=np.float64)
+    s = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
+    return np.diag(s) - np.outer(s, s)
+
+
+def test_ch02_softmax_right_and_typical_slips():
+    assert ch02.check_softmax_jacobian(_softmax_reference())
+    _fails(ch02.check_softmax_jacobian(None), "tape.watch(z)")
+    _fails(ch02.check_softmax_jacobian(np.zeros(4)), "tape.gradient")  # gradient of a sum of 1
+    _fails(ch02.check_softmax_jacobian(np.eye(4)), "values differ")
+    _fails(ch02.check_softmax_jacobian("J"), "str")
+
+
+def test_ch02_loop_jacobian_right_the_sources_nones_and_the_gradient():
+    assert ch02.check_loop_jacobian(np.diag([2.0, 4.0, 6.0]))
+    # a list of rows (not stacked) is a right answer too
+    assert ch02.check_loop_jacobian([tf.constant([2.0, 0, 0]), tf.constant([0, 4.0, 0]), tf.constant([0, 0, 6.0])])
+    _fails(ch02.check_loop_jacobian([None, None, None]), "holds None at position 0, 1, 2", "with block")
+    _fails(ch02.check_loop_jacobian([tf.constant([2.0, 0, 0]), None, None]), "position 1, 2")
+    _fails(ch02.check_loop_jacobian(tf.constant([2.0, 4.0, 6.0])), "sum of y")
+    _fails(ch02.check_loop_jacobian(np.diag([1.0, 2.0, 3.0])), "values differ")
+
+
+def test_ch02_jacobian_row_tells_which_slip():
+    j = gl.jacobian(_f, X3)
+    assert ch02.check_jacobian_row(j[1], _f, X3)
+    _fails(ch02.check_jacobian_row(j[0], _f, X3), "row 0", "start at 0")
+    _fails(ch02.check_jacobian_row(j.sum(axis=0), _f, X3), "sum of all rows")
+    _fails(ch02.check_jacobian_row(np.array([0.0, 1.0]), _f, X3), "output's shape")
+    _fails(ch02.check_jacobian_row(None, _f, X3), "None")
+
+
+def _layer_norm(x):
+    mean, var = tf.nn.moments(x, axes=[1], keepdims=True)
+    return (x - mean) / tf.sqrt(var + 1e-3)
+
+
+def test_ch02_batch_jacobian_safe_is_measured_not_hardcoded():
+    assert ch02.check_batch_jacobian_safe(True, _layer_norm)
+    assert ch02.check_batch_jacobian_safe(np.bool_(True), _layer_norm)
+    _fails(ch02.check_batch_jacobian_safe(False, _layer_norm), "not quite")
+    center = lambda x: x - tf.reduce_mean(x, axis=0)  # noqa: E731 - couples the examples
+    assert ch02.check_batch_jacobian_safe(False, center)
+    _fails(ch02.check_batch_jacobian_safe(True, center), "not quite")
+    _fails(ch02.check_batch_jacobian_safe("True", _layer_norm), "string")
+    _fails(ch02.check_batch_jacobian_safe(None, _layer_norm), "no answer")
+    _fails(ch02.check_batch_jacobian_safe(1, _layer_norm), "True or False")
+
+
+# ----------------------------------------------------------------------------- chapter 03
+def test_ch03_sweep():
+    good = gl.TraceCounter(lambda x, s: s * tf.reduce_mean(x))
+    bad = gl.TraceCounter(lambda x, s: s * tf.reduce_mean(x))
+    for s in [0.1, 0.2, 0.3, 0.4, 0.5]:
+        good(tf.ones([3]), tf.constant(s))
+        bad(tf.ones([3]), s)
+    assert ch03.check_sweep(good)
+    _fails(ch03.check_sweep(bad), "5 traces for 5 calls")
+    _fails(ch03.check_sweep(None), "TraceCounter")
+
+
+def test_ch03_prediction_is_three_and_strings_are_read_as_numbers():
+    count, log = ch03.count_prediction_traces()
+    assert count == 3 and len(log) == 3  # measured: [2], [3] and the Python 1
+    for right in (3, 3.0, np.int64(3), tf.constant(3)):
+        assert ch03.check_prediction(right), right
+    as_string = ch03.check_prediction("3")
+    assert as_string and "string '3'" in as_string.feedback
+    assert "not what TensorFlow did" not in str(as_string)
+    _fails(ch03.check_prediction("4"), "you predicted 4", "fewer")
+    _fails(ch03.check_prediction(2), "more")
+    _fails(ch03.check_prediction("three"), "as a number")
+    _fails(ch03.check_prediction(True), "bool")
+    _fails(ch03.check_prediction(3.5), "whole number")
+    _fails(ch03.check_prediction(None), "no prediction")
+
+
+def _step(opt, clip=None):
+    return lambda m: gl.make_train_step(m, opt(), clip_global_norm=clip)
+
+
+def test_ch03_clipped_step_tells_the_fix_from_coincidences():
+    assert ch03.check_clipped_step(_step(lambda: keras.optimizers.SGD(0.05), 1.0))
+    # lr × clip = 0.05 as well: the big step matches, the unclipped small one does not
+    _fails(ch03.check_clipped_step(_step(lambda: keras.optimizers.SGD(0.1), 0.5)), "coincidence", "0.1")
+    _fails(ch03.check_clipped_step(_step(lambda: keras.optimizers.SGD(0.05))), "nothing was clipped")
+    _fails(ch03.check_clipped_step(_step(lambda: keras.optimizers.SGD(0.05), 5.0)), "global norm of 5")
+    # momentum: the first step equals plain SGD's, the second does not
+    _fails(ch03.check_clipped_step(_step(lambda: keras.optimizers.SGD(0.05, momentum=0.9), 1.0)), "momentum")
+    _fails(ch03.check_clipped_step(lambda m: None), "returned None")
+    _fails(ch03.check_clipped_step(lambda m: 42), "not a step function")
+
+    def raises(m):
+        raise KeyError("boom")
+
+    _fails(ch03.check_clipped_step(raises), "KeyError")
+    other = keras.Sequential([keras.Input((20,)), keras.layers.Dense(1)])
+    _fails(ch03.check_clipped_step(lambda m: gl.make_train_step(other, keras.optimizers.SGD(0.05), clip_global_norm=1.0)),
+           "did not move")
+
+
+def test_ch03_sgd_clipped_moves_the_weights_by_lr_times_clip():
+    # what check_clipped_step relies on, measured on an independent model: raw norm > clip
+    # gives a step of exactly lr × clip, raw norm < clip a step of lr × raw
+    keras.utils.set_random_seed(1)
+    x, y = ch03.regression_data(64, seed=7)
+    for scale, expect in ((1.0, lambda raw: 0.05 * 1.0), (None, lambda raw: 0.05 * raw)):
+        model = keras.Sequential([keras.Input((20,)), keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(1)])
+        target = y if scale else model(x) + 0.01 * (y - model(x))
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(target - model(x)))
+        raw = float(tf.linalg.global_norm(tape.gradient(loss, model.trainable_variables)))
+        assert (raw > 1.0) == bool(scale)
+        before = [v.numpy().copy() for v in model.trainable_variables]
+        gl.make_train_step(model, keras.optimizers.SGD(0.05), clip_global_norm=1.0)(x, target)
+        moved = np.sqrt(sum(np.sum((v.numpy() - b) ** 2)
+                            for v, b in zip(model.trainable_variables, before, strict=True)))
+        assert abs(moved - expect(raw)) < 1e-3 * expect(raw)
