@@ -9,7 +9,8 @@ norm, float16 with a loss scale, bfloat16) it times, at depth 100 (width 64, bat
 * the naive way of doing the same change in the same run: rebuild a Keras model, take an
   eager tape (``gradient_report``), draw a new figure and encode it.
 
-It prints one table with the ratio naive p50 / explorer p50 per mode. A benchmark reports
+It prints one table with the ratio naive p50 / explorer p50 per mode, then the same
+comparison for chapter 07's TimeExplorer at 100 steps (:mod:`gradlab.bench_time`). A benchmark reports
 numbers; it does not pass or fail (``--modes`` picks a subset, ``--changes`` the sample size).
 """
 
@@ -94,9 +95,13 @@ def main(argv=None) -> int:
     ap.add_argument("--naive-changes", type=int, default=3, help="naive rebuilds per mode (default 3)")
     ap.add_argument("--depth", type=int, default=100, help="network depth (default 100)")
     ap.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of: " + ", ".join(MODES))
+    ap.add_argument("--time-steps", type=int, default=100,
+                    help="also time the TimeExplorer (chapter 07) at this many steps; 0 skips it")
     args = ap.parse_args(argv)
     if args.changes < 2 or args.naive_changes < 1:
         ap.error("--changes must be >= 2 and --naive-changes >= 1")
+    if args.time_steps and not 5 <= args.time_steps <= 200:
+        ap.error("--time-steps must be 0 (skip) or 5 to 200")
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     bad = [m for m in modes if m not in MODES]
     if bad:
@@ -116,6 +121,11 @@ def main(argv=None) -> int:
         print(f"{name:<16} {p50:7.1f} {p95:7.1f} {d50:9.1f} {n50:10.0f} {n50 / p50:8.1f}x"
               f" {ex._plot.full_draws:>10}", flush=True)
     print("target: speed-up >= 20x in every mode, measured in the same run")
+    if args.time_steps:
+        from .bench_time import bench_time_explorer
+
+        print()
+        bench_time_explorer(steps=args.time_steps)
     return 0
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -29,6 +30,7 @@ import numpy as np
 
 __all__ = [
     "CheckResult",
+    "as_int_answer",
     "check_array",
     "check_arrays",
     "check_status",
@@ -247,6 +249,9 @@ def check_array(name: str, got, expected, *, rtol: float = 1e-4, atol: float = 1
     exercises of every chapter.
     """
     exp = _expected_array(expected)
+    if isinstance(got, (bool, np.bool_)):
+        return CheckResult(name, False, f"got the bool {bool(got)!r}, expected numbers (a comparison or a "
+                                        "check result where the value itself was wanted?)")
     arr, problem, note = _to_numpy(got)
     if problem:
         extra = f" {if_none}" if if_none and _find_none(got) is not None else ""
@@ -265,22 +270,33 @@ def check_array(name: str, got, expected, *, rtol: float = 1e-4, atol: float = 1
         diff = np.abs(arr - exp)
         idx = np.unravel_index(int(np.argmax(diff)), diff.shape) if diff.ndim else ()
         where = f" at index {tuple(int(i) for i in idx)}" if idx else ""
-        got_v = arr[idx] if idx else arr
-        exp_v = exp[idx] if idx else exp
+        got_v = float(arr[idx] if idx else arr)
+        exp_v = float(exp[idx] if idx else exp)
+        digits, rounded = 4, ""
+        while f"{got_v:.{digits}g}" == f"{exp_v:.{digits}g}" and digits < 17:
+            digits += 1  # show enough digits that the two numbers look different
+        if digits > 4:
+            rounded = (" These agree to the digits usually printed: was the answer typed in, or copied from a "
+                       "rounded printout? Pass the computed value itself (the tensor or float), not a rounded copy.")
         r = _common_ratio([arr], [exp])
         return CheckResult(
             name,
             False,
             f"values differ: largest gap {float(diff.max()):.3g}{where} "
-            f"(got {float(got_v):.4g}, expected {float(exp_v):.4g}){note}."
+            f"(got {got_v:.{digits}g}, expected {exp_v:.{digits}g}){note}.{rounded}"
             + (_ratio_text(r, single=exp.size == 1) if r is not None else "") + _hint_text(hints, arr),
         )
     return CheckResult(name, True, f"shape {arr.shape} and values match{note}")
 
 
+def _want_list(n: int, what: str) -> str:
+    """How :func:`check_arrays` names what it expects: ``a list of 4 arrays (one per variable)``."""
+    return f"a list of {n} arrays ({what})"
+
+
 def _as_list(got, n: int, what: str):
     """``(items, problem)``: the answer as a list of items, or why it is not a list of ``n`` arrays."""
-    want = f"a list of {n} arrays ({what})"
+    want = _want_list(n, what)
     if got is None:
         return None, f"got None, expected {want}: {NONE_TEXT}."
     if isinstance(got, (str, bytes)):
@@ -338,6 +354,10 @@ def check_arrays(name: str, got: Sequence, expected: Sequence, *, labels: Sequen
             else:
                 problem += f" (with shapes {', '.join(str(e.shape) for e in exps)})"
         return CheckResult(name, False, problem)
+    if items and all(isinstance(it, (list, tuple)) and len(it) == 2 and hasattr(it[1], "assign")
+                     for it in items):
+        return CheckResult(name, False, (f"got {len(items)} (gradient, variable) pairs, expected {_want_list(n, what)}: "
+                                         "return only the gradients, without zipping them with the variables"))
     if len(items) != n:
         shapes = ", ".join(str(e.shape) for e in exps)
         hint = f" ({what}, with shapes {shapes})" if n <= 8 else f" ({what})"
@@ -534,3 +554,51 @@ def check_trains(name: str, model, x, y, *, optimizer, steps: int, below: float,
     return CheckResult(name, True,
                        f"{final_text} < {below:g} (first below it at step {hit} of {steps}); every gradient "
                        f"finite; no None gradients{required}")
+
+
+# ----------------------------------------------------------------------------- numbers
+def _first_value(answer) -> str:
+    try:
+        return repr(np.asarray(answer.numpy() if hasattr(answer, "numpy") else answer).ravel()[0].item())
+    except Exception:  # noqa: BLE001
+        return "?"
+
+
+def as_int_answer(name: str, answer, what: str, *, several_hint: str = ""):
+    """``(int, None)`` for an int-like answer, else ``(None, CheckResult)`` saying what is wrong.
+
+    Accepts ints, integral floats, NumPy scalars and 0-d arrays or tensors; a string, a bool,
+    ``None`` or a container gets feedback (``several_hint`` is added for several values).
+    Used by the exercises that ask for a number (chapters 01 and 07).
+    """
+    if answer is None:
+        return None, CheckResult(name, False, f"got None: assign {what} (an int) to the variable")
+    if isinstance(answer, bool):
+        return None, CheckResult(name, False, f"got {answer!r}, a bool: expected {what} (an int)")
+    if isinstance(answer, (str, bytes)):
+        return None, CheckResult(
+            name, False, f"got the string {answer!r}: expected {what} as a number, e.g. 5, not '5'"
+        )
+    shape = np.shape(answer) if isinstance(answer, (np.ndarray, list, tuple)) or hasattr(answer, "shape") else ()
+    if isinstance(answer, (list, tuple)) or len(shape) > 0:
+        size = int(np.prod(shape)) if shape is not None and None not in shape else -1
+        if size == 1:
+            return None, CheckResult(
+                name, False,
+                f"got a {type(answer).__name__} holding one value ({_first_value(answer)}): expected the number "
+                "itself. Take it out, e.g. int(a[0]) or int(a.max())",
+            )
+        return None, CheckResult(
+            name, False,
+            f"got a {type(answer).__name__} of {size if size >= 0 else 'several'} values: expected one number."
+            + (f" {several_hint}" if several_hint else ""),
+        )
+    if hasattr(answer, "numpy"):  # a scalar tensor
+        answer = answer.numpy()
+    if isinstance(answer, np.ndarray) and answer.shape == ():
+        answer = answer.item()
+    if isinstance(answer, numbers.Integral):
+        return int(answer), None
+    if isinstance(answer, numbers.Real) and math.isfinite(answer) and float(answer).is_integer():
+        return int(answer), None
+    return None, CheckResult(name, False, f"got {answer!r} ({type(answer).__name__}): expected {what} (an int)")

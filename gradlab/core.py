@@ -58,11 +58,13 @@ __all__ = [
     "apply_update",
     "check_clip",
     "check_model",
+    "check_optimizer",
     "clip_gradients",
     "coerce_batch",
     "compute_gradients",
     "data_problems",
     "fit_optimizer",
+    "has_custom_train_step",
     "global_norm",
     "is_recurrent",
     "leaf_layers",
@@ -88,6 +90,41 @@ def check_model(model, *, built: bool = False) -> None:
         raise ValueError(
             "model must be built before its training step is traced, so that no variable is "
             "created inside tf.function; call model.build(input_shape) or model(x) once first"
+        )
+
+
+def has_custom_train_step(model) -> bool:
+    """True when ``model``'s class overrides ``train_step`` outside Keras and gradlab, so that
+    ``fit`` runs the learner's own step (whose loss gradlab cannot see unless it is compiled)."""
+    for cls in type(model).__mro__:
+        if "train_step" in cls.__dict__:
+            module = getattr(cls, "__module__", "") or ""
+            return not (module.startswith("keras") or module.startswith("gradlab."))
+    return False
+
+
+def check_optimizer(optimizer, variables) -> None:
+    """A ``ValueError`` when ``optimizer`` was already built for other variables (another model's).
+
+    A Keras optimizer keeps one slot per variable it was built with and refuses any other
+    variable, deep inside ``apply_gradients`` (inside a ``tf.function`` the message arrives
+    wrapped in a long traceback). Checked eagerly, before anything is traced or trained.
+    """
+    inner = optimizer
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        inner = optimizer.inner_optimizer
+    if not getattr(inner, "built", False):
+        return
+    known = getattr(inner, "_trainable_variables", None)
+    if known is None:  # pragma: no cover - a Keras version without the attribute
+        return
+    ids = {id(v) for v in known}
+    foreign = [variable_path(v) for v in variables if id(v) not in ids]
+    if foreign:
+        raise ValueError(
+            f"optimizer was already built for other variables (another model's, {len(known)} of them), "
+            f"so it cannot update {foreign[0]!r}{' and others' if len(foreign) > 1 else ''}: build a fresh "
+            "optimizer for each model, e.g. optimizer=keras.optimizers.SGD(0.01)"
         )
 
 
@@ -210,6 +247,7 @@ def coerce_batch(model, x, y=None):
     say, as ``fit`` converts NumPy float64; integers stay integers for a model whose first layer
     is an ``Embedding``); ``y`` keeps integers (class labels) and becomes ``floatx`` otherwise.
     Dicts, tuples and lists of arrays are accepted for models with several inputs or outputs.
+    ``y`` is required (``None`` is a ``ValueError`` naming ``y``): every tool needs the loss.
     """
     specs = _model_input_specs(model)
     first = _first_leaf(model)
@@ -255,7 +293,12 @@ def coerce_batch(model, x, y=None):
             t = tf.cast(t, keras.backend.floatx())
         return t
 
-    ys = None if y is None else _structure("y", y, convert_y)
+    if y is None:
+        raise ValueError(
+            "y is None: gradlab's tools need the targets of the batch (the y you would pass to fit) "
+            "to compute the loss; pass y, e.g. x, y = next(iter(dataset))"
+        )
+    ys = _structure("y", y, convert_y)
     n = {int(t.shape[0]) for t in tf.nest.flatten(xs)}
     if len(n) != 1:
         raise ValueError(f"every input in x must hold the same number of examples; got {sorted(n)}")
@@ -309,11 +352,66 @@ class Loss:
 
     @property
     def description(self) -> str:
+        if self.default_for_custom_step:
+            return ("mean squared error + model.losses (the default: the model has its own train_step "
+                    "and no compiled loss, so the loss it trains with is unknown here; pass loss_fn)")
         return {"given": "loss_fn", "compiled": "the model's compiled loss",
                 "mse": "mean squared error"}[self.kind] + " + model.losses"
 
+    @property
+    def default_for_custom_step(self) -> bool:
+        """True when the MSE default stands in for the unknown loss of a custom ``train_step``."""
+        return self.kind == "mse" and has_custom_train_step(self.model)
+
+    def _sparse_categorical(self) -> bool:
+        fn = self.fn if self.kind == "given" else getattr(self.model, "loss", None) if self.kind == "compiled" else None
+        return (isinstance(fn, keras.losses.SparseCategoricalCrossentropy)
+                or fn is keras.losses.sparse_categorical_crossentropy
+                or (isinstance(fn, str) and fn in ("sparse_categorical_crossentropy", "SparseCategoricalCrossentropy")))
+
+    def _check_sparse_labels(self, y, y_pred) -> None:
+        """Shape and range of the integer labels a SparseCategoricalCrossentropy needs."""
+        ys, ps = tf.nest.flatten(y), tf.nest.flatten(y_pred)
+        if len(ys) != 1 or len(ps) != 1:
+            return
+        t, p = ys[0], ps[0]
+        a, b = tuple(t.shape), tuple(p.shape)
+        if not b or b[-1] is None:
+            return
+        classes = int(b[-1])
+        fix = (f"pass integer class labels 0..{classes - 1} of shape {b[:-1]} (np.argmax(y, axis=-1) turns "
+               "one-hot rows into labels), or use CategoricalCrossentropy for one-hot y")
+        if len(a) == len(b) and a[-1] == classes and classes > 1:
+            raise ValueError(
+                f"y has shape {a} and looks one-hot, but the loss is SparseCategoricalCrossentropy, "
+                f"which wants one integer label per example: {fix}")
+        def same(u, v):
+            return len(u) == len(v) and all(i is None or j is None or i == j for i, j in zip(u, v, strict=True))
+
+        if not (same(a, b[:-1]) or (len(a) == len(b) and a[-1] == 1 and same(a[:-1], b[:-1]))):
+            raise ValueError(
+                f"y has shape {a}, but SparseCategoricalCrossentropy on an output of shape {b} wants "
+                f"labels of shape {b[:-1]}: {fix}")
+        if not tf.executing_eagerly() or not hasattr(t, "numpy"):
+            return
+        values = np.asarray(t.numpy(), dtype=np.float64)
+        bad = ~np.isfinite(values) | (values != np.round(values)) | (values < 0) | (values >= classes)
+        if bad.any():
+            shown = values[bad].ravel()[:3]
+            raise ValueError(
+                f"y holds {int(bad.sum())} label{'s' if bad.sum() > 1 else ''} outside the classes 0..{classes - 1} "
+                f"of the model's {classes}-unit output (e.g. {', '.join(f'{v:g}' for v in shown)}): "
+                f"SparseCategoricalCrossentropy needs integer labels 0..{classes - 1}; relabel y (e.g. "
+                "labels 1..n shifted by -1), or give the output layer one unit per class")
+
     def check(self, y, y_pred) -> None:
-        """Shape checks the default MSE needs (called eagerly, outside any tf.function)."""
+        """Shape checks of ``y`` against the output (called eagerly, outside any tf.function).
+
+        The default MSE refuses a ``y`` that would broadcast; a SparseCategoricalCrossentropy
+        (compiled or ``loss_fn``) refuses one-hot ``y`` and labels outside ``0..n-1``.
+        """
+        if self._sparse_categorical():
+            self._check_sparse_labels(y, y_pred)
         if self.kind != "mse":
             return
         ys, ps = tf.nest.flatten(y), tf.nest.flatten(y_pred)
@@ -585,6 +683,8 @@ class LayerCall:
     inputs: object  # the first positional argument (a tensor, or a structure of tensors)
     outputs: list  # the float outputs, flattened
     pre_activation: object = None  # Dense only: the tensor its activation received
+    #: The Keras mask the call received (``Embedding(mask_zero=True)`` padding), or ``None``.
+    mask: object = None
 
     @property
     def name(self) -> str:
@@ -661,11 +761,14 @@ def _patch_layers(model, tape, taps, patched) -> None:
                 if is_recurrent(layer):
                     for t in _float_tensors(inputs):
                         tape.watch(t)
+                mask = kwargs.get("mask")
+                if mask is None:  # Keras attaches the mask of a masked tensor to the tensor itself
+                    mask = getattr(inputs, "_keras_mask", None)
                 out = original_call(*args, **kwargs)
                 outs = _float_tensors(out)
                 for t in outs:
                     tape.watch(t)
-                taps.calls.append(LayerCall(layer, counter["n"], inputs, outs, state["z"]))
+                taps.calls.append(LayerCall(layer, counter["n"], inputs, outs, state["z"], mask))
                 counter["n"] += 1
                 return out
 

@@ -47,6 +47,7 @@ __all__ = [
 
 PROBLEM_KINDS: tuple[str, ...] = (
     "non-finite-data",
+    "default-loss",
     "non-finite-weights",
     "non-finite-forward",
     "non-finite-loss",
@@ -177,6 +178,7 @@ class StepReport:
     problems: tuple[Problem, ...] = ()
     #: For a model with a recurrent layer: the gradient norm of the loss with respect to each
     #: time step of the first recurrent layer's input, earliest first (``None`` otherwise).
+    #: Steps masked as padding (``Embedding(mask_zero=True)``, ``Masking``) are left out.
     time_step_norms: np.ndarray | None = None
     time_step_layer: str | None = None
     #: The loss scale of a ``LossScaleOptimizer`` (mixed precision) the gradients were taken with.
@@ -280,11 +282,55 @@ def _joint_norm(grads) -> float | None:
     return math.sqrt(sum(n * n for n in norms)) if norms else None
 
 
-def _time_step_norms(grad) -> np.ndarray:
-    """Per-time-step norms of a ``(batch, time, ...)`` gradient, earliest first, in float64."""
+def _time_step_norms(grad, mask=None) -> np.ndarray:
+    """Per-time-step norms of a ``(batch, time, ...)`` gradient, earliest first, in float64.
+
+    With a Keras ``mask`` of shape ``(batch, time)`` (padding from ``Embedding(mask_zero=True)``)
+    the masked steps are left out: the recurrent layer skips them, so their gradient is 0 by
+    construction, not because it vanished. A step masked in every example is dropped; a step
+    masked in some examples is the norm over the examples where it counts, scaled by
+    ``sqrt(batch / count)`` so that it compares with the fully used steps.
+    """
     g = tf.cast(grad, tf.float64)
-    axes = [a for a in range(g.shape.rank) if a != 1]
-    return np.sqrt(tf.reduce_sum(tf.square(g), axis=axes).numpy())
+    axes = [a for a in range(g.shape.rank) if a not in (0, 1)]
+    per = tf.reduce_sum(tf.square(g), axis=axes).numpy() if axes else tf.square(g).numpy()
+    if mask is not None:
+        m = np.asarray(tf.convert_to_tensor(mask).numpy()).astype(bool)
+        if m.shape == per.shape:
+            count = m.sum(axis=0)
+            keep = count > 0
+            sums = (per * m).sum(axis=0)
+            return np.sqrt(sums[keep] * (per.shape[0] / count[keep]))
+    return np.sqrt(per.sum(axis=0))
+
+
+def _time_change_text(t: np.ndarray) -> str:
+    """How the gradient changes from the last time step to the first, without "inf×"."""
+    if t[0] == 0:
+        return "underflowed to 0 at the first step"
+    if t[-1] == 0:
+        return f"is exactly 0 at the last step and {t[0]:.3g} at the first"
+    return (f"changes {per_layer_gain(t):.3g}× per step, {t[0] / t[-1]:.2g}× from the last "
+            "time step to the first")
+
+
+#: Layers that normalize their input: after them, per-layer gradient ratios measure the
+#: normalization's rescaling, not the initializer.
+NORMALIZATION_LAYERS = (keras.layers.BatchNormalization, keras.layers.LayerNormalization,
+                        keras.layers.GroupNormalization)
+
+
+def _normalized_layers(calls, diagnosed_names) -> tuple[list[str], int]:
+    """The diagnosed weighted layers whose output goes straight into a normalization layer,
+    and how many diagnosed non-normalization layers there are."""
+    norm_inputs = set()
+    for c in calls:
+        if isinstance(c.layer, NORMALIZATION_LAYERS):
+            norm_inputs.update(id(t) for t in tf.nest.flatten(c.inputs))
+    names = set(diagnosed_names)
+    candidates = [c for c in calls if c.name in names and not isinstance(c.layer, NORMALIZATION_LAYERS)]
+    followed = [c.name for c in candidates if any(id(t) in norm_inputs for t in c.outputs)]
+    return followed, len(candidates)
 
 
 #: BatchNormalization over this few values per channel gives statistics that are mostly noise.
@@ -372,9 +418,38 @@ def _ratio_text(r: dict) -> str:
 
 
 def _none_causes_text(causes: dict) -> str:
-    if len(causes) == 1:
-        return f": {next(iter(causes.values()))}."
-    return " (" + "; ".join(f"{p}: {c}" for p, c in causes.items()) + ")."
+    """The causes of ``None`` gradients, variables that share a cause named together."""
+    groups: dict[str, list[str]] = {}
+    for path, cause in causes.items():
+        groups.setdefault(cause, []).append(path)
+    if len(groups) == 1:
+        return f": {next(iter(groups))}."
+    return " (" + "; ".join(f"{', '.join(ps)}: {c}" for c, ps in groups.items()) + ")."
+
+
+_NONE_FIXES = (
+    (("stop_gradient", "StopGradient"),
+     "if the stop is deliberate, freeze what sits behind it (layer.trainable = False) so nothing "
+     "expects a gradient; otherwise take tf.stop_gradient off the path"),
+    (("ArgMax", "ArgMin", "Round", "Floor", "Ceil", "Cast", "comparison", "numpy_function"),
+     "that op has no gradient: use a differentiable stand-in (softmax instead of argmax, a "
+     "straight-through estimator with tf.custom_gradient for round or sign, float instead of "
+     "integer casts; chapter 06)"),
+    (("never read", "discarded", "not used"),
+     "use the layer's output in call (or remove the layer, or set trainable = False)"),
+    (("NumPy",), "keep the computation in TensorFlow ops: .numpy() and np.* leave the tape"),
+    (("integer",), "make the variable a float variable; integers never get gradients"),
+)
+
+
+def _none_fix(causes: dict) -> str:
+    """A fix that matches the named causes; the generic checklist when none matches."""
+    fixes = [fix for keys, fix in _NONE_FIXES
+             if any(k in cause for cause in causes.values() for k in keys)]
+    if fixes:
+        return "; ".join(dict.fromkeys(fixes)) + "."
+    return ("check that the layer's output really uses it (a forgotten term, a wrong return value, "
+            "a NumPy round-trip, work outside the tape); chapter 02 lists seven causes.")
 
 
 def _problems(report_args: dict, *, huge_above: float, extra: dict | None = None) -> list[Problem]:
@@ -382,6 +457,13 @@ def _problems(report_args: dict, *, huge_above: float, extra: dict | None = None
     extra = extra or {}
     variables: tuple[VariableStats, ...] = r["variables"]
     out: list[Problem] = []
+    if extra.get("default_loss"):
+        out.append(Problem(
+            "default-loss",
+            "The model has its own train_step and is not compiled with a loss, so this report measures "
+            "the mean squared error (the default), which may not be the loss your train_step uses.",
+            "pass your loss as loss_fn (loss_fn(y_true, y_pred) -> scalar), or compile the model with it.",
+        ))
     if r["data_problems"]:
         out.append(Problem(
             "non-finite-data",
@@ -424,7 +506,8 @@ def _problems(report_args: dict, *, huge_above: float, extra: dict | None = None
             + (f"; the backward pass first goes non-finite at layer {where!r}" if where else "")
             + (f": {extra['nonfinite_source']}" if extra.get("nonfinite_source")
                else ": an op with an infinite derivative (sqrt or norm at 0, log near 0)."),
-            "add an epsilon (tf.sqrt(x + 1e-12)) or use a safe op; clipping cannot repair NaN.",
+            "the fix named above; clipping cannot repair NaN." if extra.get("nonfinite_source")
+            else "add an epsilon (tf.sqrt(x + 1e-12)) or use a safe op; clipping cannot repair NaN.",
         ))
     none = [v.path for v in variables if v.grad_norm is None]
     if none:
@@ -433,8 +516,7 @@ def _problems(report_args: dict, *, huge_above: float, extra: dict | None = None
             f"No gradient (None) for {', '.join(none)}: the loss does not depend on "
             f"{'these variables' if len(none) > 1 else 'this variable'} through recorded operations"
             + (_none_causes_text(extra["none_causes"]) if extra.get("none_causes") else "."),
-            "check that the layer's output really uses it (a forgotten term, a wrong return value, "
-            "a NumPy round-trip, work outside the tape); chapter 02 lists seven causes.",
+            _none_fix(extra.get("none_causes") or {}),
         ))
     if extra.get("loss_scale_overflow"):
         out.append(Problem(
@@ -460,7 +542,20 @@ def _problems(report_args: dict, *, huge_above: float, extra: dict | None = None
         ))
     cause_bn = "the BatchNormalization statistics (see above), not the initializer: "
     status = extra.get("layer_status", r["status"])
-    if status == "vanishing" and r["diagnosed_layers"]:
+    normalized = extra.get("normalized") or []
+    if status in ("vanishing", "exploding") and r["diagnosed_layers"] and normalized and not bn:
+        shown = ", ".join(repr(n) for n in normalized[:3]) + (" …" if len(normalized) > 3 else "")
+        out.append(Problem(
+            status,
+            f"{'Vanishing' if status == 'vanishing' else 'Exploding'} gradient ratio: {_ratio_text(r)}. "
+            f"But {len(normalized)} of the layers compared feed a normalization layer ({shown}), which "
+            "divides the gradient by the scale of its input: in such a network the layer-to-layer ratio "
+            "measures that rescaling (and the skip connections), not the initializer.",
+            "do not change the initializer because of this ratio. Whether the early layers learn shows in "
+            "training: run a few steps (gl.train_steps, or fit) and watch the loss, and compare each "
+            "layer's gradient with its weights; clip the global norm if the steps are unstable.",
+        ))
+    elif status == "vanishing" and r["diagnosed_layers"]:
         out.append(Problem(
             "vanishing",
             f"Vanishing gradients: {_ratio_text(r)}, so the early layers barely learn.",
@@ -478,7 +573,8 @@ def _problems(report_args: dict, *, huge_above: float, extra: dict | None = None
     time_status = extra.get("time_status")
     if time_status in ("vanishing", "exploding"):
         t = r["time_step_norms"]
-        ratio = "underflowed to 0" if t[0] == 0 else f"is {t[0] / t[-1]:.2g}× the gradient at the last step"
+        ratio = ("underflowed to 0" if t[0] == 0 else f"is {t[0]:.3g} while the gradient at the last step is 0"
+                 if t[-1] == 0 else f"is {t[0] / t[-1]:.2g}× the gradient at the last step")
         grows = time_status == "exploding"
         out.append(Problem(
             f"{time_status}-through-time",
@@ -591,7 +687,11 @@ def inspect_training_step(
       output is NaN/inf;
     * :func:`gradlab.grads.diagnose`'s verdict on the signal of every layer with weights but the
       last (for a stack of Dense layers these are the numbers of :func:`gradlab.gradient_report`),
-      and for a model with a recurrent layer ``time_step_norms``, with a verdict through time;
+      and for a model with a recurrent layer ``time_step_norms`` (padded steps left out), with a
+      verdict through time. When most layers compared feed a normalization layer (BatchNorm,
+      LayerNorm, GroupNorm), a vanishing or exploding ratio is reported as what it is, the
+      normalization's rescaling, without initializer advice; BatchNorm statistics are named
+      only when they explain a vanishing or exploding verdict;
     * every trainable variable's gradient norm, ``None`` gradients by variable path (with their
       cause from :mod:`gradlab.causes`), and variables whose values are already NaN/inf;
     * NaN/inf in ``x`` or ``y`` themselves, reported as a data problem;
@@ -644,7 +744,7 @@ def inspect_training_step(
         rnn_grad = all_grads[len(variables) + len(flat):]
         time_norms = None
         if recurrent is not None and rnn_grad and rnn_grad[0] is not None and rnn_grad[0].shape.rank >= 2:
-            time_norms = _time_step_norms(rnn_grad[0])
+            time_norms = _time_step_norms(rnn_grad[0], recurrent.mask)
 
         owner = core.variable_layers(model)
         var_stats = tuple(
@@ -710,22 +810,40 @@ def inspect_training_step(
                                       "tf.function, or reads its weights directly): per-variable view")
         layer_status = status
         bn = [] if data else _batchnorm_findings(calls, training)
-        if bn and status in ("vanishing", "exploding"):
-            message = message.split(". ")[0] + (". The likely cause is the BatchNormalization statistics "
-                                                "(see the problems), not the initializer.")
+        normalized, candidates = _normalized_layers(calls, [ls.name for ls in diagnosed])
+        normalized = normalized if candidates and 2 * len(normalized) >= candidates else []
+        if status in ("vanishing", "exploding"):
+            if bn:
+                message = message.split(". ")[0] + (". The likely cause is the BatchNormalization statistics "
+                                                    "(see the problems), not the initializer.")
+            elif normalized:
+                first, last = diagnosed[0], diagnosed[-1]
+                if first.signal == 0:
+                    head = f"the signal at {first.name!r} underflowed to exactly 0"
+                elif last.signal == 0:
+                    head = f"the signal at {first.name!r} is {first.signal:.3g} and exactly 0 at {last.name!r}"
+                else:
+                    head = (f"the signal at {first.name!r} is {first.signal / last.signal:.2g}× the signal at "
+                            f"{last.name!r}")
+                message = (f"{head}, but {len(normalized)} of the "
+                           f"{candidates} layers diagnosed feed a normalization layer, which rescales the "
+                           "gradient by the scale of its input: this ratio is not a statement about the "
+                           "initializer (see the problems).")
+        else:
+            bn = []  # BatchNorm statistics are reported only when they explain a finding
         time_status = None
         if time_norms is not None and time_norms.size > 1 and not data:
-            time_status, _ = diagnose(time_norms, vanish_below=vanish_below, explode_above=explode_above)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                time_status, _ = diagnose(time_norms, vanish_below=vanish_below, explode_above=explode_above)
             if time_status != "healthy" and status in ("healthy", "n/a"):
                 t = time_norms
-                change = ("underflowed to 0 at the first step" if t[0] == 0 else
-                          f"changes {per_layer_gain(t):.3g}× per step, {t[0] / t[-1]:.2g}× from the last "
-                          "time step to the first")
+                change = _time_change_text(t)
                 status, message = time_status, (
                     f"through time in {recurrent.name!r}: the gradient with respect to its input {change} "
                     f"({t.size} steps), so {'early inputs barely count' if time_status == 'vanishing' else 'early inputs get huge updates'}.")
 
         extra = {"time_status": time_status, "batchnorm": bn, "layer_status": layer_status,
+                 "normalized": normalized, "default_loss": loss.default_for_custom_step,
                  "recurrent_kind": None if recurrent is None else type(recurrent.layer).__name__}
         if scale is not None and not all(vs.grad_finite for vs in var_stats) and math.isfinite(
                 float(loss_value.numpy())):
@@ -858,7 +976,10 @@ def train_steps(
     plus ``model.losses`` (:func:`gradlab.core.resolve_loss`). ``x`` and ``y`` may be NumPy
     arrays of any float dtype (converted as ``fit`` converts them); NaN/inf in the data is a
     ``ValueError`` about the data. An eager tape first finds the variables whose gradient is
-    ``None``; they are left out of the updates (with ``stop_on_none`` the run stops there).
+    ``None``; they are left out of the updates (with ``stop_on_none`` the run stops there). That
+    probe is a training-mode pass, so every variable is put back after it: ``steps=n`` moves
+    BatchNorm statistics and dropout seeds exactly as ``n`` steps of ``fit``. An optimizer
+    already built for another model's variables is a ``ValueError``.
     Each step clips (``clip_global_norm=t`` is ``clip=("global_norm", t)``; any mode of
     :func:`gradlab.clip_gradients` works) and, with ``stop_on_nonfinite``, stops at the first
     NaN/inf loss or gradient *without* applying that step. A ``mixed_float16`` model trains as
@@ -892,11 +1013,18 @@ def train_steps(
         raise ValueError("the data is not finite: " + "; ".join(data) +
                          ". Clean the batch first (this is a data problem, not a model problem)")
     scaled = core.loss_scale(optimizer) is not None
-    with tf.GradientTape() as tape:
-        y_pred = model(x, training=True)
-        loss.check(y, y_pred)
-        first_loss = loss(x, y, y_pred, True)
-    grads = core.compute_gradients(tape, first_loss, variables, optimizer)
+    core.check_optimizer(optimizer, variables)
+    # The probe that finds the None gradients is a training-mode pass: put every variable back
+    # (BatchNorm moving statistics, dropout seed), so that n steps here are n steps of fit.
+    saved = core.snapshot(model)
+    try:
+        with tf.GradientTape() as tape:
+            y_pred = model(x, training=True)
+            loss.check(y, y_pred)
+            first_loss = loss(x, y, y_pred, True)
+        grads = core.compute_gradients(tape, first_loss, variables, optimizer)
+    finally:
+        core.restore(saved)
     none = tuple(core.variable_path(v) for v, g in zip(variables, grads, strict=True) if g is None)
     trainable = [v for v, g in zip(variables, grads, strict=True) if g is not None]
     if (stop_on_none and none) or not trainable:

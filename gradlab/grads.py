@@ -73,6 +73,11 @@ def true_norm(t) -> float:
     norm of a tiny but non-zero gradient comes out as exactly 0. Here the norm is 0 only when
     every element is 0. ``IndexedSlices`` are summed per row first, as the dense gradient.
     """
+    if t is None:
+        raise ValueError(
+            "t is None: true_norm needs a tensor or array of numbers. A None gradient means the loss "
+            "does not depend on that variable (chapter 02); skip it, or use true_global_norm, which skips None"
+        )
     if isinstance(t, tf.IndexedSlices):
         t = tf.convert_to_tensor(t)
     return float(tf.norm(tf.cast(t, tf.float64)).numpy())

@@ -300,14 +300,41 @@ class TrainStep:
             x, y = core.coerce_batch(self.model, x, y)
             key = tuple(tuple(t.shape[1:]) for t in tf.nest.flatten((x, y)))
             if self._loss is not None and key not in self._checked:
-                # one example in inference mode (no state changes): a clear ValueError for a y
-                # that would broadcast, before the tf.function traces
-                n = int(tf.nest.flatten(x)[0].shape[0])
-                pred = self.model(tf.nest.map_structure(lambda t: t[:1], x), training=False)
-                self._loss.check(y, tf.nest.map_structure(
-                    lambda p: tf.TensorSpec([n, *p.shape[1:]], p.dtype), pred))
+                self._check_eagerly(x, y)
                 self._checked.add(key)
         return self._call(x, y)
+
+    def _check_eagerly(self, x, y) -> None:
+        """Run the step's loss and gradients once eagerly, before the ``tf.function`` traces, so
+        that a mistake is a short ``ValueError`` (not one wrapped in an "in user code" traceback):
+        a ``y`` that would broadcast or does not fit the loss, a ``loss_fn`` that returns one
+        value per example, a variable whose gradient is ``None``. Every variable is put back."""
+        model = self.model
+        n = int(tf.nest.flatten(x)[0].shape[0])
+        if model.distribute_strategy.num_replicas_in_sync > 1:
+            # one example in inference mode (no state changes): the shape checks only
+            pred = model(tf.nest.map_structure(lambda t: t[:1], x), training=False)
+            self._loss.check(y, tf.nest.map_structure(
+                lambda p: tf.TensorSpec([n, *p.shape[1:]], p.dtype), pred))
+            return
+        variables = list(model.trainable_variables)
+        saved = core.snapshot(model)
+        try:
+            with tf.GradientTape() as tape:
+                pred = model(x, training=True)
+                self._loss.check(y, pred)
+                value = self._loss(x, y, pred, True)
+            grads = tape.gradient(value, variables)
+        finally:
+            core.restore(saved)
+        missing = [core.variable_path(v) for v, g in zip(variables, grads, strict=True) if g is None]
+        if missing:
+            raise ValueError(
+                f"the loss does not depend on {', '.join(missing)} (its gradient is None), and "
+                "make_train_step updates every trainable variable: connect it to the output, or "
+                "freeze it (layer.trainable = False) before make_train_step; gl.inspect_training_step "
+                "names the cause"
+            )
 
     def experimental_get_tracing_count(self) -> int:
         return self.function.experimental_get_tracing_count()
@@ -343,6 +370,14 @@ def make_train_step(
     is created inside the function. Every call returns a *new* ``tf.function``, so a new model
     needs a new step (a step traced for one model keeps using that model's variables).
 
+    Before the first trace for a new input shape, ``step(x, y)`` runs the loss and the
+    gradients once eagerly (every variable put back afterwards), so that a mistake is a short
+    ``ValueError`` naming the argument instead of an error wrapped in the ``tf.function``'s
+    "in user code" traceback: a ``y`` that does not fit the loss (one-hot ``y`` for a
+    ``SparseCategoricalCrossentropy``, labels outside the classes, a shape that would
+    broadcast), a ``loss_fn`` that returns one value per example, a variable whose gradient is
+    ``None``. An optimizer built for another model's variables is a ``ValueError`` here.
+
     A model built under a ``tf.distribute`` strategy with several replicas (chapter 08) gets a
     step that runs on every replica (``strategy.run``): a whole global batch is split evenly
     over the replicas (or pass values already distributed by the strategy), each replica's loss
@@ -362,6 +397,7 @@ def make_train_step(
             raise ValueError(f"{name} must be True or False, got {flag!r}")
     optimizer = core.fit_optimizer(model, optimizer)  # mixed_float16: a LossScaleOptimizer, as compile
     variables = list(model.trainable_variables)
+    core.check_optimizer(optimizer, variables)  # built for another model: a clear ValueError now
     strategy = model.distribute_strategy  # chapter 08: the strategy the model was built under
     replicas = strategy.num_replicas_in_sync
     if not optimizer.built:
@@ -471,7 +507,11 @@ class GradNormLogger(keras.callbacks.Callback):
 
     * ``probe=(x, y)``: every ``every_n`` epochs (``every="epoch"``) or batches
       (``every="batch"``), one ``GradientTape`` on this fixed batch measures the gradient of the
-      model's compiled loss (inference mode, so dropout does not add noise). Works with any model.
+      model's compiled loss plus ``model.losses`` (inference mode, so dropout does not add
+      noise), scaled and unscaled by the optimizer's loss scale under mixed precision, as ``fit``
+      takes it. A model compiled without a loss is measured with the mean squared error; a model
+      with its own ``train_step`` must then be compiled with the loss it trains with (its real
+      loss is unknown here), else the probe raises a ``ValueError``. ``y`` is required.
     * ``probe=None``: reads the ``grad_norm/<layer>`` entries that a :class:`GradNormTrainStep`
       model puts in the logs (the norms of the training batch itself).
 
@@ -521,17 +561,30 @@ class GradNormLogger(keras.callbacks.Callback):
         groups = _layer_groups(model)
         variables = model.trainable_variables
         loss = core.resolve_loss(model)
+        if loss.default_for_custom_step:
+            raise ValueError(
+                f"GradNormLogger(probe=...): model {model.name!r} has its own train_step and no compiled "
+                "loss, so the probe cannot know the loss it trains with; compile it with that loss "
+                "(model.compile(optimizer, loss=...)), or log from a GradNormTrainStep model (probe=None)"
+            )
+        optimizer = getattr(model, "optimizer", None)
+        if optimizer is None and getattr(model.dtype_policy, "name", "") == "mixed_float16":
+            optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD())  # what compile adds
 
         @tf.function
         def probe_norms(x, y):
             with tf.GradientTape() as tape:
                 y_pred = model(x, training=False)
                 value = loss(x, y, y_pred, False)
-            return _group_norms(tape.gradient(value, variables), groups)
+            # mixed precision: the loss scaled by the optimizer's loss scale, the gradients
+            # unscaled, so float16 gradients do not underflow (as fit takes them)
+            return _group_norms(core.compute_gradients(tape, value, variables, optimizer), groups)
 
         x, y = self._probe_data
-        with tf.GradientTape():
-            loss.check(y, model(x, training=False))
+        # eagerly first: a y that does not fit the loss, or a loss that is not a scalar, is a
+        # short ValueError here instead of one wrapped in the tf.function's traceback
+        loss.check(y, model(x, training=False))
+        loss(x, y, model(x, training=False), False)
         return probe_norms
 
     def _record(self, step: int, logs) -> None:

@@ -247,7 +247,9 @@ def _sequential(*middle):
                              keras.layers.Dense(1, name="last")])
 
 
-class _Unused(keras.Model):
+class SpareLayerModel(keras.Model):
+    # no leading underscore: Keras names a model after its class, and tf.function cannot trace a
+    # root name scope that starts with "_" (Keras then leaves its name scope open)
     def __init__(self):
         super().__init__()
         self.first = keras.layers.Dense(1, name="first")
@@ -263,7 +265,7 @@ class _Unused(keras.Model):
 
 def _unused_model():
     keras.utils.set_random_seed(0)
-    model = _Unused()
+    model = SpareLayerModel()
     model.build((None, 4))
     return model
 
@@ -287,3 +289,7 @@ def test_inspect_training_step_names_the_cause(make, loss_fn, kind, words):
     found = [p for p in report.problems if p.kind == kind]
     assert found, report.problem_kinds
     assert words in found[0].finding, found[0].finding
+    fix_words = {"ArgMax": "stand-in", "Round": "straight-through", "tf.stop_gradient": "deliberate",
+                 "never read": "in call", "unselected branch of a tf.where": "the fix named above"}
+    assert fix_words[words] in found[0].fix, found[0].fix  # the fix matches the named cause
+    assert found[0].fix.count("Fix:") == 0 and str(found[0]).count("Fix:") <= 2

@@ -166,7 +166,8 @@ def test_none_gradient_names_the_variable():
     assert r.none_gradients == ("m/half/scale",)
     assert "none-gradient" in r.problem_kinds
     problem = next(p for p in r.problems if p.kind == "none-gradient")
-    assert "m/half/scale" in problem.finding and "chapter 02" in problem.fix
+    assert "m/half/scale" in problem.finding and "never read" in problem.finding
+    assert "use the layer's output in call" in problem.fix  # a fix matched to the cause
     half = r.layers[0]
     assert half.weight_grad is not None  # shift still has a gradient
     assert next(v for v in r.variables if v.path == "m/half/scale").grad_norm is None
@@ -495,3 +496,203 @@ def test_taps_are_removed_after_the_pass_even_on_error():
     for layer in model.layers:
         assert "call" not in layer.__dict__
     assert model.get_layer("hidden").activation is act
+
+
+# ----------------------------------------------------------------------------- review fixes (f1)
+def _padded_gru(seed: int = 0):
+    keras.utils.set_random_seed(seed)
+    tokens = keras.Input((10,), dtype="int32")
+    emb = keras.layers.Embedding(30, 4, mask_zero=True, name="emb")(tokens)
+    h = keras.layers.GRU(4, name="gru")(emb)
+    return keras.Model(tokens, keras.layers.Dense(3, activation="softmax", name="out")(h))
+
+
+def _step_norms_reference(model, x, y, mask):
+    """dLoss/d(embedding output) per time step, by an independent tape; masked entries left out."""
+    emb, gru, out = model.get_layer("emb"), model.get_layer("gru"), model.get_layer("out")
+    loss_fn = keras.losses.SparseCategoricalCrossentropy()
+    with tf.GradientTape() as tape:
+        e = emb(x)
+        tape.watch(e)
+        loss = loss_fn(y, out(gru(e, mask=tf.constant(mask))))
+    g = tape.gradient(loss, e).numpy().astype(np.float64)
+    per = np.square(g).sum(axis=2) * mask  # (batch, time)
+    count = mask.sum(axis=0)
+    keep = count > 0
+    return np.sqrt(per.sum(axis=0)[keep] * (len(x) / count[keep])), g
+
+
+def test_padded_steps_are_left_out_of_time_step_norms():
+    rng = np.random.default_rng(0)
+    x = rng.integers(1, 30, size=(8, 10))
+    x[:, 6:] = 0  # post-padding: the last 4 steps are masked in every example
+    x[:3, 5] = 0  # and step 5 in three of the examples
+    y = rng.integers(0, 3, size=(8,))
+    m = _padded_gru()
+    m.compile(loss="sparse_categorical_crossentropy")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the old code divided by the zero gradient of a padded step
+        r = gl.inspect_training_step(m, x, y)
+    ref, g = _step_norms_reference(m, x, y, x != 0)
+    assert np.all(g[:, 6:] == 0)  # what the old report diagnosed: padding, not a vanishing gradient
+    assert r.time_step_norms.shape == (6,)
+    np.testing.assert_allclose(r.time_step_norms, ref, rtol=1e-4)
+    assert r.time_step_norms.min() > 0
+    assert "inf×" not in str(r) and "exploding" not in r.status
+
+
+def test_time_change_text_never_prints_inf():
+    from gradlab.diagnostics import _time_change_text
+
+    assert "inf" not in _time_change_text(np.array([0.5, 0.1, 0.0]))
+    assert _time_change_text(np.array([0.0, 0.1])) == "underflowed to 0 at the first step"
+    assert "100×" in _time_change_text(np.array([1.0, 0.1, 0.01])).replace("1e+02", "100")
+
+
+def _bn_dropout(seed=1):
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential([keras.Input((6,)), keras.layers.Dense(16), keras.layers.BatchNormalization(),
+                             keras.layers.Dropout(0.5), keras.layers.Dense(1)])
+
+
+def test_train_steps_moves_batchnorm_and_dropout_state_exactly_n_times():
+    x = tf.random.stateless_normal([32, 6], seed=[3, 1])
+    y = tf.random.stateless_normal([32, 1], seed=[3, 2])
+    a, ref = _bn_dropout(), _bn_dropout()
+    ref.set_weights(a.get_weights())
+    gl.train_steps(a, x, y, optimizer=keras.optimizers.SGD(0.0), steps=2)
+    first = ref(x, training=True)
+    ref(x, training=True)  # two training-mode passes = two fit steps with a zero learning rate
+    for va, vr in zip(a.variables, ref.variables, strict=True):  # moving stats and the dropout seed
+        np.testing.assert_array_equal(va.numpy(), vr.numpy(), err_msg=va.path)
+    # and the first recorded loss is that of the first step's dropout mask
+    b = _bn_dropout()
+    b.set_weights(a.get_weights())
+    c = _bn_dropout()
+    c.set_weights(b.get_weights())
+    run = gl.train_steps(b, x, y, optimizer=keras.optimizers.SGD(0.0), steps=1)
+    expected = float(tf.reduce_mean(tf.square(y - c(x, training=True))))
+    assert run.losses[0] == pytest.approx(expected, rel=1e-5)
+    del first
+
+
+def test_check_trains_leaves_batchnorm_one_update_per_step():
+    x = tf.random.stateless_normal([32, 6], seed=[4, 1])
+    y = tf.random.stateless_normal([32, 1], seed=[4, 2])
+    a, ref = _bn_dropout(), _bn_dropout()
+    ref.set_weights(a.get_weights())
+    gl.check_trains("bn", a, x, y, optimizer=keras.optimizers.SGD(0.0), steps=3, below=1e9)
+    for _ in range(3):
+        ref(x, training=True)
+    np.testing.assert_array_equal(a.layers[1].moving_mean.numpy(), ref.layers[1].moving_mean.numpy())
+
+
+def _bn_stack(scales, seed=0):
+    keras.utils.set_random_seed(seed)
+    layers = [keras.Input((8,))]
+    for s in scales:
+        layers += [keras.layers.Dense(16, activation="relu",
+                                      kernel_initializer=keras.initializers.RandomNormal(stddev=s)),
+                   keras.layers.BatchNormalization()]
+    return keras.Sequential([*layers, keras.layers.Dense(1)])
+
+
+def test_normalized_network_gets_no_initializer_advice():
+    x = tf.random.stateless_normal([64, 8], seed=[5, 1])
+    y = tf.random.stateless_normal([64, 1], seed=[5, 2])
+    r = gl.inspect_training_step(_bn_stack([1e-3, 1e-2, 1e-1, 1, 10]), x, y)
+    # the numbers are real: the ratio of the signals is far above 1e3 ...
+    s = r.signal_norms
+    assert s[0] / s[-1] > 1e2 and r.status == "exploding"
+    # ... but every Dense layer feeds a BatchNormalization, so it says nothing about the initializer
+    p = next(p for p in r.problems if p.kind == "exploding")
+    assert "normalization" in p.finding and "initializer" not in p.fix.replace("do not change the initializer", "")
+    assert "glorot" not in str(r) and "he_normal" not in str(r) and "smaller-variance" not in str(r)
+    assert "not a statement about the initializer" in r.message
+
+
+def test_batchnorm_finding_only_explains_a_present_finding():
+    x = tf.random.stateless_normal([8, 8], seed=[6, 1])  # batch 8: 8 values per channel, "tiny"
+    y = tf.random.stateless_normal([8, 1], seed=[6, 2])
+    r = gl.inspect_training_step(_bn_stack([0.3, 0.3, 0.3]), x, y)
+    assert r.status == "healthy"
+    assert "batchnorm-statistics" not in r.problem_kinds
+
+
+class OwnStep(keras.Model):
+    """A subclassed model with its own train_step and no compiled loss."""
+
+    def __init__(self):
+        super().__init__()
+        self.d = keras.layers.Dense(1)
+
+    def call(self, x):
+        return self.d(x)
+
+    def train_step(self, data):  # pragma: no cover - never run by these tests
+        x, y = data
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.abs(y - self(x, training=True)))
+        self.optimizer.apply(tape.gradient(loss, self.trainable_variables), self.trainable_variables)
+        return {"loss": loss}
+
+
+def test_custom_train_step_without_compiled_loss_says_it_measures_mse():
+    x, y = _data()
+    m = OwnStep()
+    m(x[:1])
+    r = gl.inspect_training_step(m, x, y)
+    assert "default-loss" in r.problem_kinds
+    assert "own train_step" in r.loss_description and "loss_fn" in r.loss_description
+    # with loss_fn (or a plain model) nothing is said
+    r2 = gl.inspect_training_step(m, x, y, loss_fn=lambda t, p: tf.reduce_mean(tf.abs(t - p)))
+    assert "default-loss" not in r2.problem_kinds
+    assert "default-loss" not in gl.inspect_training_step(_small(), x, y).problem_kinds
+
+
+def test_train_steps_refuses_an_optimizer_built_for_another_model():
+    x, y = _data()
+    opt = keras.optimizers.SGD(0.01)
+    gl.train_steps(_small(0), x, y, optimizer=opt, steps=1)
+    other = _small(1, name="other")
+    before = [v.numpy().copy() for v in other.variables]
+    with pytest.raises(ValueError, match="build a fresh optimizer for each model") as err:
+        gl.train_steps(other, x, y, optimizer=opt, steps=1)
+    assert "in user code" not in str(err.value) and "other/hidden/kernel" in str(err.value)
+    for b, v in zip(before, other.variables, strict=True):
+        np.testing.assert_array_equal(b, v.numpy())
+
+
+@pytest.mark.parametrize("tool", ["inspect", "train_steps"])
+def test_y_none_names_y(tool):
+    x, _ = _data()
+    with pytest.raises(ValueError, match=r"^y is None"):
+        if tool == "inspect":
+            gl.inspect_training_step(_small(), x, None)
+        else:
+            gl.train_steps(_small(), x, None, optimizer=keras.optimizers.SGD(), steps=1)
+
+
+def _classifier():
+    keras.utils.set_random_seed(0)
+    m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="softmax")])
+    m.compile(loss="sparse_categorical_crossentropy")
+    return m
+
+
+def test_sparse_labels_out_of_range_and_one_hot_name_y():
+    x, _ = _data(8)
+    with pytest.raises(ValueError, match=r"y holds 2 labels outside the classes 0\.\.2") as err:
+        gl.inspect_training_step(_classifier(), x, np.array([0, 1, 2, 3, 1, 2, 0, 3]))
+    assert "CategoricalCrossentropy" not in str(err.value) or "integer labels" in str(err.value)
+    with pytest.raises(ValueError, match=r"y has shape \(8, 3\) and looks one-hot.*CategoricalCrossentropy"):
+        gl.train_steps(_classifier(), x, np.eye(3)[np.arange(8) % 3], optimizer=keras.optimizers.SGD(),
+                       steps=1)
+    # a loss_fn object is checked too, and valid labels pass
+    with pytest.raises(ValueError, match="outside the classes"):
+        gl.inspect_training_step(_classifier(), x, np.full(8, -1),
+                                 loss_fn=keras.losses.SparseCategoricalCrossentropy())
+    r = gl.inspect_training_step(_classifier(), x, np.arange(8) % 3)
+    assert np.isfinite(r.loss)

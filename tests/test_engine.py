@@ -275,3 +275,18 @@ def test_ch05_exercise2_and_3_right_answers():
     assert "Keras 3" in ch05.check_scaled_step(old_api).feedback
     assert not ch05.check_scaled_step(None).ok
     assert keras.config.dtype_policy().name == "float32"  # the check resets the policy
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_engine_agrees_with_gradient_report_under_mixed_policy(engine, dtype):
+    """gradient_report of a Keras model built under mixed_<dtype>: the same exact zeros and norms."""
+    keras.mixed_precision.set_global_policy(f"mixed_{dtype}")
+    try:
+        model = gl.build_mlp(14, activation="sigmoid", initializer="glorot_uniform", norm="layer")
+        slow = gl.gradient_report(model, engine.x, engine.y)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    fast = engine.report(14, "sigmoid", "glorot_uniform", norm="layer", dtype=dtype)
+    np.testing.assert_array_equal(fast.signal_norms == 0, slow.signal_norms == 0)
+    nz = slow.signal_norms > 0
+    np.testing.assert_allclose(fast.signal_norms[nz], slow.signal_norms[nz], rtol=0.05)

@@ -220,3 +220,77 @@ def test_plot_losses_default_is_one_log_panel():
     assert not [ln for ln in fig.axes[0].get_lines() if ln.get_label().startswith("target")]
     with pytest.raises(ValueError, match="target must be a finite number"):
         gl.plot_losses({"a": [1.0]}, target=float("nan"))
+
+
+# ----------------------------------------------------------------------------- newcomer review regressions
+def test_ch00_ex1_a_rounded_copy_shows_the_digits_that_differ():
+    # 3.152 is the printout of 3.15164 to 4 digits: the feedback must not say "got 3.152, expected 3.152"
+    r = ch00.check_derivative(3.152)
+    _fails(r, "got 3.152, expected 3.1516", "rounded")
+
+
+def test_ch00_ex1_a_bool_is_named_as_a_bool():
+    _fails(ch00.check_derivative(True), "got the bool True")
+
+
+def test_ch00_ex2_a_numpy_loss_gets_a_hint_not_a_bare_attribute_error(small_model):
+    def numpy_loss(model, x, y):
+        with tf.GradientTape() as tape:
+            loss = np.mean((model(x).numpy() - y.numpy()) ** 2)
+        return tape.gradient(loss, model.trainable_variables)
+
+    _fails(ch00.check_model_gradients(numpy_loss, *small_model), "raised AttributeError", "NumPy value",
+           "tf.reduce_mean")
+
+
+def test_ch00_ex2_broadcast_target_gets_its_hint(small_model):
+    wrong = _grads(lambda p, y: tf.reduce_mean(tf.square(p - tf.reshape(y, [-1]))))
+    _fails(ch00.check_model_gradients(wrong, *small_model), "broadcast to (8, 8)")
+
+
+def test_ch00_ex2_grads_and_vars_pairs_are_named(small_model):
+    def pairs(model, x, y):
+        return list(zip(_grads(lambda p, t: tf.reduce_mean(tf.square(p - t)))(model, x, y),
+                        model.trainable_variables, strict=True))
+
+    _fails(ch00.check_model_gradients(pairs, *small_model), "(gradient, variable) pairs", "only the gradients")
+
+
+def test_ch00_ex2_a_function_that_applies_a_step_is_caught_and_the_model_restored():
+    keras.utils.set_random_seed(1)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="relu"), keras.layers.Dense(1)])
+    x = tf.random.stateless_normal([8, 4], seed=[0, 1])
+    y = tf.random.stateless_normal([8, 1], seed=[0, 2])
+    before = [v.numpy().copy() for v in model.trainable_variables]
+
+    def stepping(m, xb, yb):
+        g = _grads(lambda p, t: tf.reduce_mean(tf.square(p - t)))(m, xb, yb)
+        keras.optimizers.SGD(0.1).apply_gradients(zip(g, m.trainable_variables, strict=True))
+        return g
+
+    _fails(ch00.check_model_gradients(stepping, model, x, y), "changed the model's weights")
+    assert all(np.array_equal(v.numpy(), b) for v, b in zip(model.trainable_variables, before, strict=True))
+
+
+class _DeadScale(_Standardize):
+    def call(self, inputs):
+        return (inputs - self.shift) + 0.0 * self.scale  # scale gets a gradient of exact zeros
+
+
+def test_ch04_capstone_accepts_a_numpy_clip_and_rejects_a_string():
+    r = ch04.check_capstone(_capstone_model, lambda: keras.optimizers.Adam(0.01), np.float32(1.0))
+    assert r, r.feedback
+    _fails(ch04.check_capstone(_capstone_model, lambda: keras.optimizers.Adam(0.01), "1.0"), "without quotes")
+
+
+def test_ch04_capstone_a_scale_multiplied_by_zero_is_not_a_repair():
+    def model():
+        layers = [keras.Input((8,)), _DeadScale(name="standardize")]
+        for i in range(8):
+            layers.append(keras.layers.Dense(32, activation="relu",
+                                             kernel_initializer=keras.initializers.HeNormal(seed=i)))
+        layers.append(keras.layers.Dense(1, kernel_initializer=keras.initializers.GlorotUniform(seed=100)))
+        return keras.Sequential(layers, name="dead")
+
+    _fails(ch04.check_capstone(model, lambda: keras.optimizers.Adam(0.01)), "standardize/scale never changed",
+           "gradient is exactly 0")

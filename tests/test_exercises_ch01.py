@@ -130,3 +130,39 @@ def test_ex3_wrong_answers_get_hints(last_zero_layer):
     _fails_with(ch01.check_last_zero_layer(np.arange(last_zero_layer)), "one number", "add 1")
     _fails_with(ch01.check_last_zero_layer(None), "got None")
     _fails_with(ch01.check_last_zero_layer("43"), "string '43'")
+
+
+# ----------------------------------------------------------------------------- newcomer review regressions
+def test_ex1_a_zero_d_array_is_a_right_answer_written_differently(first_vanishing_depth):
+    assert ch01.check_vanishing_depth(np.array(first_vanishing_depth))
+    assert ch01.check_vanishing_depth(np.array(float(first_vanishing_depth)))
+
+
+def test_ex3_one_value_in_an_array_is_not_called_several_values():
+    _fails_with(ch01.check_last_zero_layer(np.array([43])), "holding one value (43)", "int(a[0])")
+    _fails_with(ch01.check_last_zero_layer([43]), "holding one value")
+    r = ch01.check_last_zero_layer(np.arange(5))
+    _fails_with(r, "of 5 values", "np.nonzero")
+
+
+def _right_clip(grads, t):
+    norm = tf.sqrt(tf.add_n([tf.reduce_sum(tf.square(g)) for g in grads]))
+    return [g * (t / tf.maximum(norm, t)) for g in grads]
+
+
+def test_ex2_a_generator_of_the_right_tensors_passes():
+    assert ch01.check_clip_by_global_norm(lambda grads, t: (g for g in _right_clip(grads, t)))
+
+
+def test_ex2_a_list_of_none_is_not_about_tapes():
+    r = ch01.check_clip_by_global_norm(lambda grads, t: [None for _ in grads])
+    _fails_with(r, "item 0 of your list is None")
+    assert "tape" not in r.feedback
+
+
+def test_ex2_wrong_values_feedback_has_no_double_full_stop():
+    no_sqrt = lambda grads, t: [g * t / tf.maximum(tf.add_n([tf.reduce_sum(tf.square(h)) for h in grads]), t)  # noqa: E731
+                                for g in grads]
+    r = ch01.check_clip_by_global_norm(no_sqrt)
+    _fails_with(r, "square root")
+    assert ".." not in r.feedback

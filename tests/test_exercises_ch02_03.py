@@ -143,3 +143,37 @@ def test_ch03_sgd_clipped_moves_the_weights_by_lr_times_clip():
         moved = np.sqrt(sum(np.sum((v.numpy() - b) ** 2)
                             for v, b in zip(model.trainable_variables, before, strict=True)))
         assert abs(moved - expect(raw)) < 1e-3 * expect(raw)
+
+
+# ----------------------------------------------------------------------------- newcomer review regressions
+def _layer_norm_fn(x):
+    mean, var = tf.nn.moments(x, axes=[1], keepdims=True)
+    return (x - mean) / tf.sqrt(var + 1e-3)
+
+
+def test_ch02_ex3_a_ragged_list_is_feedback_not_an_exception():
+    _fails(ch02.check_jacobian_row([1.0, [2.0]], _f, X3), "ragged")
+
+
+def test_ch02_ex4_a_scalar_bool_tensor_is_a_right_answer():
+    assert ch02.check_batch_jacobian_safe(tf.constant(True), _layer_norm_fn)
+    assert ch02.check_batch_jacobian_safe(np.array(True), _layer_norm_fn)
+    _fails(ch02.check_batch_jacobian_safe(tf.constant(False), _layer_norm_fn), "not quite")
+
+
+def test_ch03_ex1_the_same_float_five_times_is_not_a_sweep():
+    def noisy_step(x, scale):
+        return scale * tf.reduce_mean(x)
+
+    sweep = gl.TraceCounter(noisy_step)
+    for _ in range(5):
+        sweep(tf.ones([3]), 0.1)  # one trace, but nothing is swept
+    _fails(ch03.check_sweep(sweep), "made for a Python value", "same number")
+
+
+def test_ch03_ex3_not_a_function_and_a_shared_optimizer_are_feedback():
+    _fails(ch03.check_clipped_step(None), "expected your function make_clipped_step, got NoneType")
+    shared = keras.optimizers.SGD(0.05)
+    r = ch03.check_clipped_step(lambda m: gl.make_train_step(m, shared, clip_global_norm=1.0))
+    _fails(r, "optimizer")
+    assert "Traceback" not in r.feedback and len(r.feedback) < 900

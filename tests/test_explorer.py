@@ -257,8 +257,8 @@ def test_memory_is_bounded_over_900_changes():
     for m in modes:  # warm up: traces, caches, matplotlib font cache, the background cache
         for a in acts:
             ex.set(activation=a, **m)
-        for i in range(0, 900, 7):
-            ex.depth.value = depth_at(i)
+    for i in range(0, 900, 7):
+        ex.depth.value = depth_at(i)
     gc.collect()
     rss0 = proc.memory_info().rss
     for i in range(900):

@@ -340,3 +340,20 @@ def test_gradient_report_on_a_residual_block_model_from_its_own_call():
     np.testing.assert_allclose(rep.signal_norms, [float(tf.norm(g1)), float(tf.norm(g2))], rtol=1e-5)
     np.testing.assert_allclose(rep.activation_stds, [float(tf.math.reduce_std(h1)), float(tf.math.reduce_std(h2))],
                                rtol=1e-5)
+
+
+def test_true_norm_of_none_names_the_argument():
+    with pytest.raises(ValueError, match=r"^t is None"):
+        gl.true_norm(None)
+    assert gl.true_norm(tf.constant([3.0, 4.0])) == 5.0
+
+
+def test_gradient_report_and_check_trains_need_y():
+    keras.utils.set_random_seed(0)
+    m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="tanh"),
+                          keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(1)])
+    x = tf.random.stateless_normal([8, 4], seed=[1, 2])
+    with pytest.raises(ValueError, match=r"^y is None"):
+        gl.gradient_report(m, x, None)
+    result = gl.check_trains("c", m, x, None, optimizer=keras.optimizers.SGD(), steps=1, below=1.0)
+    assert not result.ok and "y is None" in str(result)

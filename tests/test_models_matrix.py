@@ -490,3 +490,36 @@ def test_two_input_model_takes_a_list_of_float64_arrays():
     assert r.global_norm == pytest.approx(float(tf.linalg.global_norm(grads)), rel=1e-5)
     with pytest.raises(ValueError, match=r"x\[1\] has shape \(16, 3\), but the model expects \(batch, 2\)"):
         gl.train_steps(model, [X4, RNG.normal(size=(16, 3))], Y1, optimizer=keras.optimizers.SGD(0.1), steps=1)
+
+
+# ----------------------------------------------------------------------------- padded sequences (f1)
+@pytest.mark.parametrize("pad", ["post", "pre"])
+def test_padded_bidirectional_lstm_is_not_diagnosed_through_its_padding(pad):
+    keras.utils.set_random_seed(0)
+    tokens = keras.Input((12,), dtype="int32")
+    emb = keras.layers.Embedding(50, 8, mask_zero=True, name="emb")(tokens)
+    h = keras.layers.Bidirectional(keras.layers.LSTM(8), name="bi")(emb)
+    m = keras.Model(tokens, keras.layers.Dense(3, activation="softmax")(h))
+    m.compile(loss="sparse_categorical_crossentropy")
+    rng = np.random.default_rng(0)
+    x = rng.integers(1, 50, size=(16, 12))
+    if pad == "post":
+        x[:, 8:] = 0
+    else:
+        x[:, :4] = 0
+    y = rng.integers(0, 3, size=(16,))
+    r = gl.inspect_training_step(m, x, y)
+    # an independent tape: the gradient at the padded steps is exactly 0 (the LSTM skips them)
+    with tf.GradientTape() as tape:
+        e = m.get_layer("emb")(x)
+        tape.watch(e)
+        loss = keras.losses.sparse_categorical_crossentropy(y, m.layers[-1](m.get_layer("bi")(
+            e, mask=tf.constant(x != 0))))
+        loss = tf.reduce_mean(loss)
+    g = tape.gradient(loss, e).numpy().astype(np.float64)
+    per_step = np.sqrt(np.square(g).sum(axis=(0, 2)))
+    padded, real = (per_step[8:], per_step[:8]) if pad == "post" else (per_step[:4], per_step[4:])
+    assert np.all(padded == 0)
+    np.testing.assert_allclose(r.time_step_norms, real, rtol=1e-4)
+    assert not any(k.endswith("through-time") for k in r.problem_kinds)
+    assert "inf" not in str(r)

@@ -281,3 +281,146 @@ def test_tracing_lab_plot_is_updated_in_place():
     lab.value.value = 0.3
     assert lab._plot.fig is fig and lab.plot.value != png
     assert len(lab._plot.retraced.get_xdata()) == 2
+
+
+# ----------------------------------------------------------------------------- review fixes (f1)
+def test_grad_norm_logger_probe_scales_the_loss_under_mixed_precision():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(32, 8)).astype("float32")
+    y = (rng.normal(size=(32, 1)) * 1e-4).astype("float32")
+    init = keras.initializers.RandomNormal(stddev=3e-4, seed=1)
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="tanh", kernel_initializer=init),
+                              keras.layers.Dense(16, activation="tanh", kernel_initializer=init),
+                              keras.layers.Dense(1, dtype="float32")])
+        m.compile(optimizer=keras.optimizers.SGD(0.0), loss="mse")
+        logger = gl.GradNormLogger(probe=(x, y))
+        m.fit(x, y, epochs=1, batch_size=32, verbose=0, callbacks=[logger])
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    ref = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="tanh"),
+                            keras.layers.Dense(16, activation="tanh"), keras.layers.Dense(1)])
+    ref.set_weights(m.get_weights())
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(y - ref(x)))
+    g = tape.gradient(loss, ref.trainable_variables)
+    first = float(np.sqrt(sum(np.sum(np.square(t.numpy().astype(np.float64))) for t in g[:2])))
+    assert 1e-8 < first < 1e-5  # below float16's smallest number without the loss scale
+    assert logger.history[m.layers[0].name][0] == pytest.approx(first, rel=2e-2)
+
+
+def _classifier():
+    keras.utils.set_random_seed(0)
+    m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(3, activation="softmax", name="out")])
+    m.compile(loss="sparse_categorical_crossentropy")
+    return m
+
+
+def _short_value_error(excinfo):
+    text = str(excinfo.value)
+    assert "in user code" not in text and "File " not in text and len(text) < 500, text
+    return text
+
+
+class HalfUsedLayer(keras.layers.Layer):
+    """Creates two weights and uses only one: ``scale`` gets a None gradient."""
+
+    def build(self, input_shape):
+        self.shift = self.add_weight(shape=(input_shape[-1],), initializer="zeros", name="shift")
+        self.scale = self.add_weight(shape=(input_shape[-1],), initializer="ones", name="scale")
+
+    def call(self, inputs):
+        return inputs - self.shift
+
+
+def test_make_train_step_errors_are_short_and_raised_before_tracing():
+    x, y = _data(8)
+    onehot = np.eye(3)[np.arange(8) % 3]
+    step = gl.make_train_step(_classifier(), keras.optimizers.SGD())
+    with pytest.raises(ValueError, match="one-hot") as err:
+        step(x, onehot)
+    assert "CategoricalCrossentropy" in _short_value_error(err)
+    assert step.experimental_get_tracing_count() == 0  # refused before the tf.function traced
+
+    step = gl.make_train_step(_model(), keras.optimizers.SGD(), loss_fn=lambda t, p: tf.square(t - p))
+    with pytest.raises(ValueError, match="loss_fn must return a scalar") as err:
+        step(x, y)
+    _short_value_error(err)
+
+    keras.utils.set_random_seed(0)
+    m = keras.Sequential([keras.Input((8,)), HalfUsedLayer(name="half"), keras.layers.Dense(1)])
+    step = gl.make_train_step(m, keras.optimizers.SGD())
+    with pytest.raises(ValueError, match="half/scale.*None") as err:
+        step(x, y)
+    _short_value_error(err)
+    assert step.experimental_get_tracing_count() == 0
+
+    opt = keras.optimizers.SGD()
+    gl.make_train_step(_model(0), opt)(x, y)
+    with pytest.raises(ValueError, match="build a fresh optimizer for each model") as err:
+        gl.make_train_step(_model(1, width=4), opt)
+    _short_value_error(err)
+
+
+def test_make_train_step_eager_check_leaves_batchnorm_alone():
+    keras.utils.set_random_seed(0)
+    m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4), keras.layers.BatchNormalization(),
+                          keras.layers.Dense(1)])
+    ref = keras.models.clone_model(m)
+    ref.set_weights(m.get_weights())
+    x, y = _data(16)
+    gl.make_train_step(m, keras.optimizers.SGD(0.0))(x, y)
+    ref(x, training=True)  # exactly one training-mode pass
+    np.testing.assert_array_equal(m.layers[1].moving_mean.numpy(), ref.layers[1].moving_mean.numpy())
+
+
+def test_y_none_names_y_in_make_train_step_and_the_logger():
+    x, _ = _data(8)
+    with pytest.raises(ValueError, match=r"^y is None"):
+        gl.make_train_step(_model(), keras.optimizers.SGD())(x, None)
+    m = _model()
+    m.compile(optimizer=keras.optimizers.SGD(), loss="mse")
+    x, y = _data(8)
+    with pytest.raises(ValueError, match=r"^y is None"):
+        m.fit(x, y, epochs=1, verbose=0, callbacks=[gl.GradNormLogger(probe=(x, None))])
+
+
+def test_logger_probe_errors_are_short():
+    x, _ = _data(8)
+    m = _classifier()
+    m.compile(optimizer=keras.optimizers.SGD(), loss="sparse_categorical_crossentropy")
+    labels = np.arange(8) % 3
+    with pytest.raises(ValueError, match="one-hot") as err:
+        m.fit(x, labels, epochs=1, verbose=0, callbacks=[gl.GradNormLogger(probe=(x, np.eye(3)[labels]))])
+    _short_value_error(err)
+
+
+class OwnStepModel(keras.Model):
+    def __init__(self):
+        super().__init__()
+        self.d = keras.layers.Dense(1, name="d")
+
+    def call(self, x):
+        return self.d(x)
+
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.abs(y - self(x, training=True)))
+        grads = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply(grads, self.trainable_variables)
+        return {"loss": loss}
+
+
+def test_logger_refuses_to_guess_the_loss_of_a_custom_train_step():
+    x, y = _data(16)
+    m = OwnStepModel()
+    m.compile(optimizer=keras.optimizers.SGD(0.01))
+    with pytest.raises(ValueError, match="own train_step and no compiled loss"):
+        m.fit(x, y, epochs=1, verbose=0, callbacks=[gl.GradNormLogger(probe=(x, y))])
+    m2 = OwnStepModel()
+    m2.compile(optimizer=keras.optimizers.SGD(0.01), loss="mae")
+    logger = gl.GradNormLogger(probe=(x, y))
+    m2.fit(x, y, epochs=1, verbose=0, callbacks=[logger])
+    assert logger.history["d"][0] > 0

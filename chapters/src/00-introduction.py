@@ -229,12 +229,18 @@ print("values     :", g.values.shape)  # (3, 3): one row per lookup
 print("dense_shape:", g.dense_shape.numpy())  # [4 3]
 
 # %% [markdown]
-# Optimizers accept it as it is. When you need the ordinary tensor (to print it, or to
-# compare it), `tf.convert_to_tensor` adds the rows up: row 2 was read twice, so its
-# gradient is 2:
+# When you need the ordinary tensor (to print it, or to compare it),
+# `tf.convert_to_tensor` adds the rows up: row 2 was read twice, so its gradient is 2:
 
 # %%
 print(tf.convert_to_tensor(g).numpy())  # rows 1 and 3 are 0
+
+# %% [markdown]
+# Optimizers accept the `IndexedSlices` as it is and update only the rows that were read:
+
+# %%
+keras.optimizers.SGD(learning_rate=1.0).apply_gradients([(g, table)])  # g is still IndexedSlices
+print(table.numpy())  # row 0 minus 1, row 2 minus 2; rows 1 and 3 untouched
 
 # %% [markdown]
 # An `Embedding` layer does the same, both in ordinary *eager* code (each op runs as soon as
@@ -253,6 +259,9 @@ def embedding_gradient():
     return tape.gradient(out, embedding.embeddings)
 
 
+with tf.GradientTape() as tape:
+    out = tf.reduce_sum(embedding(ids))
+print("eager             :", type(tape.gradient(out, embedding.embeddings)).__name__)  # IndexedSlices
 print("inside tf.function:", type(embedding_gradient()).__name__)  # IndexedSlices
 
 # %% [markdown]
@@ -352,7 +361,8 @@ ch00.check_model_gradients(model_gradients, model, xb, yb)
 # 2. Before the import it sets two environment variables, unless you set them yourself:
 #    `TF_CPP_MIN_LOG_LEVEL=2`, which hides TensorFlow's C++ *info and warning* lines for the
 #    whole session (errors still show), and `TF_ENABLE_ONEDNN_OPTS=0`, so CPU results do not
-#    depend on oneDNN's threading.
+#    vary with oneDNN's order of computation (its start-up notice warns of round-off
+#    differences).
 # 3. `gl.setup()` sets TensorFlow's Python logger to `ERROR`; `gl.setup(seed=0, quiet=False)`
 #    leaves it alone.
 #

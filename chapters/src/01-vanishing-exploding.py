@@ -126,7 +126,7 @@ print("signal norms, layer 1..6:", [f"{v:.3g}" for v in signal_norms])
 # own dtype, and a float32 square below about $10^{-38}$ is set to 0; a gradient whose
 # elements are all below about $10^{-19}$ would get a norm of exactly 0 although it is not
 # zero. The section on underflow below shows it happening. Copy this cell into your own
-# training loop to monitor any stack of layers.
+# training loop to monitor any stack of `Dense` layers.
 #
 # Check one step of the chain rule by hand: layer 5's signal from layer 6's.
 
@@ -222,7 +222,7 @@ gl.plot_activations(z, curves)
 # %% [markdown]
 # ## Tiny is not zero: float32 underflow
 #
-# At depth 50 the product of sigmoid factors is about $10^{-32}$. Is that still a number in
+# At depth 50 the product of sigmoid factors is about $10^{-31}$. Is that still a number in
 # float32, the dtype networks use? The smallest *normal* float32 is $2^{-126} \approx
 # 1.18\times10^{-38}$. Below it lie the **subnormal** numbers (down to about $1.4\times10^{-45}$,
 # with fewer and fewer significant bits), and TensorFlow's CPU kernels **flush** subnormal
@@ -270,7 +270,7 @@ k = int(np.argmax(f32 > 0))   # the first layer with a non-zero float32 norm
 print(f"layer {k + 1}: float32 norm {f32[k]:.3g}, float64 norm {f64[k]:.3g}")
 
 # %% [markdown]
-# So at depth 50 the early layers do receive a gradient, about $10^{-32}$ times the last
+# So at depth 50 the early layers do receive a gradient, about $10^{-31}$ times the last
 # layer's: useless for learning, but not zero. Every norm in gradlab is taken in float64.
 #
 # **Where real underflow begins.** A product of factors of at most 0.25 stays a normal
@@ -374,7 +374,9 @@ for act, init, what in [("linear", "orthogonal", "an orthogonal matrix keeps eve
 
 # %% [markdown]
 # `linear` with `orthogonal` preserves the signal exactly (gain 1.000): a linear network
-# with orthogonal weights is a rotation. `relu` with `zeros` passes nothing back at all. And
+# with orthogonal weights is a rotation (or a reflection). `relu` with `zeros` passes nothing
+# back at all: every zero $W^{\top}$ stops the signal below it, and because $z = 0$ everywhere
+# and TensorFlow takes relu'(0) = 0, even the last hidden layer's signal is 0. And
 # `linear` with large weights overflows float32 (largest value about $3.4\times10^{38}$) to inf
 # and NaN. Another pairing to try: `selu` with `lecun_normal`. SELU (scaled exponential linear
 # unit) is an activation designed so that, with LeCun's initialization (variance
@@ -510,7 +512,7 @@ for grad in gradients:
 # It runs and prints nothing: every gradient is finite. Two things to know about it:
 #
 # 1. The comment calls it a check for *exploding* gradients, but `assert_all_finite` only
-#    looks for NaN and inf. A gradient of $10^{30}$ is finite and passes:
+#    looks for NaN and inf. A gradient with entries of $10^{15}$ is finite and passes:
 
 # %%
 huge = tf.constant([1e15, -3e15])
@@ -548,7 +550,7 @@ tf.debugging.check_numerics(probs, "softmax by hand")
 # Both checks tell you *that* something went wrong, not *where*. In a large model the NaN
 # appears far from its cause. `tf.debugging.enable_check_numerics()` instruments every op
 # and raises at the **first** op whose output is not finite, naming it. The error message
-# is long (it includes the stack where the op was created); here we print its first lines:
+# is long (it also prints the op's input tensor); here we print its first lines:
 
 # %%
 tf.debugging.enable_check_numerics()
@@ -564,8 +566,29 @@ finally:
     tf.debugging.disable_check_numerics()
 
 # %% [markdown]
-# The message names the op type `Exp`, and that one of its outputs was `+Inf`. Turn it off again
-# afterwards: it slows every op down.
+# The message names the op type `Exp`, and that one of its outputs was `+Inf`. Inside a
+# `tf.function` the same check names the *graph* op and adds the Python stack where the op
+# was created, which is what points you to the line in a large model:
+
+# %%
+@tf.function
+def softmax_by_hand(a):
+    b = tf.exp(a)
+    return b / tf.reduce_sum(b)
+
+
+tf.debugging.enable_check_numerics()
+try:
+    softmax_by_hand(tf.constant([1.0, 1000.0]))
+except tf.errors.InvalidArgumentError as err:
+    lines = err.message.splitlines()
+    print(next(line.strip() for line in lines if line.startswith("!!!")))
+    print("includes the stack of the op's creation:", any("Stack trace of op's creation" in line for line in lines))
+finally:
+    tf.debugging.disable_check_numerics()
+
+# %% [markdown]
+# Turn it off again afterwards: it slows every op down.
 #
 # ### Clipping does not cure NaN
 #
@@ -581,9 +604,19 @@ print("clip_by_global_norm:", [t.numpy() for t in tf.clip_by_global_norm([g, tf.
 
 # %% [markdown]
 # Detect first, then fix the cause (the initialization, the learning rate, an unsafe op
-# like the norm above, for which `tf.norm` has the same problem and `tf.sqrt(x + eps)` is
-# the usual fix).
-#
+# like the norm above). `tf.norm` has the same problem at 0, and putting a small `eps` under
+# the square root is the usual fix:
+
+# %%
+w = tf.Variable([0.0, 0.0])
+with tf.GradientTape(persistent=True) as tape:
+    plain = tf.norm(w)
+    safe = tf.sqrt(tf.reduce_sum(w**2) + 1e-12)
+print("gradient of tf.norm at 0           :", tape.gradient(plain, w).numpy())  # [nan nan]
+print("gradient of sqrt(sum w² + eps) at 0:", tape.gradient(safe, w).numpy())  # [0. 0.]
+del tape
+
+# %% [markdown]
 # ### Monitor every layer during training
 #
 # The most useful detector is the cheapest one: record each layer's gradient norm while
@@ -846,7 +879,8 @@ for act in ["sigmoid", "tanh", "relu", "selu"]:
 
 # %% [markdown]
 # Each entry is the verdict and the gain per layer. No initializer saves sigmoid at depth 50:
-# its derivative caps each factor at 0.25. For ReLU the initializer decides everything:
+# its derivative is at most 0.25, so with the standard initializers each factor is 0.23 to 0.31;
+# only the 8× too large weights of `large_normal` lift it to 0.89, still vanishing. For ReLU the initializer decides everything:
 # Glorot's, LeCun's and orthogonal's variance is half of what ReLU needs, so the signal shrinks
 # by about $1/\sqrt{2} \approx 0.7$ per layer and vanishes; He's is just right. tanh sits near
 # the threshold with every variance-$1/\text{fan\_in}$ initializer: Glorot uniform's 0.94 is
@@ -854,7 +888,15 @@ for act in ["sigmoid", "tanh", "relu", "selu"]:
 # pairing it was designed for, and explodes with He's doubled variance. Too small
 # (`small_normal`) vanishes for every activation; too large (`large_normal`) explodes or
 # overflows to NaN, except with sigmoid, where the saturated derivatives nearly cancel the 8×
-# weights. The variance formula agrees:
+# weights. ReLU with `small_normal` shows `nan` as its gain for another reason: its signal is
+# exactly 0 in every layer, so the ratio is $0/0$:
+
+# %%
+r = engine.report(50, "relu", "small_normal")
+print("relu + small_normal: layers whose signal is exactly 0:", int(np.sum(r.signal_norms == 0)), "of 50")
+
+# %% [markdown]
+# The variance formula agrees:
 
 # %%
 r = engine.report(50, "sigmoid", "large_normal")
@@ -884,9 +926,14 @@ for name, act in [("relu", tf.nn.relu), ("LeakyReLU(negative_slope=0.1)", keras.
 # (TensorFlow also uses 0 as ReLU's derivative at exactly $z = 0$.) What ReLU does avoid is
 # *saturation*: for positive inputs the derivative is 1, not a value that shrinks towards 0
 # as for sigmoid. A unit whose input is negative for every example passes no gradient at
-# all, a "dead" unit. Leaky ReLU keeps a small slope there (`negative_slope`; the layer's
-# default is 0.3, the `"leaky_relu"` activation string's is 0.2).
-#
+# all, a "dead" unit. Leaky ReLU keeps a small slope there, `negative_slope`, whose default
+# differs between the layer and the activation string:
+
+# %%
+print("keras.layers.LeakyReLU() negative_slope:", keras.layers.LeakyReLU().negative_slope)  # 0.3
+print('"leaky_relu" activation at z = -1     :', f'{float(keras.activations.get("leaky_relu")(tf.constant(-1.0))):.3g}')  # -0.2
+
+# %% [markdown]
 # Dead units are easy to make. Shift every pre-activation down with a bias of -1.5, then
 # count the units of the last hidden layer that are positive for at least one example
 # (only those pass a ReLU gradient), and measure the signal that reaches layer 1:
@@ -914,8 +961,9 @@ for act in ["relu", "leaky_relu"]:
 # are just as negative, yet its slope of 0.2 still passes a (small) gradient.
 #
 # ReLU is also not a cure on its own: with the wrong initializer it vanishes (the table
-# above), and at great depth even with He initialization the signal drifts (a ratio of 0.22 at depth 100 in experiment 3), because
-# $\mathbb{E}[f'(z)^2]$ is $1/2$ only on average. Residual connections and normalization
+# above), and at great depth even with He initialization the signal drifts (a ratio of 0.22 at depth 100 in experiment 3):
+# He's variance makes each layer's factor 1 only on average over random weights, and at
+# width 64 the factors scatter around it and compound. Residual connections and normalization
 # layers, beyond this workbook's source, are the next step.
 
 # %% [markdown]
@@ -953,8 +1001,8 @@ for act in ["relu", "leaky_relu"]:
 # **1. When does ReLU with Glorot start to vanish?** The verdict table above called ReLU with
 # `glorot_uniform` healthy at depth 3, and the weight-gradient section found it vanishing at
 # depth 50. Find the **smallest** depth at which `gl.diagnose` calls it vanishing (use the
-# explorer's depth slider, or `engine.report(depth, "relu", "glorot_uniform")`), and say which
-# of the two rules fires there.
+# explorer's depth slider, or `engine.report(depth, "relu", "glorot_uniform")`). Before you
+# run the check, decide which of the two rules fires there; the check's ✅ message tells you.
 
 # %%
 first_vanishing_depth = None  # your answer: an int

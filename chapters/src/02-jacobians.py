@@ -273,7 +273,9 @@ print("a alive after the function returned:", a_ref() is not None)  # False
 #
 # `tape.gradient` returns `None` when it finds no recorded path from the target back to the
 # source. It does not raise an error, so the `None` often surfaces much later, e.g. in
-# `optimizer.apply_gradients`. Here are seven common causes, each next to its fix.
+# `optimizer.apply_gradients`, which skips that variable with only a warning and raises only
+# when *every* gradient is `None` ([chapter 06](06-none-and-nan.ipynb) shows both). Here are
+# seven common causes, each next to its fix.
 #
 # **1. An integer dtype.** Only floating-point tensors have gradients:
 
@@ -338,7 +340,7 @@ with tf.GradientTape() as tape:
 print("watched:  ", tape.gradient(y, c).numpy())  # 6.0
 
 # %% [markdown]
-# **5. A stateful read.** `assign_add` changes a variable's state; the tape does not
+# **5. A state change.** `assign_add` changes a variable's state; the tape does not
 # differentiate through state changes, so the path from `x0` into `x1` is lost:
 
 # %%
@@ -606,8 +608,8 @@ del tape
 # %% [markdown]
 # **What if pfor cannot vectorise an op?** pfor has a conversion rule for most ops, not all.
 # For an op without one, `tape.jacobian` does not raise: pfor quietly runs that op in a
-# `tf.while_loop` over the rows (its `fallback_to_while_loop` option, which `tape.jacobian`
-# turns on) and logs `Using a while_loop for converting ...` only at DEBUG level, which you
+# `tf.while_loop` over the rows (its `fallback_to_while_loop` option, on by default, which
+# `tape.jacobian` leaves on) and logs `Using a while_loop for converting ...` only at DEBUG level, which you
 # never see. The gradient of `tf.image.resize` (the op `ResizeBilinearGrad`) is one such
 # op. The Jacobian comes back, right, without a word:
 
@@ -649,8 +651,9 @@ for where, speedup in pfor_timing.speedups().items():
     print(f"{where:5s} speed-up of pfor (×):", np.round(speedup, 2))
 
 # %% [markdown]
-# Inside a `tf.function` pfor is at least as fast as the loop, and at $n = 256$ ten or more
-# times faster on the machine that built this notebook. Called eagerly, `tape.jacobian`
+# Inside a `tf.function` pfor is at least as fast as the loop, and its lead grows with $n$
+# (at $n = 256$ between 3× and 28× across seven runs on the machine that built this
+# notebook: on a shared machine the exact factor varies a lot from run to run). Called eagerly, `tape.jacobian`
 # converts the backward pass with pfor anew on *every* call, which costs tens to hundreds of
 # milliseconds whatever the size (the first row of times). So for a small Jacobian the plain
 # loop was faster there (a speed-up below 1 at $n = 16$), and pfor pulled ahead only as the
@@ -734,7 +737,8 @@ print("reverse over reverse:", gl.hvp(quad, xq, vq, method="reverse_over_reverse
 # %% [markdown]
 # How much does an HVP cost? A rule of thumb says "about two gradients": forward over
 # reverse carries a tangent along the gradient computation, reverse over reverse runs a
-# second backward pass through it. The next cell times a two-layer loss of 65 536 weights,
+# second backward pass through it. The next cell times a two-layer loss as a function of
+# its first layer's 65 536 weights ($256 \times 256$),
 # its gradient and both HVPs, each compiled. The four are called in turn, 30 rounds, and the
 # cell prints each one's time as a multiple of the gradient's in the same round (the
 # median over rounds; machine-dependent, so not compared):
@@ -745,9 +749,9 @@ for name, ratio in hvp_timing.relative().items():
     print(f"{name:26s} {ratio:5.2f} × the gradient's time")
 
 # %% [markdown]
-# On the machine that built this notebook, over several runs, both HVPs took about 1.5 to 2
-# times as long as one gradient: the rule of thumb holds. What matters more is the memory:
-# an HVP needs vectors the size of $x$, never the $n^2$ Hessian.
+# On the machine that built this notebook, over several runs, both HVPs took about 1.4 to
+# 2.5 times as long as one gradient: the rule of thumb holds. What matters more is the memory:
+# an HVP needs vectors the size of the 65 536 weights, never the $65\,536 \times 65\,536$ Hessian.
 
 # %% [markdown]
 # ## Explore Jacobians interactively
@@ -862,9 +866,22 @@ j_softmax = None  # your code here
 print(ch02.check_softmax_jacobian(j_softmax))
 
 # %% [markdown]
-# **2. Repair the source's loop.** Rewrite the source text's loop so that it really produces
-# the 3 × 3 Jacobian of `x**2`, keeping one `tape.gradient` call per element of `y`. The
-# check tells you what your result holds if it is not yet right.
+# **2. Repair the source's loop.** Here is the source text's loop again (it is run near the
+# top of this chapter, where every row comes back `None`):
+#
+# ```python
+# with tf.GradientTape(persistent=True) as tape:
+#     y = x**2
+# jacobian = []
+# for i in range(len(y)):
+#     grad = tape.gradient(y[i], x)
+#     jacobian.append(grad)
+# jacobian = tf.stack(jacobian)
+# ```
+#
+# Rewrite it so that it really produces the 3 × 3 Jacobian of `x**2`, keeping one
+# `tape.gradient` call per element of `y`. The check tells you what your result holds if it
+# is not yet right.
 
 # %%
 x = tf.Variable([1.0, 2.0, 3.0])
@@ -884,10 +901,9 @@ row_1 = None  # your code here
 print(ch02.check_jacobian_row(row_1, f, x3))
 
 # %% [markdown]
-# **4. Is `batch_jacobian` safe here?** Layer normalization normalizes each example over its
-# own features: $y_b = (x_b - \mathrm{mean}(x_b)) / \mathrm{std}(x_b)$. Decide whether
-# `batch_jacobian` gives the right blocks for it (`True` or `False`), then confirm with
-# `gl.cross_example_max`.
+# **4. Is `batch_jacobian` safe here?** Read the function `layer_norm` below: which axis
+# do its mean and variance run over? Decide whether `batch_jacobian` gives the right blocks
+# for it (`True` or `False`), then confirm with `gl.cross_example_max`.
 
 # %%
 def layer_norm(x):

@@ -113,13 +113,17 @@ print("traces of train_step:", train_step.experimental_get_tracing_count())  # 2
 
 # %% [markdown]
 # 610 calls, two traces. The second trace is not a retrace caused by the inputs (all the
-# batches have the same shape and dtype). On the first call `model` had no weights yet and
-# the optimizer had none of its own variables yet: its iteration counter and, for
-# optimizers with momentum or Adam, its **slots** (one extra variable per weight, such as
-# a momentum buffer). Both were created *inside* the function. When a
-# `tf.function` creates variables on its first call, TensorFlow traces it once to create
-# them and a second time to get a graph that only uses them. Build the model and the
-# optimizer first, and a single trace is enough:
+# batches have the same shape and dtype). On the first call `model` had no weights yet: a
+# `Sequential` given no input shape creates its kernel and bias the first time it sees
+# data, so they were created *inside* the function. When a `tf.function` creates variables
+# on its first call, TensorFlow traces it once to create them and a second time to get a
+# graph that only uses them. The optimizer played no part here. Keras creates an
+# optimizer's iteration counter and learning rate in its constructor, and plain SGD has no
+# other variables. With momentum or Adam it would: their **slots** (one extra variable per
+# weight, such as a momentum buffer) are created on the first `apply_gradients`, which
+# would then also happen inside the function, unless the optimizer is built first. Build
+# the model (and an optimizer with slots) before the first call, and a single trace is
+# enough:
 
 # %%
 def make_source_step(model, optimizer):
@@ -140,7 +144,7 @@ def fresh_model_and_optimizer(seed=0):
     model = tf.keras.Sequential([tf.keras.layers.Dense(10)])
     model.build((None, 784))  # create the weights now, outside any tf.function
     optimizer = tf.keras.optimizers.SGD(learning_rate=0.01)
-    optimizer.build(model.trainable_variables)  # and the optimizer's variables
+    optimizer.build(model.trainable_variables)  # and its slots (none for plain SGD, but harmless)
     return model, optimizer
 
 
@@ -150,6 +154,18 @@ y32 = tf.random.stateless_normal([32, 10], seed=[1, 1])
 for _ in range(10):
     built_step(x32, y32)
 print("traces when built first:", built_step.experimental_get_tracing_count())  # 1
+
+# %% [markdown]
+# What each optimizer holds, before and after `build`:
+
+# %%
+plain_sgd = keras.optimizers.SGD(learning_rate=0.01)
+print("a new SGD's variables:", [v.name for v in plain_sgd.variables])  # made by its constructor
+slot_model = keras.Sequential([keras.Input((784,)), keras.layers.Dense(10, kernel_initializer="zeros")])
+momentum_sgd = keras.optimizers.SGD(learning_rate=0.01, momentum=0.9)
+n_new = len(momentum_sgd.variables)
+momentum_sgd.build(slot_model.trainable_variables)
+print("momentum SGD's variables, new / built:", n_new, len(momentum_sgd.variables))  # 2 / 4: a slot per weight
 
 # %% [markdown]
 # ## Time eager, graph and XLA · 注意事项：图编译
@@ -197,7 +213,8 @@ for t in (graph_t, xla_t):
     print(f"{'':12s} first call costs as much as {t.first_s / t.steady_s:.3g} of its steady steps")
     saved = eager_t.steady_s - t.steady_s
     if saved > 0:
-        print(f"{'':12s} it pays back its first call after ~{(t.first_s - eager_t.steady_s) / saved:.3g} steps")
+        extra = max(t.first_s - eager_t.first_s, 0.0)  # its first call's cost beyond eager's first call
+        print(f"{'':12s} it pays back that extra first-call cost after ~{extra / saved:.3g} more steps")
 
 # %% [markdown]
 # Where does a graph's advantage come from? In eager mode Python dispatches each op: a
@@ -220,6 +237,30 @@ timings_big = [gl.time_step(fn, (x4096, y4096), warmup=2, repeats=15, name=name)
 print(gl.format_timings(timings_big))
 
 # %% [markdown]
+# The speed-up shrinks, but it may not fall all the way to 1x. Is the graph making the big
+# matrix multiplication itself faster? Time that one op alone, eagerly and as a
+# `tf.function`. A busy machine makes single timings noisy, so the cell alternates the two
+# and keeps each one's fastest call:
+
+# %% tags=["nbval-ignore-output"]
+w784 = tf.random.stateless_normal([784, 10], seed=[2, 2])
+matmul_fns = {"eager": tf.matmul, "tf.function": tf.function(tf.matmul)}
+fastest = {name: np.inf for name in matmul_fns}
+for _ in range(5):  # alternate the two, so that a busy moment of the machine hits both
+    for name, fn in matmul_fns.items():
+        timing = gl.time_step(fn, (x4096, w784), warmup=3, repeats=20, name=name)
+        fastest[name] = min(fastest[name], timing.times_s.min())
+for name, seconds in fastest.items():
+    print(f"{name:12s} fastest of 100 calls: {seconds * 1e3:.3g} ms")
+print(f"eager / tf.function: {fastest['eager'] / fastest['tf.function']:.2g}")  # about 1 or below: no gain
+
+# %% [markdown]
+# The lone matmul is no faster in a graph (a ratio of about 1, or below 1): a graph does not
+# make one large op faster. Whatever speed-up is left at batch 4096 comes from the rest of
+# the step: Keras's Python work on every layer call, and the ops around the large matmuls
+# (the loss, the gradient's smaller ops, the update), each dispatched from Python in eager
+# mode.
+#
 # Two lessons that hold whatever your numbers are:
 #
 # - the **first call** is a different kind of cost from the steady step. Time them apart,
@@ -292,9 +333,9 @@ print("\n".join(counted.log))
 
 # %% [markdown]
 # Two fixes. An `input_signature` declares the shapes once, with `None` for "any size";
-# calls that do not fit are an error instead of a silent retrace. `reduce_retracing=True`
-# lets TensorFlow generalise by itself: after a second shape it traces a graph for
-# `[None]`.
+# calls that do not fit are an error instead of a silent retrace (shown after the next
+# cell). `reduce_retracing=True` lets TensorFlow generalise by itself: after a second
+# shape it traces a graph for `[None]`.
 
 # %%
 signature = [tf.TensorSpec([None], tf.float32), tf.TensorSpec([], tf.float32)]
@@ -306,6 +347,17 @@ for n in [8, 16, 32, 8]:
 print("input_signature :", with_signature)  # 1 trace
 print("reduce_retracing:", relaxed)  # 2 traces: [8], then [None]
 print("\n".join(relaxed.log))
+
+# %% [markdown]
+# A call that does not fit the signature, a matrix where it declares a vector, is refused
+# before anything is traced:
+
+# %%
+try:
+    with_signature(tf.ones([2, 2]), tf.constant(1.0))
+except TypeError as err:
+    print(gl.error_summary(err).split(" Received args")[0])
+print("input_signature :", with_signature)  # 5 calls, still 1 trace
 
 # %% [markdown]
 # `reduce_retracing` does not help with Python numbers: those are constants in the graph,
@@ -494,8 +546,20 @@ except ValueError as err:
 # Fix: create models, optimizers and variables **outside** the function, once, and build
 # them before the first call (as `fresh_model_and_optimizer` does). Then no trace creates a
 # variable, and a step that later meets a new input shape simply retraces with the same
-# weights. (A Keras layer that is already built does not build again for a new shape: a
-# shape its weights do not fit is an ordinary shape error.)
+# weights. A Keras layer that is already built does not build again for a new shape: a
+# new batch size retraces and reuses the weights, and a shape its weights do not fit is an
+# ordinary shape error:
+
+# %%
+built_dense = keras.layers.Dense(3, kernel_initializer="ones", name="built_dense")
+built_dense.build((None, 4))
+dense_fn = tf.function(lambda x: built_dense(x))
+print("batch 2, batch 7:", dense_fn(tf.ones([2, 4])).shape, dense_fn(tf.ones([7, 4])).shape)  # (2, 3) (7, 3)
+print("traces:", dense_fn.experimental_get_tracing_count(), " weights:", len(built_dense.weights))  # 2, still 2
+try:
+    dense_fn(tf.ones([2, 5]))  # 5 features, but the kernel is 4 x 3
+except ValueError as err:
+    print(gl.error_summary(err))
 
 # %% [markdown]
 # ### Python side effects run only while tracing
@@ -609,9 +673,10 @@ for line in (run.stdout + run.stderr).splitlines():
 
 # %% [markdown]
 # The log says `Ignoring Assert operator`; about `check_numerics` it says nothing, and the
-# NaN from `sqrt(-1)` comes back. (On a GPU, newer TensorFlow versions compile
-# `CheckNumerics` into a real runtime check; this notebook runs on a CPU and shows what
-# TF 2.21 does there.) A check you rely on under XLA must therefore be part of the
+# NaN from `sqrt(-1)` comes back. (This notebook runs on a CPU and shows what TF 2.21
+# does there. XLA compiles these ops separately for each kind of device, so on a GPU the
+# result may differ: run the probe above on your own hardware before you rely on either
+# behaviour.) A check you rely on under XLA must therefore be part of the
 # computation: compute a boolean tensor and act on it, for example skip the update, and
 # return it so the caller can see it.
 
@@ -629,10 +694,12 @@ print("finite (XLA)  :", bool(tf.function(finite_flag, jit_compile=True)(zero_an
 # When a traced function misbehaves, `tf.config.run_functions_eagerly(True)` makes every
 # `tf.function` run its Python code on every call: `print` runs each time, `.numpy()`
 # works inside, and a debugger can stop on any line. For code made only of TensorFlow ops
-# the results are the same as the graph's; what changes is the speed, and everything that
-# is Python: side effects now run on every call, and values read from Python are read
-# afresh each time. Switch it off again afterwards (here in `finally`, so an error cannot
-# leave it on):
+# the results are the same as the graph's up to floating-point rounding: a graph may
+# combine ops differently, so the last bits can differ, and over many training steps such
+# differences can grow (chapter 04's capstone meets one). What changes is the speed, and
+# everything that is Python: side effects now run on every call, and values read from
+# Python are read afresh each time. Switch it off again afterwards (here in `finally`, so an
+# error cannot leave it on):
 
 # %%
 @tf.function
@@ -653,8 +720,9 @@ print("traces while eager:", debug_me.experimental_get_tracing_count())  # 0
 # %% [markdown]
 # Use it to find a bug, never to benchmark or to train: it gives up every graph
 # advantage measured above. That difference in the Python parts is also what makes it a
-# test for the trace-time traps above: if a function gives other results eagerly than
-# traced, the cause is Python that ran only while tracing (a frozen value, a side effect).
+# test for the trace-time traps above: if a function gives clearly other results eagerly
+# than traced, more than rounding in the last digits, the cause is usually Python that ran
+# only while tracing (a frozen value, a side effect).
 
 # %% [markdown]
 # ## Put it together: a training loop to keep
@@ -691,17 +759,20 @@ print("layers:", gl.layer_names(net))
 
 # %%
 for i in range(60):
+    before = [v.numpy().astype(np.float64) for v in net.trainable_variables]
     out = step(*regression_data(64, seed=i))
     if i % 15 == 0 or i == 59:
+        moved = np.sqrt(sum(np.sum((v.numpy() - b) ** 2) for v, b in zip(net.trainable_variables, before, strict=True)))
         norms = {k: f"{v.numpy():.3g}" for k, v in out["grad_norms"].items()}
         print(f"step {i:2d} loss {out['loss'].numpy():.3g}  global norm {out['global_norm'].numpy():.3g} "
-              f"→ applied {out['clipped_norm'].numpy():.3g}  {norms}")
+              f"→ applied {out['clipped_norm'].numpy():.3g}, moved {moved:.3g}  {norms}")
 print("traces:", gl.tracing_count(step))  # 1 for 60 steps
 
 # %% [markdown]
 # Whenever the raw global norm was above 5, the gradient actually applied was rescaled to a
 # global norm of exactly 5, in the same direction, so SGD moved the weights by
-# $0.05 \times 5 = 0.25$; a gradient whose norm was below 5 passed unchanged. The
+# $0.05 \times 5 = 0.25$ (the `moved` column: the length of the change of all weights);
+# a gradient whose norm was below 5 passed unchanged, and moved them by 0.05 times its norm. The
 # loss still fell: clipping limits the size of a step, not where it goes. Now a batch with
 # a NaN in it, the way a corrupt record would arrive:
 
@@ -770,7 +841,8 @@ norm_logger.plot(title="Per-layer gradient norms, last batch of each epoch")
 # ### A callback for any model
 #
 # For a model you did not write, `gl.GradNormLogger(probe=(x, y))` measures the gradient
-# of the compiled loss on a fixed probe batch with its own `GradientTape`, at the end of
+# of the compiled loss on a fixed probe batch with its own `GradientTape` (in inference
+# mode, `training=False`, so dropout adds no noise), at the end of
 # every epoch (or every `every_n` batches with `every="batch"`). Because the batch is
 # fixed, the curves show how the model changes, not how batches differ.
 #

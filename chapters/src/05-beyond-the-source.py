@@ -93,13 +93,24 @@ print("forward std of h at layers 1, 10, 50, 100:", [f"{stds[i]:.3g}" for i in (
 print(f"std² at layer 100: {stds[-1] ** 2:.3g}  (float32 max {float(np.finfo(np.float32).max):.3g})")
 print(f"loss: {blowup.loss}; {blowup.status}: {int(np.sum(~np.isfinite(blowup.signal_norms)))} layers "
       "with a NaN/inf signal")
+sig = blowup.signal_norms
+bad = np.flatnonzero(~np.isfinite(sig)) + 1
+print(f"signal ||dL/dz|| at layer 100: {sig[-1]:.3g}, at layer 18: {sig[17]:.3g}; non-finite layers {bad.min()}..{bad.max()}")
 
 # %% [markdown]
+# The loss is inf, but its gradient at the output, $2(\hat y - y)/N$, is finite: the signal
+# starts near $10^{22}$ at layer 100. Going back, the residual signal grows further; at layer
+# 17 its elements pass float32's maximum (the layer-18 norm, taken in float64 over 8192
+# elements, is already above it while each element is not), and sums of $+\infty$ and $-\infty$ in the next
+# matmuls make it NaN in every layer below.
+#
 # Three fixes. **Normalize** the pre-activation, so every branch starts from unit scale
 # (below), or **scale the branch**: multiply its output by a small factor such as
-# $1/\sqrt{D}$, or initialize its last layer at zero, so that each block starts as the
-# identity (Fixup, SkipInit, and the zero-initialized last BatchNorm γ of each ResNet block
-# do this). In plain TensorFlow, the forward std after 100 blocks:
+# $1/\sqrt{D}$ (each block then adds only a little variance), or by a learnable factor
+# that starts at zero, so that each block starts as the identity (SkipInit's scalar α; Fixup
+# zero-initializes the last layer of each branch, and ResNets often zero-initialize the last
+# BatchNorm γ of each block, to the same end). In plain TensorFlow, the forward std after
+# 100 blocks:
 
 # %%
 def forward_std(branch_scale: float, depth: int = 100) -> float:
@@ -113,8 +124,27 @@ for scale, label in [(1.0, "1 (plain)"), (0.1, "1/sqrt(100)"), (0.0, "0 (zero-in
     print(f"branch scale {label:<22}: std of h after 100 blocks = {forward_std(scale):.3g}")
 
 # %% [markdown]
-# A zero branch makes each block the identity at the start: the gradient then reaches layer 1
-# unchanged, and training grows the branches from there. With normalization instead:
+# A zero branch makes each block the identity at the start: the gradient reaches the input
+# unchanged. A *fixed* factor 0 would also block every weight gradient, though, so the factor
+# must be learnable (SkipInit's α, one per block): its gradient is not 0, and once α moves,
+# the branch weights get gradients too.
+
+# %%
+alphas = tf.Variable(tf.zeros([100]))  # SkipInit: one learnable branch scale per block, at 0
+kernels = engine.kernels("he_normal")[:100]
+with tf.GradientTape() as tape:
+    tape.watch([engine.x, kernels])
+    h = engine.x
+    for i in range(100):
+        h = h + alphas[i] * tf.nn.relu(h @ kernels[i])
+    h_out = tf.identity(h)  # the last block's output, h_100
+    loss = tf.reduce_mean(tf.square(h_out @ engine.out_kernel - engine.y))
+d_x, d_out, d_alpha, d_w = tape.gradient(loss, [engine.x, h_out, alphas, kernels])
+print(f"max |dL/dx - dL/dh_100|: {float(tf.reduce_max(tf.abs(d_x - d_out))):.3g}")  # 0: unchanged
+print(f"||dL/dalpha||: {gl.true_norm(d_alpha):.3g}, ||dL/dW||: {gl.true_norm(d_w):.3g}")  # W waits for α
+
+# %% [markdown]
+# With normalization instead:
 
 # %%
 for norm in ("layer", "batch"):
@@ -136,9 +166,15 @@ for norm in ("layer", "batch"):
 for norm in ("none", "batch", "layer"):
     r = engine.report(50, "sigmoid", "glorot_uniform", norm=norm)
     print(f"norm={norm:<5}: ratio {r.ratio:.3g}, gain {r.gain:.3g} per layer → {r.status}")
+s = engine.report(50, "sigmoid", "glorot_uniform", norm="batch").signal_norms
+print(f"batch norm signal: layer 1 {s[0]:.3g}, layer 2 {s[1]:.3g}, layer 50 {s[-1]:.3g}")
 
 # %% [markdown]
-# Batch norm rescues it, layer norm does not. Why: a sigmoid's output has mean 0.5, so every
+# Batch norm rescues it, layer norm does not. Batch norm's ratio of 1.1 mixes two effects,
+# though: layer 1 sits about 5× below layer 2 (its input $x$ has variance 1, where every later
+# layer's input has the sigmoid's variance of about 0.04, so the batch spread it divides by is
+# about 5× larger), and from layer 2 on the signal *grows* about 5.6× towards the input.
+# Nothing vanishes; the growth comes back below. Why the two norms differ: a sigmoid's output has mean 0.5, so every
 # pre-activation $z_j = \sum_k h_k W_{kj}$ carries a large offset $0.5\sum_k W_{kj}$ that is the
 # same for every example. Batch norm subtracts it per feature and divides by the *spread over
 # the batch* (about $\sqrt{\mathrm{Var} f}$), which cancels the small sigmoid slope: the per-layer
@@ -151,14 +187,16 @@ ef, vf, d2 = gl.gaussian_moments("sigmoid", 1.0)  # E f, Var f, E f'² for z ~ N
 print(f"sigmoid: E f = {ef:.3f}, Var f = {vf:.4f}, E f'^2 = {d2:.4f}")
 print(f"batch-norm gain sqrt(E f'^2 / Var f) = {np.sqrt(d2 / vf):.3f}")
 print(f"layer-norm gain sqrt(E f'^2 / E f^2) = {np.sqrt(d2 / (vf + ef**2)):.3f}")
+ef_t, vf_t, d2_t = gl.gaussian_moments("tanh", 1.0)
+print(f"tanh: layer-norm gain sqrt(E f'^2 / E f^2) = {np.sqrt(d2_t / (vf_t + ef_t**2)):.3f}")
 
 # %% [markdown]
 # Normalization is not a cure-all at initialization, though. With tanh, whose output has mean
 # 0, both norms make the signal *grow* towards the input, because they divide by a spread smaller
 # than the slope they multiply by (layer norm's gain $\sqrt{E[f'^2]/E[f^2]} \approx 1.08$ for
 # tanh). Yang et al. (2019, *A mean field theory of batch normalization*) show that batch norm
-# makes gradients explode with depth at initialization; the next cell shows it, and how much
-# worse it gets with a small batch.
+# makes gradients explode with depth at initialization, whatever the initialization or the
+# activation; the batch-size cell below shows it, and how much worse it gets with a small batch.
 
 # %% [markdown]
 # ### Training versus inference
@@ -179,11 +217,14 @@ print("moving mean after one training call:", np.round(bn.moving_mean.numpy(), 3
 # %% [markdown]
 # A model evaluated right after a few training steps therefore sees a very different network
 # from the one its gradients were computed for. Batch norm also depends on the batch size: the
-# statistics of a small batch are noisy, and with 2 examples every normalized feature is ±1.
+# statistics of a small batch are noisy, and with 2 examples every normalized feature is about
+# ±1 (exactly ±1 but for the ε = 0.001 added to the variance), whatever the data.
 # Layer norm does not look at the other examples at all (its numbers change only because the
 # data does). tanh with Glorot weights, depth 50:
 
 # %%
+two = tf.random.stateless_normal([2, 6], seed=[1, 2])
+print("batch of 2, normalized:\n", np.round(keras.layers.BatchNormalization()(two, training=True).numpy(), 3))
 for batch_size in (2, 8, 128):
     small = gl.MLPGradientEngine(batch_size=batch_size, max_depth=50)
     cells = []
@@ -193,21 +234,26 @@ for batch_size in (2, 8, 128):
     print(f"batch {batch_size:>3}: " + "; ".join(cells))
 
 # %% [markdown]
+# At batch 128 the two norms grow about equally, and about as the per-unit gain predicts
+# ($1.085^{49} \approx 55$). Batch norm's own explosion appears as the batch shrinks.
+
+# %% [markdown]
 # ## Mixed precision · 混合精度
 #
 # float16 has 5 exponent bits: its largest value is 65504, its smallest normal number
 # $2^{-14} \approx 6.1\times10^{-5}$, its smallest subnormal $2^{-24} \approx 6\times10^{-8}$.
-# Anything smaller rounds to 0. bfloat16 keeps float32's 8 exponent bits (same range) and has
-# only 8 bits of precision.
+# Values below half of that, $2^{-25} \approx 3\times10^{-8}$, round to 0, and values near it keep
+# only a bit or two (1e-7 becomes $2\cdot2^{-24}$). bfloat16 keeps float32's 8 exponent bits
+# (same range) and has only 8 significant bits (7 stored), 2 to 3 decimal digits.
 
 # %%
 for dt in (np.float16, np.float32):
     fi = np.finfo(dt)
     print(f"{fi.dtype}: max {float(fi.max):.4g}, smallest normal {float(fi.tiny):.3g}, "
           f"smallest subnormal {float(fi.smallest_subnormal):.3g}")
-tiny = tf.constant([1e-8, 1e-7, 1e-30])
-print("1e-8, 1e-7, 1e-30 as float16 :", tf.cast(tiny, tf.float16).numpy())
-print("1e-8, 1e-7, 1e-30 as bfloat16:", tf.cast(tf.cast(tiny, tf.bfloat16), tf.float32).numpy())
+tiny = tf.constant([1e-8, 1e-7, 1e-30, 1 / 3])
+print("1e-8, 1e-7, 1e-30, 1/3 as float16 :", tf.cast(tf.cast(tiny, tf.float16), tf.float32).numpy())
+print("1e-8, 1e-7, 1e-30, 1/3 as bfloat16:", tf.cast(tf.cast(tiny, tf.bfloat16), tf.float32).numpy())
 
 # %% [markdown]
 # A gradient of a sigmoid stack shrinks by about 4 per layer, so in float16 its early layers
@@ -226,13 +272,15 @@ for dtype, scale in [("float32", 1), ("float16", 1), ("float16", 2**15), ("bfloa
 # **Loss scaling** multiplies the loss by $S$ before the backward pass, so every gradient is
 # $S$ times larger and stays inside float16's range; the float32 weight gradients are divided
 # by $S$ afterwards. $2^{15}$ rescues 14 layers, but at depth 17 even that is not enough, and too
-# large a scale overflows the last layers (65504 is float16's maximum):
+# large a scale overflows the last layer (65504 is float16's maximum); the inf then turns into
+# NaN in every earlier layer ($\infty \cdot 0$ and $\infty - \infty$ in the backward pass):
 
 # %%
 for depth, scale in [(16, 2**15), (17, 2**15), (14, 2**24)]:
     r = engine.report(depth, "sigmoid", "glorot_uniform", dtype="float16", loss_scale=scale)
-    print(f"depth {depth}, scale 2^{int(np.log2(scale))}: zero layers {int(np.sum(r.signal_norms == 0))}, "
-          f"status {r.status}")
+    s = r.signal_norms
+    print(f"depth {depth}, scale 2^{int(np.log2(scale))}: zero layers {int(np.sum(s == 0))}, "
+          f"inf layers {int(np.sum(np.isinf(s)))}, NaN layers {int(np.sum(np.isnan(s)))}, status {r.status}")
 
 # %% [markdown]
 # ### In Keras 3
@@ -240,7 +288,9 @@ for depth, scale in [(16, 2**15), (17, 2**15), (14, 2**24)]:
 # `keras.mixed_precision.set_global_policy("mixed_float16")` makes every new layer compute in
 # float16 and keep float32 variables. Keep the output layer in float32 (`dtype="float32"`,
 # which `gl.build_mlp` does under a mixed policy), so the loss is computed in float32.
-# `fit` scales the loss by itself; in a custom loop, wrap the optimizer in a
+# `compile` wraps the optimizer in a `LossScaleOptimizer` by itself when the model was built
+# under `mixed_float16` (the model keeps the policy it was built with), and `fit` then scales the
+# loss; in a custom loop, wrap the optimizer in a
 # `LossScaleOptimizer`, multiply the loss with `optimizer.scale_loss(loss)` inside the tape, and
 # pass the scaled gradients to `apply_gradients`, which divides them by the scale, skips a
 # step whose gradients are not finite, and adjusts the scale (dynamic loss scaling). Older
@@ -255,7 +305,13 @@ finally:
     keras.mixed_precision.set_global_policy("float32")  # every later layer is float32 again
 print("hidden layer:", model.layers[0].compute_dtype, "compute,", model.layers[0].variable_dtype, "variables")
 print("output layer:", model.layers[-1].compute_dtype)
-print("scale_loss:", hasattr(optimizer, "scale_loss"), "· get_scaled_loss:", hasattr(optimizer, "get_scaled_loss"))
+print("scale_loss:", hasattr(optimizer, "scale_loss"), "· get_scaled_loss:", hasattr(optimizer, "get_scaled_loss"),
+      "· get_unscaled_gradients:", hasattr(optimizer, "get_unscaled_gradients"))
+print("initial loss scale:", optimizer.initial_scale)  # 2^15 = 32768
+fit_model = gl.build_mlp(3, activation="sigmoid")  # built under float32: compile does not wrap
+model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+fit_model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+print("compile under mixed_float16:", type(model.optimizer).__name__, "· under float32:", type(fit_model.optimizer).__name__)
 
 # %%
 x, y = engine.x, engine.y
@@ -268,9 +324,22 @@ print(f"layer-1 kernel gradient (still scaled): {gl.true_norm(grads[0]):.3g}")
 _ = optimizer.apply_gradients(zip(grads, model.trainable_variables))  # unscales, then SGD
 
 # %% [markdown]
-# bfloat16 (`mixed_bfloat16`, the TPU default) has float32's exponent range, so gradients do
-# not underflow before float32's would, and it needs no loss scaling; what it gives up is
-# precision (about 3 significant digits).
+# What `apply_gradients` does with a non-finite gradient, inside a `tf.function` as in `fit`:
+
+# %%
+v = keras.Variable([1.0, 2.0])
+demo = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(1.0))
+apply = tf.function(lambda g: demo.apply_gradients([(g, v)]))
+apply(tf.constant([np.inf, 1.0]))
+print("after an inf gradient:", v.numpy(), "· steps", int(demo.iterations), "· scale", float(demo.dynamic_scale))
+apply(tf.constant([16384.0, 16384.0]))  # 2^14 · the true gradient [1, 1]
+print("after a finite one   :", v.numpy(), "· steps", int(demo.iterations), "· scale", float(demo.dynamic_scale))
+
+# %% [markdown]
+# bfloat16 (`mixed_bfloat16`, the policy recommended on TPUs) has float32's exponent range, so
+# gradients do not underflow before float32's would (the bfloat16 row above keeps every
+# layer), and it needs no loss scaling; what it gives up is precision (2 to 3 significant
+# digits: 1/3 became 0.334).
 
 # %% [markdown]
 # ## The theory curve · 理论曲线
@@ -300,10 +369,21 @@ for act, init, mode in cases:
     print(f"{act:<8} {init:<15} {str(mode):<38} ratio measured {r.ratio:.3g}, predicted {pred}")
 
 # %% [markdown]
-# Within a decade where the assumptions hold. Batch norm is the exception: the recursion
-# predicts a flat signal, while the measured one grows towards the input. The units of a deep
-# network are correlated across the batch, and batch norm's statistics see those correlations;
-# the mean field assumes them away.
+# Within a factor of 2 in every float32 mode but one. Batch norm is the exception, and its
+# printed ratio hides it:
+# both curves have the small layer 1 seen above, but from layer 2 on the recursion predicts
+# an almost flat signal while the measured one grows towards the input:
+
+# %%
+r = engine.report(50, "sigmoid", "glorot_uniform", norm="batch")
+m, p = r.signal_norms, r.predicted_signal
+print(f"batch norm, layer 2 / layer 50: measured {m[1] / m[-1]:.3g}, predicted {p[1] / p[-1]:.3g}")
+
+# %% [markdown]
+# The recursion follows one unit of one example at a time. Batch norm's backward pass couples
+# the examples of the batch (every output depends on the batch mean and variance); Yang et al.
+# (2019) keep the whole batch in their mean-field theory, and that coupling is what makes the
+# gradient grow.
 
 # %% [markdown]
 # ## The explorer with the new controls · 交互探索
@@ -344,8 +424,11 @@ for key in presets.PRESETS:
 
 # %% [markdown]
 # **He et al. 2015.** A ReLU zeroes half its inputs, so with Xavier's $\mathrm{Var}W = 1/n$
-# every layer halves the variance: over 29 layers the signal shrinks by $2^{-14.5}$. He
-# initialization ($2/n$) keeps it.
+# every layer halves the variance (the paper's derivation). Over 29 layers the signal then
+# shrinks by $2^{-14.5}$: that number is derived from the paper's variance argument; the paper's
+# own evidence is that a 30-layer ReLU network stalls with Xavier and trains with theirs. He
+# initialization ($2/n$) keeps the signal within a factor of 2 here (measured 0.58: width 64 is
+# not infinite).
 
 # %%
 ex.set(preset="he2015_xavier")
@@ -357,8 +440,10 @@ ex.snapshot()
 
 # %% [markdown]
 # **Glorot & Bengio 2010.** The "standard" $U[\pm 1/\sqrt{n}]$ has $n\,\mathrm{Var}W = 1/3$;
-# their normalized initialization has 1. The measured gains are below the linear-regime
-# numbers because $E[\tanh'(z)^2] < 1$ once $z$ is not small.
+# their normalized initialization has 1 (both from the paper). The per-layer gains
+# $1/\sqrt{3} \approx 0.577$ and 1 are derived from the paper's variance argument in the linear
+# regime; the measured gains (0.489 and 0.737) are lower because $E[\tanh'(z)^2] < 1$ once $z$
+# is not small.
 
 # %%
 ex.set(preset="glorot2010_standard")
@@ -370,7 +455,8 @@ ex.snapshot()
 
 # %% [markdown]
 # **Saxe et al. 2014** and **Pennington et al. 2017.** Orthogonal weights preserve the norm
-# exactly in a linear network; with tanh the gain stays just below 1 (near isometry).
+# exactly in a linear network (measured ratio 1); with tanh the gain stays just below 1
+# (0.975: near isometry, though over 99 layers that still adds up to a factor of 0.08).
 
 # %%
 ex.set(preset="saxe2014")
@@ -390,7 +476,10 @@ ex.snapshot()
 
 # %% [markdown]
 # **He et al. 2016 / Balduzzi et al. 2017.** The skip's identity term carries the gradient to
-# every layer (the plain network: ratio about 1e-31, above).
+# every layer (the plain network: ratio about 1e-31, above). The paper value 1 is that identity
+# term alone, derived from He et al.'s equation; the branches add to it (measured 9.4).
+# Balduzzi et al. make the related point that skips keep the gradients of nearby inputs
+# correlated instead of "shattered".
 
 # %%
 ex.set(preset="he2016_residual")
@@ -398,7 +487,9 @@ ex.snapshot()
 
 # %% [markdown]
 # **Micikevicius et al. 2018.** float16 loses the early layers; a loss scale of $2^{15}$ (the
-# default initial scale of Keras's `LossScaleOptimizer`) brings them back.
+# default initial scale of Keras's `LossScaleOptimizer`, printed above, and the top of the
+# 8 to 32K range the paper reports using) brings them back. The paper values 1 and 0 are
+# our yes/no version of the paper's point, not numbers from it.
 
 # %%
 ex.set(preset="micikevicius2018_fp16")
@@ -413,16 +504,16 @@ ex.snapshot()
 #
 # - A skip connection adds the identity to each layer's backward factor: a residual sigmoid
 #   stack of depth 50 keeps its gradient (ratio about 9) where the plain one loses 31 decades.
-# - Without normalization a residual ReLU stack with He weights doubles its variance per block
-#   and overflows float32 by depth 100; layer norm, batch norm, or a scaled or zero-initialized
-#   branch fix it.
+# - Without normalization a residual ReLU stack with He weights at least doubles its variance
+#   per block (std $10^{22}$ at block 100) and overflows float32; layer norm, batch norm, or a
+#   scaled branch (a learnable one, if it starts at 0) fix it.
 # - Batch norm uses the batch's statistics in training and moving averages in inference, and
 #   it depends on the batch size; layer norm does neither. Normalization can rescue a vanishing
 #   signal (sigmoid + batch norm) but also make it grow (tanh, small batches).
-# - float16 gradients below $2^{-24}$ are exactly 0. Scale the loss (`LossScaleOptimizer`,
+# - float16 gradients below $2^{-25}$ are exactly 0. Scale the loss (`LossScaleOptimizer`,
 #   `scale_loss` in a custom loop), keep the output layer in float32, or use bfloat16.
-# - The variance recursion predicts the signal within a decade in the plain and residual modes;
-#   it misses batch norm's correlations and does not model float16 rounding.
+# - The variance recursion predicts the signal within a factor of 2 in the plain and residual modes;
+#   it misses batch norm's coupling of the examples and does not model float16 rounding.
 
 # %% [markdown]
 # ## Exercises

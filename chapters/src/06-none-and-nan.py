@@ -125,11 +125,13 @@ two.build((None, 4))
 with tf.GradientTape() as tape:
     loss = tf.reduce_mean(tf.square(y - two(x)))
 grads = tape.gradient(loss, two.trainable_variables)
+aux_before = two.aux.kernel.numpy().copy()
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     keras.optimizers.SGD(0.01).apply_gradients(zip(grads, two.trainable_variables))
 for w in caught:
     print(f"{w.category.__name__}: {w.message}")
+print("aux kernel changed by the step?", not np.array_equal(aux_before, two.aux.kernel.numpy()))  # False
 
 # %% [markdown]
 # The hint about `model.compile()` does not apply here: the loss is fine, the model is not.
@@ -142,12 +144,14 @@ for p in report.problems:
 
 # %% [markdown]
 # **Fix.** Use the layer in `call` (exercise 2), or delete it. Training with the warning is
-# not harmless: the forgotten layer's weights never change, and nothing else tells you.
+# not harmless: the forgotten layer's weights never change (the last line above), and only
+# this warning tells you.
 #
 # ### "None values not supported"
 #
 # If your own training step does something with each gradient, a `None` reaches a
-# TensorFlow op. Inside a `tf.function` (as in every Keras `train_step`) the message is
+# TensorFlow op. Inside a `tf.function` (as in a Keras `train_step` under `fit`, unless
+# `run_eagerly=True`) the message is
 # "None values not supported"; run eagerly, the same mistake reads differently:
 
 # %%
@@ -350,9 +354,12 @@ tuned = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8), keras.layers
 bn = tuned.get_layer("bn")
 print("trainable variables:", len(tuned.trainable_variables))  # 6
 bn.trainable = False
-print("with bn frozen:", len(tuned.trainable_variables))  # 4: gamma and beta left
+print("with bn frozen:", len(tuned.trainable_variables))  # 4: gamma and beta are no longer in the list
 shifted = 5.0 * x + 3.0
 before = bn.moving_mean.numpy().copy()
+h = tuned.layers[0](shifted)
+print("frozen bn: training=True gives the inference output?",
+      np.allclose(bn(h, training=True), bn(h, training=False)))  # True
 tuned(shifted, training=True)
 print("frozen bn, training=True: moving mean changed?", not np.allclose(before, bn.moving_mean.numpy()))  # False
 bn.trainable = True
@@ -386,7 +393,14 @@ except (AttributeError, NotImplementedError) as err:
 
 # %% [markdown]
 # **Fix.** Use the TensorFlow op (`tf.tanh`, or `keras.ops.tanh`). An integer variable
-# (`tf.Variable(3)`) never gets a gradient either; the cause then says "integer dtype".
+# (`tf.Variable(3)`) never gets a gradient either; the cause then says "integer dtype":
+
+# %%
+count = tf.Variable(3)
+with tf.GradientTape() as tape:
+    out = 2.0 * tf.cast(count, tf.float32)
+print("gradient:", tape.gradient(out, count))  # None
+print(gl.explain_none_gradients(lambda: 2.0 * tf.cast(count, tf.float32), [count])[0])
 
 # %% [markdown]
 # ## Avoid the NaN traps
@@ -561,17 +575,21 @@ finally:
 # It stops at the `Pow` in the forward pass, the unselected branch, before the loss is even
 # computed: the NaN exists there even though the loss never uses it. `gl.find_nonfinite_source`
 # runs exactly this, and tells the forward from the backward pass. For `sqrt(x²)` at 0 the
-# forward pass is finite and the NaN is born in the gradient of `Sqrt`:
+# forward pass is finite; the first non-finite value is an inf born in the gradient of `Sqrt`,
+# and it turns into NaN when the chain rule multiplies it by the derivative of `x²`, 2x = 0:
 
 # %%
 print(gl.find_nonfinite_source(lambda: tf.reduce_sum(tf.sqrt(xs_var * xs_var)), [xs_var]))
+with tf.GradientTape() as tape:
+    out = tf.reduce_sum(tf.sqrt(xs_var * xs_var))
+print("gradient of sum(sqrt(x²)) at [-4, 0, 4]:", tape.gradient(out, xs_var).numpy())  # [-1 nan 1]
 
 # %% [markdown]
 # ### Debugger V2: a dump to look at in TensorBoard
 #
 # `tf.debugging.experimental.enable_dump_debug_info(folder)` records, instead of raising,
-# every executed op and graph, the source files and stack traces, and a summary of every
-# tensor a `tf.function` computes. We write it to a temporary folder:
+# every eagerly executed op and function call, the graphs, the source files and stack traces,
+# and a summary of the tensors computed inside the traced graph. We write it to a temporary folder:
 
 # %%
 dump_dir = tempfile.mkdtemp(prefix="gradlab-dbg-")
@@ -596,9 +614,16 @@ for record in tf.data.TFRecordDataset(os.path.join(dump_dir, traces)):
     health = tf.make_ndarray(trace.tensor_proto)
     print(f"{trace.op_name:22s} elements {int(health[1])}  -inf {int(health[2])}  +inf {int(health[3])}  "
           f"NaN {int(health[4])}")
+execution = next(name for name in os.listdir(dump_dir) if name.endswith(".execution"))
+calls = [debug_event_pb2.DebugEvent.FromString(r.numpy()).execution.op_type
+         for r in tf.data.TFRecordDataset(os.path.join(dump_dir, execution))]
+print("function calls:", [name[: name.index("<lambda>") + len("<lambda>")] for name in calls])
 
 # %% [markdown]
-# The `Pow` row has 1 NaN. To browse such a dump, run `tensorboard --logdir <folder>` and
+# The `Pow` row has 1 NaN. All eight rows are ops of the *forward* function: the backward
+# function that `tape.gradient` ran appears in the `execution` file as one call, but its
+# tensors get no rows here, so this dump shows where the forward NaN is born, not how the
+# gradient became NaN (`find_nonfinite_source` above covers the backward pass). To browse such a dump, run `tensorboard --logdir <folder>` and
 # open the **Debugger V2** tab: it lists the alerts (the first NaN or inf and the op that
 # produced it), the graph, and the line of your source that created each op. The
 # `FULL_HEALTH` mode records more per tensor; `NO_TENSOR` only which ops ran. We delete the
@@ -661,7 +686,8 @@ print("sign:", sign_ste(t).numpy(), " gradient:", tape.gradient(out, t).numpy())
 # ### A stable backward pass, and a clipped one
 #
 # TensorFlow's own example is `log(1 + eˣ)`, whose naive gradient `eˣ / (1 + eˣ)` is
-# `inf / inf` = NaN for large x. A custom gradient can use the stable form `1 - 1 / (1 + eˣ)`:
+# evaluated by the tape as `1 / (1 + eˣ) · eˣ` = `0 · inf` = NaN once `eˣ` overflows (x = 100). A
+# custom gradient can use the stable form `1 - 1 / (1 + eˣ)`:
 
 # %%
 @tf.custom_gradient
@@ -831,7 +857,8 @@ print(ch06.check_uses_every_layer(fixed, x))
 
 # %% [markdown]
 # **3. Skip the `None` pairs.** Write `drop_none(grads, variables)` that returns the list of
-# `(gradient, variable)` pairs whose gradient is not `None`, in order. (Useful for a model
+# `(gradient, variable)` pairs whose gradient is not `None`, in order (a gradient of exactly
+# 0 is not `None`: keep it). (Useful for a model
 # whose frozen parts you leave out on purpose; for a bug, fix the cause instead.)
 
 # %%

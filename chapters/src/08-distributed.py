@@ -43,15 +43,17 @@ print(tf.config.list_logical_devices("CPU"))
 # %% [markdown]
 # Once the devices exist, they cannot be changed any more. Asking for a different split now
 # (three devices), after the first op, is the error that tutorials' set-up cells meet when
-# anything has touched TensorFlow before them. (Asking again for the split that is already
-# there, two devices, is accepted silently.)
+# anything has touched TensorFlow before them. Asking again for the split that is already
+# there, two devices, is accepted silently:
 
 # %%
+cpu = tf.config.list_physical_devices("CPU")[0]
 try:
-    cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 3)
 except RuntimeError as err:
-    print("RuntimeError:", err)
+    print("three devices: RuntimeError:", err)
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+print("two devices again: accepted;", len(tf.config.list_logical_devices("CPU")), "logical CPUs")  # 2
 
 # %% [markdown]
 # ## Mirror a model on two devices
@@ -166,12 +168,16 @@ for i, grads in enumerate(local):
 
 # %% [markdown]
 # Clipping each replica's part to 0.5 before summing makes two vectors of length at most
-# 0.5 and adds them: the applied gradient is longer than 0.5 and points in a different
-# direction than the single-device one.
+# 0.5 and adds them: the applied gradient is longer than 0.5 (0.885 here, 77% too long) and
+# points in a slightly different direction than the single-device one (a cosine below 1):
 
 # %%
 clipping = gl.compare_clipping(strategy, model, x, y, clip_norm=0.5)
 print(clipping)
+clip_before = [tf.add_n(parts) for parts in zip(*[tf.clip_by_global_norm(g, 0.5)[0] for g in local])]
+cosine = sum(float(tf.reduce_sum(a * b)) for a, b in zip(clip_before, single)) / (
+    float(tf.linalg.global_norm(clip_before)) * float(tf.linalg.global_norm(single)))
+print(f"cosine(clip before the all-reduce, one-device gradient) = {cosine:.4f}")
 
 # %% [markdown]
 # ## What `clipnorm` and `global_clipnorm` do under `fit`
@@ -197,7 +203,8 @@ for label, optimizer in runs.items():
 
 # %% [markdown]
 # Without clipping, `fit` under the strategy matches one device to float rounding. So does a
-# clip that never binds (the gradient norms here stay below 2, far from 100). A clip that binds does **not** match: in Keras 3.15 the optimizer
+# clip that never binds (the gradient norms in this chapter are between 0.4 and 1.7, far from
+# 100). A clip that binds does **not** match: in Keras 3.15 the optimizer
 # clips the gradients it is given, and its TensorFlow backend sums them across replicas
 # only afterwards, in the update step. `fit` hands each replica's gradient to the optimizer
 # separately, so `clipnorm` and `global_clipnorm` clip per replica, before the all-reduce,
@@ -266,7 +273,8 @@ for name, opt in (("SGD", lambda **kw: SGD(0.1, **kw)), ("Adam", lambda **kw: ke
 # Under `MirroredStrategy`, Keras 3.15 cannot run it: the optimizer chooses between
 # "accumulate" and "update" with a `cond`, and the update branch contains the all-reduce,
 # a synchronisation point that `tf.distribute` does not allow inside a `cond` in a replica.
-# Known since Keras 2 ([keras#17429](https://github.com/keras-team/keras/issues/17429)):
+# A hand-written accumulation with a `tf.cond` met the same error in Keras 2
+# ([keras#17429](https://github.com/keras-team/keras/issues/17429)):
 
 # %%
 print(gl.compare_accumulation(x, y, lambda **kw: SGD(0.1, **kw), steps=2, strategy=strategy))
@@ -296,9 +304,9 @@ print(json.dumps(tf_config))
 # `gl.run_workers(2)` starts two Python processes on this machine (127.0.0.1, two free
 # ports), each running `gradlab/distribute_worker.py` with its own `TF_CONFIG`. Each worker
 # creates `tf.distribute.MultiWorkerMirroredStrategy()` *before* running any op (collective
-# ops must be configured at program start, so the script imports TensorFlow before
-# gradlab), runs `gl.train_toy` on its half of every global batch of 16, and prints its
-# losses, gradient norms and final weights as JSON. The workers are killed if they take
+# ops must be configured at program start, so the script creates the strategy before
+# it imports gradlab, whose import runs an op), runs `gl.train_toy` on its half of every
+# global batch of 16, and prints its losses, gradient norms and final weights as JSON. The workers are killed if they take
 # longer than the timeout. Then the same training runs here, in one process on one device:
 
 # %%
@@ -332,7 +340,7 @@ print(workers)
 #   [*Large Scale Distributed Deep Networks*](https://papers.nips.cc/paper/4687-large-scale-distributed-deep-networks)),
 #   but staleness acts like added momentum, so the learning rate and momentum that suit
 #   synchronous training can be too large (Mitliagkas et al., 2016,
-#   [*Asynchrony begets momentum*](https://arxiv.org/abs/1605.09774));
+#   [*Asynchrony begets momentum*](https://arxiv.org/abs/1605.09774); see also the
 #   [parameter server training tutorial](https://www.tensorflow.org/tutorials/distribute/parameter_server_training)).
 #   There is no all-reduce, so "clip after the sum" does not exist: each worker's gradient
 #   is clipped and applied alone.
@@ -371,8 +379,10 @@ print(ch08.check_replica_loss(replica_loss))
 
 # %% [markdown]
 # **2. Clip in the right place.** Write `clip_summed(replica_grads, clip_norm)`:
-# `replica_grads` holds one list of gradients per replica; return the list of gradients
-# one device would apply after global-norm clipping at `clip_norm`.
+# `replica_grads` holds one list of gradients per replica, each the gradient of that
+# replica's share of the global loss, so their *sum* is the gradient one device would
+# compute (what the all-reduce adds up). Return the list of gradients one device would
+# apply after global-norm clipping at `clip_norm`.
 
 # %%
 def clip_summed(replica_grads, clip_norm):

@@ -64,15 +64,38 @@ def check_model_gradients(model_gradients: Callable, model, x, y) -> CheckResult
     name = "model gradients"
     if not callable(model_gradients):
         return CheckResult(name, False, f"expected your function model_gradients, got {type(model_gradients).__name__}")
+    reference = reference_gradients(model, x, y)  # before the call: the learner's function may change the model
+    weights = [v.numpy().copy() for v in model.trainable_variables]
     try:
         got = model_gradients(model, x, y)
     except Exception as err:  # noqa: BLE001 - a learner's error is feedback
-        return CheckResult(name, False, f"your function raised {type(err).__name__}: {err}")
-    reference = reference_gradients(model, x, y)
+        text = f"your function raised {type(err).__name__}: {str(err).strip()[:300]}"
+        if isinstance(err, AttributeError) and "_id" in str(err):
+            text += (". Hint: this is what tape.gradient says when the loss is a NumPy value (from .numpy() or "
+                     "np.mean): the tape can only follow TensorFlow ops, so compute the loss with tf.reduce_mean "
+                     "and tf.square")
+        return CheckResult(name, False, text)
+    changed = [v.path for v, w in zip(model.trainable_variables, weights, strict=True)
+               if not np.array_equal(v.numpy(), w)]
+    if changed:
+        for v, w in zip(model.trainable_variables, weights, strict=True):
+            v.assign(w)  # put the model back as it was
+        return CheckResult(name, False, (
+            f"your function changed the model's weights ({changed[0]} and {len(changed) - 1} more): it should only "
+            "compute and return the gradients, not apply them. (The check restored the weights.)"))
     batch = int(x.shape[0])
     hints = [(lambda arrs: all(np.allclose(a, batch * np.asarray(r), rtol=1e-3, atol=1e-6)
                                for a, r in zip(arrs, reference, strict=True)),
               f"the ratio is the batch size ({batch}): the loss was summed over the examples "
               "(tf.reduce_sum) where the mean was wanted (tf.reduce_mean).")]
+    if len(y.shape) == 2 and y.shape[-1] == 1:
+        with tf.GradientTape() as tape:  # the (n, 1) - (n,) broadcast that gives an (n, n) residual
+            wrong = tf.reduce_mean(tf.square(model(x) - tf.reshape(y, [-1])))
+        broadcast = tape.gradient(wrong, model.trainable_variables)
+        hints.append((lambda arrs: all(np.allclose(a, np.asarray(r), rtol=1e-3, atol=1e-6)
+                                       for a, r in zip(arrs, broadcast, strict=True)),
+                      f"these are the gradients of a loss where model(x), shape {tuple(model(x).shape)}, met a "
+                      f"target of shape ({batch},): the subtraction broadcast to ({batch}, {batch}) and compared "
+                      "every prediction with every target. Keep y's shape (n, 1), or reshape both sides alike."))
     return check_arrays(name, got, reference, labels=[v.path for v in model.trainable_variables],
                         what="one gradient per trainable variable", hints=hints)

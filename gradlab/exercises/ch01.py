@@ -16,13 +16,11 @@ tuple, a 0-based layer index, ...) gets feedback that says what is wrong and hin
 from __future__ import annotations
 
 import functools
-import math
-import numbers
 
 import numpy as np
 
 from .._env import quiet_import_tensorflow
-from ..checks import CheckResult, check_arrays
+from ..checks import CheckResult, as_int_answer, check_arrays
 from ..engine import MLPGradientEngine
 
 tf = quiet_import_tensorflow()
@@ -46,38 +44,15 @@ def _engine() -> MLPGradientEngine:
     return MLPGradientEngine()
 
 
-def _as_layer_number(name: str, answer, what: str):
-    """``(int, None)`` for an int-like answer, else ``(None, CheckResult)`` with the type problem."""
-    if answer is None:
-        return None, CheckResult(name, False, f"got None: assign {what} (an int) to the variable")
-    if isinstance(answer, bool):
-        return None, CheckResult(name, False, f"got {answer!r}, a bool: expected {what} (an int)")
-    if isinstance(answer, (str, bytes)):
-        return None, CheckResult(
-            name, False, f"got the string {answer!r}: expected {what} as a number, e.g. 5, not '5'"
-        )
-    if isinstance(answer, (np.ndarray, list, tuple)) or (hasattr(answer, "shape") and len(answer.shape) > 0):
-        return None, CheckResult(
-            name, False,
-            f"got a {type(answer).__name__} of several values: expected one number. With np.nonzero "
-            "you get every matching index: pick the one asked for, and add 1 for a 1-based layer number",
-        )
-    if hasattr(answer, "numpy"):  # a scalar tensor
-        answer = answer.numpy()
-    if isinstance(answer, np.ndarray) and answer.shape == ():
-        answer = answer.item()
-    if isinstance(answer, numbers.Integral):
-        return int(answer), None
-    if isinstance(answer, numbers.Real) and math.isfinite(answer) and float(answer).is_integer():
-        return int(answer), None
-    return None, CheckResult(name, False, f"got {answer!r} ({type(answer).__name__}): expected {what} (an int)")
+_SEVERAL = ("With np.nonzero you get every matching index: pick the one asked for, and add 1 "
+            "for a 1-based layer number")
 
 
 # ----------------------------------------------------------------------------- exercise 1
 def check_vanishing_depth(answer) -> CheckResult:
     """Exercise 1: the smallest depth at which ReLU + Glorot uniform is diagnosed ``vanishing``."""
     name = "first vanishing depth of relu + glorot_uniform"
-    depth, problem = _as_layer_number(name, answer, "a depth")
+    depth, problem = as_int_answer(name, answer, "a depth", several_hint=_SEVERAL)
     if problem is not None:
         return problem
     engine = _engine()
@@ -165,8 +140,15 @@ def check_clip_by_global_norm(fn) -> CheckResult:
             else:
                 hint = f"one tensor of shape {tuple(got.shape)}: return a list with one tensor per gradient"
             return CheckResult(name, False, f"with {label} it returned {hint}")
+        if isinstance(got, (map, filter, zip)) or type(got).__name__ == "generator":
+            got = list(got)  # a lazy sequence of the right tensors is a right answer
         if not isinstance(got, (list, tuple)):
             return CheckResult(name, False, f"returned a {type(got).__name__}: expected a list of {len(grads)} tensors")
+        nones = [i for i, g in enumerate(got) if g is None]
+        if nones:
+            return CheckResult(name, False, (
+                f"with {label} item {nones[0]} of your list is None: return one scaled tensor per gradient "
+                "(g * scale), not the result of an in-place method or an unfinished placeholder"))
         if len(got) != len(grads):
             return CheckResult(name, False, f"returned {len(got)} items, expected {len(grads)}: one per gradient")
         if _close(got, expected):
@@ -193,8 +175,8 @@ def check_clip_by_global_norm(fn) -> CheckResult:
         result = check_arrays(name, got, expected)
         return CheckResult(
             name, False,
-            f"with {label}: {result.feedback}. The global norm is the square root of the sum of the squares "
-            "of all elements of all tensors",
+            f"with {label}: {result.feedback.rstrip('.')}. The global norm is the square root of the sum of the "
+            "squares of all elements of all tensors",
         )
     return CheckResult(name, True, "matches tf.clip_by_global_norm below and above the threshold")
 
@@ -203,7 +185,7 @@ def check_clip_by_global_norm(fn) -> CheckResult:
 def check_last_zero_layer(answer) -> CheckResult:
     """Exercise 3: the 1-based index of the last layer of sigmoid + Glorot at depth 100 whose signal is exactly 0."""
     name = "last exactly-zero layer at depth 100"
-    layer, problem = _as_layer_number(name, answer, "a layer number")
+    layer, problem = as_int_answer(name, answer, "a layer number", several_hint=_SEVERAL)
     if problem is not None:
         return problem
     sig = _engine().report(ZERO_DEPTH, ZERO_ACTIVATION, ZERO_INITIALIZER).signal_norms

@@ -50,6 +50,11 @@ def check_sweep(sweep, calls: int = 5) -> CheckResult:
         return CheckResult(name, False, (
             f"{count} traces for {made} calls: each new Python float is a new constant in the "
             "graph. What kind of value can change without a retrace?"))
+    log = list(getattr(sweep, "log", []))
+    if log and "python float" in log[0]:
+        return CheckResult(name, False, (
+            f"1 trace, but it was made for a Python value ({log[0]}): the five calls passed the same "
+            "number, so the sweep no longer sweeps. Keep the five values and pass each as a tensor"))
     return CheckResult(name, True, f"{made} calls, 1 trace")
 
 
@@ -138,6 +143,8 @@ def _distance_moved(make_step: Callable, x, y, steps: int = 1):
     """``(distances, problem)``: how far each of ``steps`` steps of ``make_step(model)`` moves a fresh model."""
     model = _fresh_model()
     before = [v.numpy().copy() for v in model.trainable_variables]
+    if not callable(make_step):
+        return None, f"expected your function make_clipped_step, got {type(make_step).__name__}"
     try:
         step_fn = make_step(model)
     except Exception as err:  # noqa: BLE001 - a failing factory is feedback
@@ -151,7 +158,12 @@ def _distance_moved(make_step: Callable, x, y, steps: int = 1):
         try:
             step_fn(x, y)
         except Exception as err:  # noqa: BLE001 - a failing step is feedback
-            return None, f"the step raised {type(err).__name__}: {err}"
+            if "Unknown variable" in str(err) or "can only be called for the variables" in str(err):
+                return None, ("the step raised ValueError: the optimizer already belongs to another model's "
+                              "variables. A Keras optimizer serves one set of variables: create it inside "
+                              "make_clipped_step, keras.optimizers.SGD(learning_rate=0.05), so each model "
+                              "gets its own")
+            return None, f"the step raised {type(err).__name__}: {str(err).strip()[:300]}"
         moved.append(math.sqrt(sum(float(np.sum((v.numpy() - b) ** 2))
                                    for v, b in zip(model.trainable_variables, before, strict=True))))
         before = [v.numpy().copy() for v in model.trainable_variables]

@@ -10,7 +10,11 @@ around (steps too long). That advice is as specific with clipping as without it.
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Callable
+
+import numpy as np
 
 from .._env import quiet_import_tensorflow
 from ..checks import CheckResult, check_trains, step_length_advice
@@ -55,16 +59,37 @@ def check_capstone(make_model: Callable, make_optimizer: Callable, clip: float |
         if not callable(fn):
             return CheckResult(name, False, f"{label} must be your function (pass it without calling it), "
                                             f"got {type(fn).__name__}")
-    if clip is not None and (isinstance(clip, bool) or not isinstance(clip, (int, float)) or not clip > 0):
-        return CheckResult(name, False, f"the clip must be None or a number > 0, got {clip!r}")
+    if hasattr(clip, "numpy") and getattr(clip, "shape", None) is not None and len(clip.shape) == 0:
+        clip = clip.numpy()  # a scalar tensor
+    if isinstance(clip, np.ndarray) and clip.shape == ():
+        clip = clip.item()
+    if clip is not None and (isinstance(clip, (bool, np.bool_)) or not isinstance(clip, numbers.Real)
+                             or not math.isfinite(clip) or not clip > 0):
+        what = " (a string: write the number without quotes)" if isinstance(clip, (str, bytes)) else ""
+        return CheckResult(name, False, f"the clip must be None or a number > 0, got {clip!r}{what}")
+    if clip is not None:
+        clip = float(clip)  # np.float32(1.0) and 1 are as good as 1.0
     try:
         model, optimizer = make_model(), make_optimizer()
     except Exception as err:  # noqa: BLE001 - a learner's error is feedback
         return CheckResult(name, False, f"building your model or optimizer raised {type(err).__name__}: {err}")
     x, y = capstone_data()
+    try:
+        before = {v.path: v.numpy().copy() for v in model.variables
+                  if any(r in v.path for r in REQUIRED)}
+    except Exception:  # noqa: BLE001 - an unbuilt or unusual model: check_trains reports it
+        before = {}
     result = check_trains(name, model, x, y, optimizer=optimizer, steps=steps, below=below,
                           clip_global_norm=clip, require_variables=list(REQUIRED))
-    if result or "not below" not in result.feedback:
+    if result:
+        still = [v.path for v in model.variables if v.path in before and np.array_equal(v.numpy(), before[v.path])]
+        if still:
+            return CheckResult(name, False, (
+                f"the loss is low enough, but {' and '.join(still)} never changed in {steps} steps: its gradient "
+                "is exactly 0, so the layer's output does not really depend on it (multiplied by 0, or cut off "
+                "with stop_gradient). Make Standardize return (x - shift) * scale."))
+        return result
+    if "not below" not in result.feedback:
         return result
     run = result.details
     if not (hasattr(run, "losses") and hasattr(run, "global_norms")):

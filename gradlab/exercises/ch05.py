@@ -65,8 +65,8 @@ def check_deep_fix(my_fix) -> CheckResult:
         return CheckResult(name, False, str(err))
     if r.status == "non-finite":
         hint = (" Without normalization every block adds its own variance to h: it doubles or "
-                "more per block and overflows float32 long before layer 100. What keeps the input "
-                "of each activation at unit scale?" if s["norm"] == "none" else "")
+                "more per block, and the squares in the loss and the backward pass overflow float32 "
+                "by about layer 85. What keeps the input of each activation at unit scale?" if s["norm"] == "none" else "")
         return CheckResult(name, False, f"still non-finite: {r.message}{hint}", details=r)
     if r.status != "healthy":
         return CheckResult(name, False, f"finite now, but {r.status}: {r.message}", details=r)

@@ -14,13 +14,11 @@ underflow, per-tensor clipping) get feedback that says what is wrong.
 from __future__ import annotations
 
 import functools
-import math
-import numbers
 
 import numpy as np
 
 from .._env import quiet_import_tensorflow
-from ..checks import CheckResult, check_array
+from ..checks import CheckResult, as_int_answer, check_array
 from ..recurrent import TimeGradientEngine, build_rnn, make_sequence_data, time_report
 
 tf = quiet_import_tensorflow()
@@ -68,7 +66,9 @@ def check_step_norms(fn) -> CheckResult:
     except Exception as err:  # noqa: BLE001 - an error in the learner's code is feedback
         return CheckResult(name, False, f"your function raised {type(err).__name__}: {err}")
     if got is None:
-        return CheckResult(name, False, "returned None: did you forget the return statement?")
+        return CheckResult(name, False, (
+            "returned None: did you forget the return statement? Or is it tape.gradient(loss, x) that is None: "
+            "x is a tensor, not a variable, so the tape follows it only after tape.watch(x)"))
     try:
         arr = np.asarray(got.numpy() if hasattr(got, "numpy") else got, dtype=np.float64)
     except Exception:  # noqa: BLE001
@@ -84,6 +84,9 @@ def check_step_norms(fn) -> CheckResult:
     if arr is not None and arr.shape == expected.shape:
         if np.allclose(arr, expected[::-1], rtol=1e-4):
             return CheckResult(name, False, "the order is reversed: index 0 must be the earliest step")
+        if np.allclose(arr, expected**2, rtol=1e-3, atol=0.0) and not np.allclose(arr, expected, rtol=1e-4):
+            return CheckResult(name, False, "these are the squared norms: take the square root (tf.sqrt) of the "
+                                            "sum of squares")
         zeros = (arr == 0) & (expected > 0)
         if zeros.any() and np.allclose(arr[~zeros], expected[~zeros], rtol=1e-3):
             return CheckResult(
@@ -98,26 +101,10 @@ def check_step_norms(fn) -> CheckResult:
 
 
 # ----------------------------------------------------------------------------- exercise 2
-def _as_int(name: str, answer):
-    if answer is None:
-        return None, CheckResult(name, False, "got None: assign a number of steps (an int)")
-    if isinstance(answer, bool) or isinstance(answer, (str, bytes)):
-        return None, CheckResult(name, False, f"got {answer!r}: expected a number of steps as an int")
-    if hasattr(answer, "numpy"):
-        answer = answer.numpy()
-    if isinstance(answer, np.ndarray) and answer.shape == ():
-        answer = answer.item()
-    if isinstance(answer, numbers.Integral):
-        return int(answer), None
-    if isinstance(answer, numbers.Real) and math.isfinite(answer) and float(answer).is_integer():
-        return int(answer), None
-    return None, CheckResult(name, False, f"got {answer!r} ({type(answer).__name__}): expected an int")
-
-
 def check_longest_healthy(answer) -> CheckResult:
     """Exercise 2: the most steps at which the explorer's LSTM (orthogonal, input ×1) is still healthy."""
     name = "longest healthy LSTM sequence"
-    steps, problem = _as_int(name, answer)
+    steps, problem = as_int_answer(name, answer, "a number of steps")
     if problem is not None:
         return problem
     engine = _engine()
@@ -143,8 +130,23 @@ def _fresh():
     return model, keras.optimizers.SGD(0.1)
 
 
-def _reference_weights(**clip):
+def _small_targets(x, y, norm: float):
+    """Targets for which the fresh GRU's mean-squared-error gradient has global norm ``norm``.
+
+    The MSE gradient is linear in the residual, so scaling the residual scales the norm exactly.
+    """
+    model = build_rnn("gru", 16, 8, seed=5)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x) - y))
+    raw = float(tf.linalg.global_norm(tape.gradient(loss, model.trainable_weights)))
+    pred = model(x)
+    return pred + (norm / raw) * (y - pred)
+
+
+def _reference_weights(y_override=None, **clip):
     x, y = exercise_data(steps=20)
+    if y_override is not None:
+        y = y_override
     model = build_rnn("gru", 16, 8, seed=5)
     opt = keras.optimizers.SGD(0.1, **clip)
     with tf.GradientTape() as tape:
@@ -168,14 +170,41 @@ def check_clipped_step(fn) -> CheckResult:
     try:
         fn(model, opt, x, y)
     except Exception as err:  # noqa: BLE001
-        return CheckResult(name, False, f"your function raised {type(err).__name__}: {err}")
+        hint = ""
+        if "Shapes of all inputs must match" in str(err) or "Pack" in str(err):
+            hint = (" Hint: tf.clip_by_global_norm returns a pair (clipped list, norm); zipping that pair "
+                    "with the weights fails like this. Unpack it: clipped, _ = tf.clip_by_global_norm(...)")
+        return CheckResult(name, False, f"your function raised {type(err).__name__}: {str(err).strip()[:300]}{hint}")
     got = [w.numpy() for w in model.trainable_weights]
+    steps_taken = int(opt.iterations.numpy())
 
     def same(ref):
         return all(np.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(got, ref, strict=True))
 
     if same(_reference_weights(global_clipnorm=CLIP_THRESHOLD)):
-        return CheckResult(name, True, "the weights equal one step of SGD(0.1, global_clipnorm=1.0)")
+        if steps_taken != 1:
+            return CheckResult(name, False, (
+                f"the weights are right, but the optimizer passed in took {steps_taken} steps, not 1: use "
+                "it (optimizer.apply_gradients), do not build another one inside the step; a new optimizer "
+                "each step loses its state (momentum, Adam's moments, the step count)"))
+        # a second batch whose gradient norm (0.4) is below the threshold: the step must not clip it
+        y_small = _small_targets(x, y, 0.4 * CLIP_THRESHOLD)
+        model2, opt2 = _fresh()
+        try:
+            fn(model2, opt2, x, y_small)
+        except Exception as err:  # noqa: BLE001
+            return CheckResult(name, False, f"on a batch with a small gradient your function raised "
+                                            f"{type(err).__name__}: {str(err).strip()[:200]}")
+        got2 = [w.numpy() for w in model2.trainable_weights]
+        want2 = _reference_weights(y_override=y_small)
+        if not all(np.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(got2, want2, strict=True)):
+            return CheckResult(name, False, (
+                "right on a batch whose gradient norm is above 1.0, wrong on one whose norm is 0.4, below the "
+                "threshold, where the step must not change the gradient. Two usual causes: the loss is "
+                "a sum, not the mean (clipping hides the factor when the norm is large), or the gradients "
+                "are always rescaled to norm 1.0 instead of only when they are longer"))
+        return CheckResult(name, True, "the weights equal one step of SGD(0.1, global_clipnorm=1.0), and a "
+                                       "small gradient (norm 0.4) passes unclipped")
     fresh = [w.numpy() for w in _fresh()[0].trainable_weights]
     if same(fresh):
         return CheckResult(name, False, "the weights did not change: apply the clipped gradients with "

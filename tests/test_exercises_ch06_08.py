@@ -1,0 +1,236 @@
+"""Chapters 06, 07 and 08 self-checks: right answers pass (however they are written), typical wrong
+answers, including ones that are right only by coincidence, fail with specific feedback, and no
+answer makes a check raise."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+
+import gradlab as gl
+from gradlab.exercises import ch06, ch07, ch08
+
+tf = gl.quiet_import_tensorflow()
+
+
+def _fails(result, *needles):
+    assert isinstance(result, gl.CheckResult) and not result, result
+    for needle in needles:
+        assert needle in result.feedback, result.feedback
+
+
+def _raises(*_):
+    raise RuntimeError("oops")
+
+
+# ----------------------------------------------------------------------------- chapter 06
+@tf.custom_gradient
+def _round_ste(t):
+    return tf.round(t), lambda dy: dy
+
+
+def test_ch06_ex1_right_answers_pass():
+    assert ch06.check_round_ste(_round_ste)
+    assert ch06.check_round_ste(lambda t: t + tf.stop_gradient(tf.round(t) - t))
+
+
+@pytest.mark.parametrize(("fn", "needle"), [
+    (_raises, "raised RuntimeError: oops"),  # used to say "returned None"
+    (None, "expected a function"),
+    (lambda t: "round", "returned a str"),
+    (lambda t: np.round(t.numpy()), "not a tensor"),
+    (lambda t: [round(float(v)) for v in t], "not a tensor"),
+    (lambda t: tf.round(t), "gradient is None"),
+])
+def test_ch06_ex1_wrong_answers_are_feedback(fn, needle):
+    _fails(ch06.check_round_ste(fn), needle)
+
+
+def test_ch06_ex1_a_grad_returning_two_values_is_feedback():
+    @tf.custom_gradient
+    def two(t):
+        return tf.round(t), lambda dy: (dy, None)
+
+    _fails(ch06.check_round_ste(two), "backward pass raised ValueError", "one tensor")
+
+
+class TwoHeadsModel(keras.Model):
+    def __init__(self, combine):
+        super().__init__()
+        self.combine = combine
+        self.body = keras.layers.Dense(8, activation="relu", name="body")
+        self.head = keras.layers.Dense(1, name="head")
+        self.aux = keras.layers.Dense(1, name="aux")
+
+    def call(self, inputs):
+        h = self.body(inputs)
+        return self.combine(self.head(h), self.aux(h))
+
+
+X6 = tf.random.stateless_normal([32, 4], seed=[1, 2])
+
+
+def test_ch06_ex2_right_answer_passes():
+    assert ch06.check_uses_every_layer(TwoHeadsModel(lambda a, b: a + b), X6)
+
+
+@pytest.mark.parametrize(("combine", "needle"), [
+    (lambda a, b: a + 0.0 * b, "all zeros"),  # every variable has a gradient, aux's is 0
+    (lambda a, b: tf.concat([a, b], -1), "not head(h) + aux(h)"),  # shape (32, 2)
+    (lambda a, b: a + tf.stop_gradient(b), "no gradient for"),
+    (lambda a, b: a, "no gradient for"),
+])
+def test_ch06_ex2_coincidences_fail(combine, needle):
+    _fails(ch06.check_uses_every_layer(TwoHeadsModel(combine), X6), needle)
+
+
+def test_ch06_ex3_right_answers_pass_and_truthiness_fails():
+    assert ch06.check_drop_none(lambda g, v: [(a, b) for a, b in zip(g, v, strict=True) if a is not None])
+    assert ch06.check_drop_none(lambda g, v: ((a, b) for a, b in zip(g, v, strict=True) if a is not None))
+    # `if a` drops a gradient of 0.0 too: right by coincidence when no gradient is zero
+    _fails(ch06.check_drop_none(lambda g, v: [(a, b) for a, b in zip(g, v, strict=True) if a]),
+           "whose gradient is 0.0", "is not None")
+
+
+def test_ch06_ex3_wrong_answers_are_feedback():
+    _fails(ch06.check_drop_none(_raises), "raised RuntimeError")  # used to say "returned None"
+    _fails(ch06.check_drop_none(lambda g, v: [(b, a) for a, b in zip(g, v, strict=True) if a is not None]),
+           "(variable, gradient)")
+    _fails(ch06.check_drop_none(lambda g, v: [a for a in g if a is not None]), "pairs")
+
+
+def test_ch06_ex4_numbers_in_any_form():
+    assert ch06.check_dense_bytes(tf.constant(50_000 * 64 * 4), np.array(4 * 64 * 4))
+    assert ch06.check_dense_bytes(12_800_000.0, np.int64(1024))
+    _fails(ch06.check_dense_bytes(50_000 * 64, 4 * 64), "number of floats")
+
+
+def test_ch06_ex5_function_problems_are_named():
+    _fails(ch06.check_safe_log(None), "expected a function")
+    _fails(ch06.check_safe_log(lambda t: None), "returned None")
+    _fails(ch06.check_safe_log(lambda t: tf.where(t > 0, tf.math.log(t), 0.0)), "NaN/inf")
+
+
+def _bce(y, z):
+    return tf.reduce_mean(tf.math.softplus(z) - y * z)
+
+
+def test_ch06_ex6_right_answers_pass():
+    assert ch06.check_bce_from_logits(_bce)
+    assert ch06.check_bce_from_logits(
+        lambda y, z: tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=z)))
+
+
+@pytest.mark.parametrize(("fn", "needle"), [
+    (lambda y, z: tf.math.softplus(z) - y * z, "shape (6,)"),  # used to raise TypeError
+    (lambda y, z: tf.reduce_sum(tf.math.softplus(z) - y * z), "6× too large"),
+    (lambda z, y: tf.reduce_mean(tf.math.softplus(z) - y * z), "swapped"),
+    (lambda y, z: float(_bce(y, z)), "not a tensor"),
+    (lambda y, z: None, "returned None"),
+    (_raises, "raised RuntimeError"),
+])
+def test_ch06_ex6_wrong_answers_are_feedback(fn, needle):
+    _fails(ch06.check_bce_from_logits(fn), needle)
+
+
+def test_ch06_ex6_clipped_probabilities_get_their_hint():
+    def clipped(y, z):
+        p = tf.clip_by_value(tf.sigmoid(z), 1e-7, 1 - 1e-7)
+        return tf.reduce_mean(-y * tf.math.log(p) - (1 - y) * tf.math.log(1 - p))
+
+    _fails(ch06.check_bce_from_logits(clipped), "clipped")
+
+
+# ----------------------------------------------------------------------------- chapter 07
+def _step_norms(model, x, y, dtype=tf.float64, watch=True):
+    with tf.GradientTape() as tape:
+        if watch:
+            tape.watch(x)
+        loss = tf.reduce_mean(tf.square(model(x) - y))
+    dx = tape.gradient(loss, x)
+    if dx is None:
+        return None
+    return tf.reduce_sum(tf.square(tf.cast(dx, dtype)), axis=[0, 2])
+
+
+def test_ch07_ex1_right_and_typical_wrong_answers():
+    assert ch07.check_step_norms(lambda m, x, y: tf.sqrt(_step_norms(m, x, y)))
+    _fails(ch07.check_step_norms(lambda m, x, y: _step_norms(m, x, y, watch=False)), "tape.watch(x)")
+    _fails(ch07.check_step_norms(_step_norms), "squared norms")
+    _fails(ch07.check_step_norms(lambda m, x, y: tf.sqrt(_step_norms(m, x, y, tf.float32))), "float64")
+
+
+def _clipped_step(model, optimizer, x, y, *, reduce=tf.reduce_mean, always=False, own_optimizer=False):
+    with tf.GradientTape() as tape:
+        loss = reduce(tf.square(model(x) - y))
+    grads = tape.gradient(loss, model.trainable_weights)
+    norm = tf.linalg.global_norm(grads)
+    if always:
+        grads = [g / norm for g in grads]
+    elif not own_optimizer:
+        grads, _ = tf.clip_by_global_norm(grads, ch07.CLIP_THRESHOLD)
+    if own_optimizer:
+        optimizer = keras.optimizers.SGD(0.1, global_clipnorm=ch07.CLIP_THRESHOLD)
+    optimizer.apply_gradients(zip(grads, model.trainable_weights, strict=True))
+
+
+def test_ch07_ex3_right_answer_passes():
+    r = ch07.check_clipped_step(_clipped_step)
+    assert r and "passes unclipped" in r.feedback, r
+
+
+@pytest.mark.parametrize(("kw", "needle"), [
+    ({"reduce": tf.reduce_sum}, "below the threshold"),  # clipping hides the factor 16 on the big batch
+    ({"always": True}, "below the threshold"),  # rescaled to norm 1 even when shorter
+    ({"own_optimizer": True}, "took 0 steps"),  # weights right, the optimizer passed in unused
+])
+def test_ch07_ex3_right_by_coincidence_fails(kw, needle):
+    _fails(ch07.check_clipped_step(lambda m, o, x, y: _clipped_step(m, o, x, y, **kw)), needle)
+
+
+def test_ch07_ex3_the_unpacked_pair_gets_a_hint():
+    def pair(model, optimizer, x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(x) - y))
+        grads = tf.clip_by_global_norm(tape.gradient(loss, model.trainable_weights), 1.0)
+        optimizer.apply_gradients(zip(grads, model.trainable_weights))  # noqa: B905 - the learner's bug
+
+    _fails(ch07.check_clipped_step(pair), "Unpack it")
+
+
+# ----------------------------------------------------------------------------- chapter 08
+def test_ch08_ex1_right_answers_in_any_form():
+    assert ch08.check_replica_loss(lambda loss, n: tf.reduce_sum(loss) / n)
+    assert ch08.check_replica_loss(lambda loss, n: tf.nn.compute_average_loss(loss, global_batch_size=n))
+    assert ch08.check_replica_loss(lambda loss, n: float(np.sum(loss.numpy())) / n)
+    assert ch08.check_replica_loss(lambda loss, n: tf.reshape(tf.reduce_sum(loss) / n, [1]))
+
+
+def test_ch08_ex1_wrong_answers_are_feedback():
+    _fails(ch08.check_replica_loss(_raises), "raised RuntimeError")  # used to say "got None"
+    _fails(ch08.check_replica_loss(lambda loss, n: loss / n), "shape (4,)")
+    _fails(ch08.check_replica_loss(lambda loss, n: tf.reduce_mean(loss)), "not by the global batch")
+
+
+def _sum_then_clip(replica_grads, c):
+    return tf.clip_by_global_norm([tf.add_n(list(p)) for p in zip(*replica_grads, strict=True)], c)[0]
+
+
+def test_ch08_ex2_right_answer_passes():
+    assert ch08.check_clip_summed(_sum_then_clip)
+    assert ch08.check_clip_summed(lambda g, c: tuple(_sum_then_clip(g, c)))
+
+
+@pytest.mark.parametrize(("fn", "needle"), [
+    # the mean's norm (2.56) is over 1.0 like the sum's (5.12): at clip 1.0 this is right by coincidence
+    (lambda g, c: tf.clip_by_global_norm([tf.add_n(list(p)) / 2 for p in zip(*g, strict=True)], c)[0],
+     "clipped the mean"),
+    (lambda g, c: [tf.add_n(list(p)) for p in zip(*g, strict=True)], "unclipped"),
+    (lambda g, c: [tf.clip_by_norm(tf.add_n(list(p)), c) for p in zip(*g, strict=True)], "each tensor"),
+    (lambda g, c: [tf.clip_by_global_norm(r, c)[0] for r in g], "one list per replica"),
+    (lambda g, c: None, "returned None"),
+    (_raises, "raised RuntimeError"),
+])
+def test_ch08_ex2_wrong_answers_are_feedback(fn, needle):
+    _fails(ch08.check_clip_summed(fn), needle)
