@@ -749,7 +749,7 @@ for name, ratio in hvp_timing.relative().items():
     print(f"{name:26s} {ratio:5.2f} × the gradient's time")
 
 # %% [markdown]
-# On the machine that built this notebook, over several runs, both HVPs took about 1.4 to
+# On the machine that built this notebook, over several runs, both HVPs took about 1.3 to
 # 2.5 times as long as one gradient: the rule of thumb holds. What matters more is the memory:
 # an HVP needs vectors the size of the 65 536 weights, never the $65\,536 \times 65\,536$ Hessian.
 

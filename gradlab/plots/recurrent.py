@@ -37,8 +37,8 @@ class TimePlot:
             a.set_yscale("log")
             a.yaxis.set_minor_locator(matplotlib.ticker.NullLocator())
         ax.set_xlabel("time step (1 = earliest input)")
-        ax.set_ylabel("‖dLoss / d x_t‖")
-        wax.set_title("weight gradients", fontsize=9)
+        ax.set_ylabel("‖dLoss / d x_t‖ (log scale)")
+        wax.set_title("weight gradients (log scale)", fontsize=9)
         self.band = Rectangle((0, 1e-3), 1, 1e6 - 1e-3, transform=ax.get_yaxis_transform(),
                               color="#2da44e", alpha=0.12, lw=0, label="healthy band for step 1")
         ax.add_patch(self.band)
