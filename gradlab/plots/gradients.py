@@ -23,9 +23,27 @@ __all__ = [
     "plot_activations",
     "plot_clipping_2d",
     "plot_losses",
+    "place_band",
     "plot_signal_history",
     "plot_report",
 ]
+
+def place_band(band, last: float, lo: float, hi: float, *, below: float = 1e-3,
+               above: float = 1e3) -> tuple[float, float]:
+    """Put the healthy ``band`` (a Rectangle) at ``[last·below, last·above]``; return the y-limits.
+
+    The band is hidden when ``last`` is 0 or not finite; otherwise ``(lo, hi)`` is widened so
+    that the whole band shows. Shared by the explorer plots of chapters 01, 05 and 07.
+    """
+    if not (np.isfinite(last) and last > 0):
+        band.set_visible(False)
+        return lo, hi
+    b_lo, b_hi = last * below, last * above
+    band.set_y(b_lo)
+    band.set_height(b_hi - b_lo)
+    band.set_visible(True)
+    return min(lo, b_lo / 2), max(hi, b_hi * 2)
+
 
 STATUS_COLORS = {
     "healthy": "#1a7f37",
@@ -168,19 +186,11 @@ class ReportPlot:
         allv = np.concatenate(series)
         finite_pos = allv[np.isfinite(allv) & (allv > 0)]
         last = report.signal_norms[-1]
-        band_ok = np.isfinite(last) and last > 0
         if finite_pos.size:
             lo, hi = finite_pos.min() / 4, finite_pos.max() * 4
         else:
             lo, hi = 1e-12, 1.0
-        if band_ok:
-            b_lo, b_hi = last * self.vanish_below, last * self.explode_above
-            lo, hi = min(lo, b_lo / 2), max(hi, b_hi * 2)
-            self.band.set_y(b_lo)
-            self.band.set_height(b_hi - b_lo)
-            self.band.set_visible(True)
-        else:
-            self.band.set_visible(False)
+        lo, hi = place_band(self.band, last, lo, hi, below=self.vanish_below, above=self.explode_above)
         # whole decades, in steps of 5 or 10 decades for a wide range: the axis (and a live
         # plot's cached background) changes less often while the depth is dragged
         llo, lhi = np.log10(max(lo, 1e-300)), np.log10(max(hi, 1e-300))

@@ -11,7 +11,7 @@ import matplotlib.ticker
 import numpy as np
 from matplotlib.patches import Rectangle
 
-from .gradients import STATUS_COLORS, new_figure
+from .gradients import STATUS_COLORS, new_figure, place_band
 
 __all__ = ["TimePlot", "plot_cliff", "plot_time_norms", "plot_time_report"]
 
@@ -67,15 +67,7 @@ class TimePlot:
         self.norms.set_data(x, s)
         pos = s[np.isfinite(s) & (s > 0)]
         lo, hi = (pos.min() / 4, pos.max() * 4) if pos.size else (1e-12, 1.0)
-        last = s[-1]
-        if np.isfinite(last) and last > 0:
-            b_lo, b_hi = last * 1e-3, last * 1e3
-            lo, hi = min(lo, b_lo / 2), max(hi, b_hi * 2)
-            self.band.set_y(b_lo)
-            self.band.set_height(b_hi - b_lo)
-            self.band.set_visible(True)
-        else:
-            self.band.set_visible(False)
+        lo, hi = place_band(self.band, s[-1], lo, hi)
         lo = max(lo, 1e-45)
         hi = max(hi, lo * 10)
         self.ax.set_ylim(lo, hi)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipywidgets as widgets
 
-__all__ = ["css", "FigureView", "Snapshot", "SnapshotMixin", "legend_html", "static_bundle", "status_html"]
+__all__ = ["css", "ClipControlsMixin", "FigureView", "Snapshot", "SnapshotMixin", "legend_html", "static_bundle", "status_html"]
 
 
 def css(widget, name: str):
@@ -99,3 +99,14 @@ class SnapshotMixin:
         if plot is None:
             raise ValueError(f"{type(self).__name__} was built with plot=False: there is no figure to snapshot")
         return Snapshot(plot.value, repr(self))
+
+
+class ClipControlsMixin:
+    """The ``clip`` setting of an explorer with ``clip_mode`` and ``clip_norm`` controls (chapters 01, 07)."""
+
+    @property
+    def clip(self):
+        """The current clip setting as ``None`` or ``(mode, threshold)``."""
+        if self.clip_mode.value == "off":
+            return None
+        return (self.clip_mode.value, float(self.clip_norm.value))

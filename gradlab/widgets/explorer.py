@@ -14,7 +14,7 @@ from ..grads import CLIP_MODES, check_clip
 from ..mlp import ACTIVATIONS, DTYPES, INITIALIZERS, NORMS
 from ..plots.gradients import STATUS_COLORS, ReportPlot
 from ..presets import PRESETS, compare_preset
-from ._base import FigureView, SnapshotMixin, css, static_bundle, status_html
+from ._base import ClipControlsMixin, FigureView, SnapshotMixin, css, static_bundle, status_html
 
 __all__ = ["GradientExplorer", "LOSS_SCALES"]
 
@@ -36,7 +36,7 @@ def check_loss_scale(value) -> float:
     return v
 
 
-class GradientExplorer(SnapshotMixin, widgets.VBox):
+class GradientExplorer(ClipControlsMixin, SnapshotMixin, widgets.VBox):
     """Move the sliders and watch the per-layer gradient norms vanish, explode or stay healthy.
 
     Public controls: ``depth``, ``activation``, ``initializer``, ``clip_mode``, ``clip_norm``,
@@ -170,13 +170,6 @@ class GradientExplorer(SnapshotMixin, widgets.VBox):
     def controls(self) -> tuple:
         return (self.depth, self.activation, self.initializer, self.clip_mode, self.clip_norm,
                 self.show_forward, self.residual, self.norm, self.dtype, self.loss_scale)
-
-    @property
-    def clip(self):
-        """The current clip setting as ``None`` or ``(mode, threshold)``."""
-        if self.clip_mode.value == "off":
-            return None
-        return (self.clip_mode.value, float(self.clip_norm.value))
 
     @property
     def status_text(self) -> str:

@@ -11,7 +11,15 @@ from ..grads import CLIP_MODES, check_clip
 from ..plots.gradients import STATUS_COLORS
 from ..plots.recurrent import TimePlot
 from ..recurrent import CELLS, MAX_STEPS, RECURRENT_INITIALIZERS, TimeGradientEngine
-from ._base import FigureView, SnapshotMixin, css, legend_html, static_bundle, status_html
+from ._base import (
+    ClipControlsMixin,
+    FigureView,
+    SnapshotMixin,
+    css,
+    legend_html,
+    static_bundle,
+    status_html,
+)
 
 __all__ = ["TimeExplorer"]
 
@@ -19,7 +27,7 @@ MIN_STEPS = 5
 _SCALE_RANGE = (-2.0, 1.0)  # log10 of the input scale: 0.01 to 10
 
 
-class TimeExplorer(SnapshotMixin, widgets.VBox):
+class TimeExplorer(ClipControlsMixin, SnapshotMixin, widgets.VBox):
     """Drag the sequence length and watch the gradient at the first time step vanish (chapter 07).
 
     Public controls: ``cell``, ``steps``, ``recurrent_initializer``, ``input_scale``,
@@ -75,13 +83,6 @@ class TimeExplorer(SnapshotMixin, widgets.VBox):
     def controls(self) -> tuple:
         return (self.cell, self.steps, self.recurrent_initializer, self.input_scale,
                 self.clip_mode, self.clip_norm)
-
-    @property
-    def clip(self):
-        """The current clip setting as ``None`` or ``(mode, threshold)``."""
-        if self.clip_mode.value == "off":
-            return None
-        return (self.clip_mode.value, float(self.clip_norm.value))
 
     @property
     def status_text(self) -> str:
