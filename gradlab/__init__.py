@@ -14,6 +14,10 @@ from ._env import quiet_import_tensorflow, setup
 
 quiet_import_tensorflow()
 
+from .i18n import language_from_env, set_language  # noqa: E402
+
+set_language(language_from_env())
+
 from . import (  # noqa: E402
     causes,
     checks,

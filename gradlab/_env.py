@@ -23,6 +23,8 @@ import os
 import random
 import sys
 
+from .i18n import set_language
+
 __all__ = ["setup", "quiet_import_tensorflow", "split_cpu_from_env"]
 
 
@@ -90,14 +92,18 @@ def quiet_import_tensorflow():
     return tf
 
 
-def setup(seed: int = 0, *, quiet: bool = True, plots: bool = True) -> None:
+def setup(seed: int = 0, *, quiet: bool = True, plots: bool = True, lang: str | None = None) -> None:
     """Seed Python, NumPy and TensorFlow, enable op determinism, quiet logs, set plot defaults.
 
     Every chapter calls ``gl.setup(seed=0)`` in its Setup cell. Re-running a chapter then
-    reproduces the stored outputs that nbval compares against.
+    reproduces the stored outputs that nbval compares against. ``lang`` (``"en"`` or
+    ``"zh"``) switches every text gradlab shows a learner; ``None`` keeps the current one
+    (``GRADLAB_LANG``, else English).
     """
     if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    if lang is not None:
+        set_language(lang)
     tf = quiet_import_tensorflow()
     import keras
     import numpy as np
