@@ -1,0 +1,183 @@
+"""gl.check_gradient: wrong custom gradients caught, right ones accepted, float32 without false
+alarms, kinks explained, bad arguments refused. References: closed forms and
+``tf.test.compute_gradient`` in float64 (an independent finite-difference implementation)."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from gradlab import gradcheck
+from gradlab.gradcheck import check_gradient, default_step
+
+
+@tf.custom_gradient
+def square_wrong(x):
+    return x * x, lambda dy: dy * x  # the factor 2 is missing
+
+
+@tf.custom_gradient
+def square_right(x):
+    return x * x, lambda dy: 2.0 * dy * x
+
+
+X64 = tf.constant([0.3, -1.2, 2.5, 0.7], tf.float64)
+
+
+def test_wrong_custom_gradient_is_caught_with_the_worst_entry():
+    r = check_gradient(square_wrong, X64)
+    assert not r.ok and r.verdict == "wrong" and not r
+    assert r.wrong_entries == 4  # the four diagonal entries; the zeros off the diagonal agree
+    # closed form: the tape gives x, the true derivative is 2x, so the error is |x| / max|2x| at most 0.5
+    assert r.max_rel_error == pytest.approx(0.5, rel=1e-6)
+    j = int(np.argmax(np.abs(X64.numpy())))
+    assert r.worst.input == (j,) and r.worst.output == (j,)
+    assert r.worst.theoretical == pytest.approx(X64.numpy()[j])
+    assert r.worst.numerical == pytest.approx(2 * X64.numpy()[j], rel=1e-8)
+    assert "failed" in r.message and "d f[2] / d x[2]" in r.message
+
+
+def test_right_custom_gradient_passes_in_float64():
+    r = check_gradient(square_right, X64)
+    assert r.ok and r.verdict == "ok" and r.dtype == "float64" and not r.cast
+    assert r.max_rel_error < 1e-6
+    np.testing.assert_allclose(r.theoretical[0], np.diag(2 * X64.numpy()), rtol=0, atol=1e-15)
+    np.testing.assert_allclose(r.numerical[0], np.diag(2 * X64.numpy()), rtol=1e-9, atol=1e-9)
+
+
+def test_layout_and_values_agree_with_tf_test_compute_gradient():
+    a = tf.constant(np.random.default_rng(0).normal(size=(2, 3)))
+    b = tf.constant(np.random.default_rng(1).normal(size=(3, 2)))
+
+    def f(a, b):
+        return tf.sin(a @ b)
+
+    theirs_t, theirs_n = tf.test.compute_gradient(f, [a, b], delta=1e-6)
+    r = check_gradient(f, a, b, delta=1e-6)
+    assert r.ok and len(r.theoretical) == 2
+    for mine, ref in zip(r.theoretical, theirs_t, strict=True):
+        assert mine.shape == ref.shape == (4, 6)
+        np.testing.assert_allclose(mine, ref, rtol=1e-12, atol=1e-14)
+    for mine, ref in zip(r.numerical, theirs_n, strict=True):
+        np.testing.assert_allclose(mine, ref, rtol=1e-7, atol=1e-9)
+
+
+@pytest.mark.parametrize("case", ["cast up", "float32 constant inside", "keras layer", "cast inside"])
+def test_correct_float32_functions_raise_no_false_alarm(case):
+    x32 = tf.constant([0.3, -1.2, 2.5, 0.7], tf.float32)
+    if case == "cast up":
+        r = check_gradient(lambda t: tf.reduce_sum(tf.sin(t) ** 2), x32)
+        assert r.cast and r.dtype == "float64" and r.max_rel_error < 1e-6
+        assert "cast to float64" in r.message
+    elif case == "float32 constant inside":  # refuses float64 inputs: checked in float32
+        c = tf.constant(3.0)
+        r = check_gradient(lambda t: tf.reduce_sum(tf.exp(t * c / 4.0)), x32)
+        assert r.dtype == "float32" and not r.cast and "does not accept float64" in r.message
+    elif case == "keras layer":
+        keras.utils.set_random_seed(0)
+        layer = keras.layers.Dense(3, activation="tanh")
+        layer.build((None, 4))
+        r = check_gradient(lambda t: layer(t), tf.reshape(x32, (1, 4)))
+        assert r.dtype == "float32" and "returns float32" in r.message
+    else:
+        r = check_gradient(lambda t: tf.cast(tf.reduce_sum(tf.exp(tf.cast(t, tf.float32))), tf.float64),
+                           tf.cast(x32, tf.float64))
+        assert r.dtype == "float32" and "below float32's resolution" in r.message
+    assert r.ok, r.message
+
+
+def test_float32_wrong_gradient_is_still_caught():
+    c = tf.constant(1.0)
+    r = check_gradient(lambda t: square_wrong(t) * c, tf.constant([0.5, -2.0], tf.float32))
+    assert r.dtype == "float32" and r.verdict == "wrong" and r.max_rel_error > 0.4
+
+
+def test_float32_rounding_of_a_large_sum_is_not_a_false_alarm(monkeypatch):
+    """A scalar sum over 400 float32 terms: its rounding (eps * |f| / h) exceeds the float32
+    tolerance, so only the per-entry rounding estimate keeps the right gradient from failing."""
+    x = tf.constant(np.random.default_rng(2).normal(size=400), tf.float32)
+    one = tf.constant(1.0)
+
+    def f(t):
+        return tf.reduce_sum(tf.square(t) + 100.0 * one)
+
+    r = check_gradient(f, x)
+    assert r.dtype == "float32" and r.ok, r.message
+    monkeypatch.setattr(gradcheck, "_ROUNDING_SAFETY", 0.0)
+    monkeypatch.setattr(gradcheck, "_TRUNCATION_SAFETY", 0.0)
+    assert not check_gradient(f, x).ok  # without it, the same right gradient would be called wrong
+
+
+@pytest.mark.parametrize("fn,left,right,tape", [(tf.nn.relu, 0.0, 1.0, 0.0), (tf.abs, -1.0, 1.0, 0.0)])
+def test_kink_is_explained_not_called_wrong(fn, left, right, tape):
+    r = check_gradient(fn, tf.constant([-1.0, 0.0, 2.0], tf.float64))
+    assert not r.ok and r.verdict == "kink" and r.wrong_entries == 0
+    assert len(r.kinks) == 1
+    k = r.kinks[0]
+    assert k.input == (1,) and k.value == 0.0
+    assert (k.left, k.right, k.theoretical) == pytest.approx((left, right, tape), abs=1e-9)
+    assert "not differentiable" in r.message
+
+
+def test_smooth_high_curvature_is_not_a_kink():
+    r = check_gradient(lambda t: tf.exp(30.0 * t), tf.constant([0.3, 0.5], tf.float64))
+    assert r.ok and not r.kinks
+
+
+def test_no_path_from_the_input_is_wrong_and_says_none():
+    r = check_gradient(lambda t: tf.constant(np.sin(t.numpy())), X64)  # a NumPy round trip
+    assert r.verdict == "wrong"
+    np.testing.assert_array_equal(r.theoretical[0], 0.0)
+    np.testing.assert_allclose(np.diag(r.numerical[0]), np.cos(X64.numpy()), rtol=1e-8)
+    assert "returned None" in r.message
+
+
+def test_default_step_is_a_power_of_two_near_the_optimum():
+    h = default_step([0.0, 1.0, 1000.0], "float64")
+    assert np.all(np.log2(h) == np.round(np.log2(h)))
+    eps = np.finfo(np.float64).eps
+    np.testing.assert_allclose(h, eps ** (1 / 3) * np.array([1, 1, 1000]), rtol=0.5)
+
+
+@pytest.mark.parametrize("f", [None, 3.0, "tf.sin", [tf.sin]])
+def test_non_callable_is_a_clear_value_error(f):
+    with pytest.raises(ValueError, match="f must be a callable"):
+        check_gradient(f, X64)
+
+
+@pytest.mark.parametrize("x,match", [
+    (tf.constant([1, 2]), "dtype int32"),
+    (np.array([1, 2], dtype=np.int64), "dtype int64"),
+    (3, "dtype int32"),
+    (True, "floating-point"),
+    ("1.0", "floating-point"),
+    (None, "floating-point"),
+    (np.zeros(0), "no elements"),
+    (np.zeros(gradcheck.MAX_INPUT_ELEMENTS + 1), "at most"),
+])
+def test_bad_inputs_are_clear_value_errors(x, match):
+    with pytest.raises(ValueError, match=match):
+        check_gradient(tf.sin, x)
+
+
+def test_no_inputs_is_a_value_error():
+    with pytest.raises(ValueError, match="xs is empty"):
+        check_gradient(tf.sin)
+
+
+@pytest.mark.parametrize("delta", [0, -1e-3, float("nan"), float("inf"), True, "1e-3"])
+def test_bad_delta_is_a_value_error(delta):
+    with pytest.raises(ValueError, match="delta must be"):
+        check_gradient(tf.sin, X64, delta=delta)
+
+
+def test_delta_below_the_resolution_is_a_value_error():
+    with pytest.raises(ValueError, match="below the resolution"):
+        check_gradient(tf.sin, tf.constant([1.0], tf.float64), delta=1e-20)
+
+
+def test_integer_output_is_a_value_error():
+    with pytest.raises(ValueError, match="floating-point values"):
+        check_gradient(lambda t: tf.cast(t, tf.int32), X64)
