@@ -10,10 +10,12 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help install lab test test-fast notebooks nav lint bench bench-browser clean
+.PHONY: help install lab lab-zh catalog catalog-check test test-fast notebooks nav lint bench bench-browser clean
 
 help:
 	@echo "make lab        start JupyterLab (127.0.0.1, token) at chapter 00"
+	@echo "make lab-zh     the same in Chinese: JupyterLab's Chinese UI at the Chinese chapter 00"
+	@echo "make catalog    extract gradlab's messages, update and compile the translations (Babel)"
 	@echo "make test       the whole suite: pytest over tests/, nbval over chapters/, browser tests"
 	@echo "make notebooks  rebuild every chapter from chapters/src and Restart & Run All in place"
 	@echo "make bench      explorer latency benchmark (python -m gradlab.bench)"
@@ -33,6 +35,25 @@ lab: install
 	$(VENV)/bin/jupyter lab --ip=127.0.0.1 --port=$(PORT) --no-browser $(ALLOW_ROOT) \
 		--ServerApp.root_dir="$(CURDIR)" \
 		--LabApp.default_url=/lab/tree/chapters/00-introduction.ipynb
+
+# JupyterLab in Simplified Chinese (language pack) at the Chinese twin of chapter 00. The locale
+# is an override of the setting's default in a settings dir inside .venv: your own JupyterLab
+# settings are not touched, and a language you picked in Settings > Language still wins.
+LAB_ZH_SETTINGS := $(abspath $(VENV))/share/gradlab/lab-zh
+lab-zh: install
+	$(PY) tools/lab_zh.py "$(LAB_ZH_SETTINGS)" >/dev/null
+	$(VENV)/bin/jupyter lab --ip=127.0.0.1 --port=$(PORT) --no-browser $(ALLOW_ROOT) \
+		--ServerApp.root_dir="$(CURDIR)" \
+		--LabApp.app_settings_dir="$(LAB_ZH_SETTINGS)" \
+		--LabApp.default_url=/lab/tree/chapters/zh/00-introduction.ipynb
+
+# gradlab's message catalogs (gradlab/locale): extract the template from the code, merge it
+# into every translation, compile the .mo that gradlab reads (all three are committed).
+catalog: install
+	$(PY) tools/catalog.py all
+
+catalog-check: install
+	$(PY) tools/catalog.py check
 
 test: install
 	$(PY) -m pytest

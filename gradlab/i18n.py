@@ -10,9 +10,19 @@ them::
 
     _("the signal shrinks {gain} per layer").format(gain=f"{g:.3g}")
 
-Catalogs are GNU gettext ``.po``/``.mo`` files under ``gradlab/locale/<lang>/LC_MESSAGES/``,
-domain ``gradlab``; a new language is a new catalog and nothing else. The language comes
-from ``gl.setup(lang=...)``, else the ``GRADLAB_LANG`` environment variable, else English.
+Catalogs are GNU gettext files under ``gradlab/locale/``: the template ``gradlab.pot``
+(extracted from the code by Babel) and, per language, ``<lang>/LC_MESSAGES/gradlab.po``
+(the translations) compiled to ``gradlab.mo`` (what this module reads, with the standard
+library's :mod:`gettext`). ``python tools/catalog.py`` (``make catalog``) extracts, updates and
+compiles them; the ``.mo`` is committed, so a plain ``pip install -e .`` needs no build step.
+A new language is a new catalog plus one entry in :data:`LANGUAGES`, and nothing else.
+
+The language comes from ``gl.setup(lang=...)``, else the ``GRADLAB_LANG`` environment
+variable (read once, at ``import gradlab``), else English. The Chinese chapters call
+``gl.setup(seed=0, lang="zh")`` in their Setup cell.
+
+Inside a module that imports ``_``, never use ``_`` as a throwaway name: in a function that
+assigns it, ``_`` becomes local and ``_("...")`` raises ``UnboundLocalError``.
 """
 
 from __future__ import annotations
@@ -26,22 +36,41 @@ __all__ = ["DOMAIN", "LANGUAGES", "LOCALE_DIR", "N_", "_", "get_language", "nget
 DOMAIN = "gradlab"
 LOCALE_DIR = Path(__file__).resolve().parent / "locale"
 #: The languages gradlab speaks, by the short code ``gl.setup(lang=...)`` takes, and their
-#: gettext catalog names.
+#: gettext catalog names. English is the source language and needs no catalog.
 LANGUAGES: dict[str, str] = {"en": "en", "zh": "zh_CN"}
 LANG_ENV = "GRADLAB_LANG"
+#: Spellings of a language that ``GRADLAB_LANG`` also accepts (locale names, BCP 47 tags).
+ALIASES = {"zh_CN": "zh", "zh-CN": "zh", "zh-cn": "zh", "zh-Hans": "zh", "zh_CN.UTF-8": "zh",
+           "en_US": "en", "en-US": "en", "en_GB": "en", "C": "en"}
 
-_state = {"lang": "en", "translation": gettext.NullTranslations()}
+_state: dict = {"lang": "en", "translation": gettext.NullTranslations()}
+
+
+def catalog_path(lang: str) -> Path:
+    """The compiled catalog (``.mo``) gradlab reads for ``lang`` (``"zh"``)."""
+    return LOCALE_DIR / LANGUAGES[lang] / "LC_MESSAGES" / f"{DOMAIN}.mo"
 
 
 def set_language(lang: str) -> str:
-    """Switch every later gradlab text to ``lang`` (``"en"`` or ``"zh"``); return it."""
-    if lang not in LANGUAGES:
+    """Switch every later gradlab text to ``lang`` (``"en"`` or ``"zh"``); return it.
+
+    Raises ``ValueError`` for an unknown language and ``FileNotFoundError`` when the
+    language's compiled catalog is missing (a broken install), rather than falling back to
+    English without a word.
+    """
+    if not isinstance(lang, str) or lang not in LANGUAGES:
         raise ValueError(f"lang must be one of {sorted(LANGUAGES)}; got {lang!r}")
     if lang == "en":
-        translation = gettext.NullTranslations()
+        translation: gettext.NullTranslations = gettext.NullTranslations()
     else:
-        translation = gettext.translation(DOMAIN, localedir=str(LOCALE_DIR), languages=[LANGUAGES[lang]],
-                                          fallback=True)
+        path = catalog_path(lang)
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"gradlab has no compiled {lang!r} catalog at {path}; "
+                "run `python tools/catalog.py compile` (make catalog) in the repository"
+            )
+        with open(path, "rb") as fh:
+            translation = gettext.GNUTranslations(fh)
     _state.update(lang=lang, translation=translation)
     return lang
 
@@ -69,7 +98,7 @@ def N_(message: str) -> str:
 def language_from_env() -> str:
     """The language ``GRADLAB_LANG`` asks for (``"en"`` when unset)."""
     value = os.environ.get(LANG_ENV, "en").strip() or "en"
-    value = {"zh_CN": "zh", "zh-CN": "zh", "zh-cn": "zh"}.get(value, value)
+    value = ALIASES.get(value, value)
     if value not in LANGUAGES:
         raise ValueError(f"{LANG_ENV} must be one of {sorted(LANGUAGES)}; got {value!r}")
     return value

@@ -1,8 +1,13 @@
 """Rebuild chapters from chapters/src, add navigation, Restart & Run All, save in place.
 
-    python tools/build_notebooks.py            # every chapter
-    python tools/build_notebooks.py 01 03      # only chapters whose names start with these
-    python tools/build_notebooks.py --no-exec  # sources and navigation only
+    python tools/build_notebooks.py                # every chapter, both editions
+    python tools/build_notebooks.py 01 03          # only chapters whose names start with these
+    python tools/build_notebooks.py --lang en 09   # only the English chapter 09
+    python tools/build_notebooks.py --lang zh 02   # only the Chinese twin of chapter 02
+    python tools/build_notebooks.py --no-exec      # sources and navigation only
+
+The Chinese twin chapters/zh/NN-slug.ipynb is built from the same source plus its translation
+chapters/zh/src/NN-slug.yml (tools/zh.py); chapters without a translation file have no twin.
 """
 
 from __future__ import annotations
@@ -16,27 +21,51 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import nbformat  # noqa: E402
 
-from tools.nbtools import SRC, add_navigation, chapter_paths, execute, notebook_from_source  # noqa: E402
+from tools.nbtools import (  # noqa: E402
+    SRC,
+    add_navigation,
+    chapter_paths,
+    execute,
+    notebook_from_source,
+    zh_chapter_paths,
+)
+from tools.zh import build_twins  # noqa: E402
+
+
+def editions(lang: str) -> list[tuple[list[Path], list]]:
+    """(paths, notebooks with navigation) of the editions ``lang`` asks for, nothing executed."""
+    paths = chapter_paths()
+    english = [notebook_from_source(SRC / (p.stem + ".py")) for p in paths]
+    add_navigation(english, paths)
+    out = [(paths, english)] if lang in ("en", "all") else []
+    if lang in ("zh", "all"):
+        zh_paths = zh_chapter_paths()
+        twins = build_twins([p.stem for p in zh_paths],
+                            english={p.stem: nb for p, nb in zip(paths, english, strict=True)})
+        zh_nbs = [twins[p.stem] for p in zh_paths]
+        add_navigation(zh_nbs, zh_paths)
+        out.append((zh_paths, zh_nbs))
+    return out
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("only", nargs="*", help="chapter prefixes to execute, e.g. 01")
+    ap.add_argument("--lang", choices=["en", "zh", "all"], default="all",
+                    help="which edition to build (default: both)")
     ap.add_argument("--no-exec", action="store_true", help="do not execute")
     args = ap.parse_args(argv)
-    paths = chapter_paths()
-    nbs = [notebook_from_source(SRC / (p.stem + ".py")) for p in paths]
-    add_navigation(nbs, paths)
-    for path, nb in zip(paths, nbs, strict=True):
-        selected = not args.only or any(path.name.startswith(o) for o in args.only)
-        if not selected:
-            continue  # untouched: run tools/add_navigation.py (or a full build) to refresh it
-        if not args.no_exec:
-            t0 = time.perf_counter()
-            print(f"running {path.name} ...", flush=True)
-            execute(nb, path)
-            print(f"  done in {time.perf_counter() - t0:.1f} s", flush=True)
-        nbformat.write(nb, path)
+    for paths, nbs in editions(args.lang):
+        for path, nb in zip(paths, nbs, strict=True):
+            selected = not args.only or any(path.name.startswith(o) for o in args.only)
+            if not selected:
+                continue  # untouched: run tools/add_navigation.py (or a full build) to refresh it
+            if not args.no_exec:
+                t0 = time.perf_counter()
+                print(f"running {path.relative_to(path.parents[1])} ...", flush=True)
+                execute(nb, path)
+                print(f"  done in {time.perf_counter() - t0:.1f} s", flush=True)
+            nbformat.write(nb, path)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Build, navigate and execute the chapters.
+"""Build, navigate and execute the chapters, in both editions.
 
 A chapter's source of truth is ``chapters/src/NN-slug.py``, a plain Python file in the
 "percent" cell format (``# %%`` starts a code cell, ``# %% [markdown]`` a Markdown cell,
@@ -7,6 +7,11 @@ A chapter's source of truth is ``chapters/src/NN-slug.py``, a plain Python file 
 cell, and runs it top to bottom in a fresh kernel (Restart & Run All), saving the outputs
 that nbval later compares. ``tests/test_chapters.py`` checks that every committed notebook
 still matches its source.
+
+The Chinese edition (``chapters/zh/NN-slug.ipynb``) is built from the same source plus the
+chapter's translation ``chapters/zh/src/NN-slug.yml`` (see :mod:`tools.zh`); a chapter has a
+Chinese twin exactly when it has a translation file. Each edition's navigation links to its
+own neighbours, and to the same chapter in the other edition.
 """
 
 from __future__ import annotations
@@ -25,6 +30,15 @@ NAV_KEY = "gradlab_nav"
 #: (``"jupyter": {"source_hidden": true}``) so nobody reads it by accident.
 SOLUTION_TAG = "solution"
 CONTENTS_ANCHOR = "Contents"
+ZH_DIR = CHAPTERS / "zh"
+ZH_SRC = ZH_DIR / "src"
+#: What the navigation cell says, per edition.
+NAV_WORDS = {
+    "en": {"previous": "&lt; Previous", "next": "Next &gt;", "contents": "Contents",
+           "anchor": CONTENTS_ANCHOR, "other": "中文"},
+    "zh": {"previous": "&lt; 上一章", "next": "下一章 &gt;", "contents": "目录", "anchor": "目录",
+           "other": "English"},
+}
 
 _CELL = re.compile(r"^# %%(?P<md> \[markdown\])?(?:\s+tags=(?P<tags>\[.*\]))?\s*$")
 
@@ -32,6 +46,22 @@ _CELL = re.compile(r"^# %%(?P<md> \[markdown\])?(?:\s+tags=(?P<tags>\[.*\]))?\s*
 def chapter_paths() -> list[Path]:
     """Every chapter notebook path that has a source, in order."""
     return [CHAPTERS / (p.stem + ".ipynb") for p in sorted(SRC.glob("[0-9][0-9]-*.py"))]
+
+
+def has_twin(stem: str) -> bool:
+    """Whether chapter ``stem`` has a Chinese twin (it has a translation file)."""
+    return (ZH_SRC / f"{stem}.yml").is_file() and (SRC / f"{stem}.py").is_file()
+
+
+def zh_chapter_paths() -> list[Path]:
+    """Every Chinese twin's notebook path, in order: the chapters with a translation file."""
+    return [ZH_DIR / (p.stem + ".ipynb") for p in sorted(ZH_SRC.glob("[0-9][0-9]-*.yml"))
+            if has_twin(p.stem)]
+
+
+def edition_of(path: Path) -> str:
+    """``"zh"`` for a notebook under chapters/zh/, else ``"en"``."""
+    return "zh" if path.parent.name == "zh" else "en"
 
 
 def parse_percent(text: str) -> list[nbformat.NotebookNode]:
@@ -86,22 +116,35 @@ def short_title(title: str) -> str:
     return title.split(" · ")[0].strip()
 
 
-def nav_source(paths: list[Path], i: int, titles: list[str]) -> str:
-    prev = f"[< {paths[i - 1].stem[:2]} · {short_title(titles[i - 1])}]({paths[i - 1].name})" if i > 0 else "&lt; Previous"
+def nav_source(paths: list[Path], i: int, titles: list[str], lang: str = "en") -> str:
+    """``< prev | Contents | next >`` of ``paths[i]`` in its edition, then the other edition."""
+    words = NAV_WORDS[lang]
+    prev = (f"[< {paths[i - 1].stem[:2]} · {short_title(titles[i - 1])}]({paths[i - 1].name})"
+            if i > 0 else words["previous"])
     nxt = (
         f"[{paths[i + 1].stem[:2]} · {short_title(titles[i + 1])} >]({paths[i + 1].name})"
         if i + 1 < len(paths)
-        else "Next &gt;"
+        else words["next"]
     )
-    contents = f"[Contents]({paths[0].name}#{CONTENTS_ANCHOR})"
-    return f"{prev} | {contents} | {nxt}"
+    contents = f"[{words['contents']}]({paths[0].name}#{words['anchor']})"
+    nav = f"{prev} | {contents} | {nxt}"
+    stem = paths[i].stem
+    if lang == "zh":
+        nav += f" | [{words['other']}](../{stem}.ipynb)"
+    elif has_twin(stem):
+        nav += f" | [{words['other']}](zh/{stem}.ipynb)"
+    return nav
 
 
 def add_navigation(nbs: list, paths: list[Path]) -> None:
-    """Insert or amend the navigation cell (right after the title) of every notebook. Idempotent."""
+    """Insert or amend the navigation cell (right after the title) of every notebook. Idempotent.
+
+    ``paths`` are the notebooks of one edition, in order (the edition comes from the paths).
+    """
     titles = [title_of(nb) for nb in nbs]
+    lang = edition_of(paths[0]) if paths else "en"
     for i, nb in enumerate(nbs):
-        source = nav_source(paths, i, titles)
+        source = nav_source(paths, i, titles, lang)
         existing = [c for c in nb.cells if c.metadata.get(NAV_KEY)]
         if existing:
             existing[0].source = source
@@ -110,6 +153,21 @@ def add_navigation(nbs: list, paths: list[Path]) -> None:
             cell.metadata[NAV_KEY] = True
             cell["id"] = "navigation"
             nb.cells.insert(1, cell)
+
+
+def heading_anchors(nb) -> set[str]:
+    """Anchors JupyterLab gives Markdown headings: the rendered text, spaces replaced by '-'."""
+    anchors = set()
+    for cell in nb.cells:
+        if cell.cell_type != "markdown":
+            continue
+        for line in cell.source.splitlines():
+            m = re.match(r"^#{1,6}\s+(.*)$", line)
+            if m:
+                text = re.sub(r"`|\*\*", "", m.group(1)).strip()  # code spans, bold
+                text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)
+                anchors.add(text.replace(" ", "-"))
+    return anchors
 
 
 def notebook_from_source(src: Path):

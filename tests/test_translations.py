@@ -1,0 +1,198 @@
+"""The Chinese edition cannot drift: every translation is current, or a test names the cell.
+
+For each chapter with a translation file (chapters/zh/src/NN-slug.yml), every English Markdown
+cell of chapters/src/NN-slug.py must have a current Chinese translation: one made from exactly
+today's English text. An English cell that changed (stale), a new one (untranslated) and a
+translation whose English cell is gone (orphan) fail here, with the chapter and the cell's
+heading or first words. ``python tools/translate.py status`` prints the same list.
+
+Chapters still waiting for their translator are listed in NOT_YET_TRANSLATED: their missing
+translations are allowed (a stale or orphaned one never is). The final state of issue 22
+empties that list, and a test fails when it names a chapter that no longer needs it.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tools import zh
+from tools.nbtools import CHAPTERS, SRC, chapter_paths, notebook_from_source, zh_chapter_paths
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPECTED = [p.stem for p in chapter_paths()]
+TWINS = [p.stem for p in zh_chapter_paths()]
+#: Chapters whose translation has not been written yet (they may lack a twin, or show English
+#: prose in their twin). Each entry must go once its chapter is translated.
+NOT_YET_TRANSLATED = {
+    "00-introduction": "twin exists (make lab-zh opens it); prose waits for its translator",
+    "01-vanishing-exploding": "English under review (H3)",
+    "03-tape-and-function": "English under review (H3)",
+    "04-summary": "English under review (H3)",
+    "05-beyond-the-source": "English under review (H3)",
+    "06-none-and-nan": "English under review (H3)",
+    "07-through-time": "English under review (H3)",
+    "08-distributed": "English under review (H3)",
+    "09-transformers": "being written (H4)",
+    "10-gradient-checking": "being written (H5)",
+}
+CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
+def test_allowance_names_only_real_chapters_that_need_it():
+    """The allowance shrinks to nothing: a translated chapter must leave it."""
+    prefixes = {s[:2] for s in EXPECTED}
+    stale_entries = [s for s in NOT_YET_TRANSLATED if s in EXPECTED and s in TWINS and not any(
+        st.status == "untranslated" for st in zh.chapter_report(s)[0])]
+    assert not stale_entries, f"fully translated, remove from NOT_YET_TRANSLATED: {stale_entries}"
+    unknown = [s for s in NOT_YET_TRANSLATED if s not in EXPECTED and s[:2] in prefixes]
+    assert not unknown, f"NOT_YET_TRANSLATED names chapters under another name: {unknown}"
+
+
+def test_every_chapter_has_a_twin_or_an_allowance():
+    missing = [s for s in EXPECTED if s not in TWINS and s not in NOT_YET_TRANSLATED]
+    assert not missing, f"chapters without a Chinese twin: {missing} (python tools/translate.py init NN)"
+
+
+@pytest.mark.parametrize("stem", TWINS)
+def test_translation_file_reads(stem):
+    tr = zh.load(zh.translation_path(stem))
+    assert tr.chapter == stem and tr.cells
+
+
+@pytest.mark.parametrize("stem", TWINS)
+def test_translation_is_current(stem):
+    problems = zh.problems(stem, allow_untranslated=stem in NOT_YET_TRANSLATED)
+    assert not problems, (
+        f"the Chinese translation of {stem} is behind the English "
+        f"(python tools/translate.py status {stem[:2]} -v; update, translate, rebuild):\n  "
+        + "\n  ".join(problems)
+    )
+
+
+# ----------------------------------------------------------------------------- a temporary copy
+@pytest.fixture
+def copy_of_02(tmp_path):
+    """chapters/src/02-jacobians.py and its translation in a scratch repository layout."""
+    stem = "02-jacobians"
+    (tmp_path / "chapters" / "src").mkdir(parents=True)
+    (tmp_path / "chapters" / "zh" / "src").mkdir(parents=True)
+    shutil.copy(SRC / f"{stem}.py", tmp_path / "chapters" / "src")
+    shutil.copy(zh.translation_path(stem), tmp_path / "chapters" / "zh" / "src")
+    return tmp_path, stem
+
+
+def english_source(root: Path, stem: str) -> Path:
+    return root / "chapters" / "src" / f"{stem}.py"
+
+
+def test_an_edited_english_cell_fails_and_is_named(copy_of_02):
+    root, stem = copy_of_02
+    assert zh.problems(stem, root) == [], "the committed translation of 02 must be current"
+    src = english_source(root, stem)
+    text = src.read_text(encoding="utf-8")
+    old = "# A list of targets is treated the same way"
+    assert old in text
+    src.write_text(text.replace(old, "# A list of targets (or a tuple) is treated the same way"), encoding="utf-8")
+    problems = zh.problems(stem, root)
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(f"{stem}, source cell ") and "'A list of targets (or a tuple)" in problems[0]
+    assert "stale" in problems[0]
+    # the build marks the cell, and keeps the old translation under the note
+    twin = zh.zh_notebook(stem, root)
+    marked = [c for c in twin.cells if c.metadata.get(zh.STATUS_KEY, {}).get("status") == "stale"]
+    assert len(marked) == 1 and marked[0].source.startswith("> **译文待更新**")
+    assert "中文版翻译进行中" in twin.cells[1].source
+
+
+def test_a_new_cell_and_a_removed_cell_are_named(copy_of_02):
+    root, stem = copy_of_02
+    src = english_source(root, stem)
+    text = src.read_text(encoding="utf-8")
+    anchor = "# %% [markdown]\n# ## Use persistent tapes with care"
+    assert anchor in text
+    text = text.replace(anchor, "# %% [markdown]\n# A brand-new paragraph about tapes.\n\n" + anchor)
+    gone = "# %% [markdown]\n# Use `ZERO` only when you *know* the source is unused. It also hides the six bugs above.\n"
+    assert gone in text
+    src.write_text(text.replace(gone, ""), encoding="utf-8")
+    problems = zh.problems(stem, root)
+    assert any("'A brand-new paragraph about tapes.'" in p and "untranslated" in p for p in problems), problems
+    assert any("Use `ZERO` only when" in p and "orphan" in p for p in problems), problems
+    assert len(problems) == 2, problems
+
+
+def test_update_keeps_the_old_translation_and_marks_it(copy_of_02, monkeypatch):
+    root, stem = copy_of_02
+    src = english_source(root, stem)
+    text = src.read_text(encoding="utf-8")
+    src.write_text(text.replace("# A list of targets is treated the same way",
+                                "# A list of targets is handled the same way"), encoding="utf-8")
+    states, orphans = zh.chapter_report(stem, root)
+    (stale,) = [s for s in states if s.status == "stale"]
+    path = zh.translation_path(stem, root)
+    tr = zh.load(path)
+    k = next(i for i, e in enumerate(tr.cells) if e.en == stale.entry.en)
+    tr.cells[k] = zh.Entry(en=stale.english, zh=stale.entry.zh, was=stale.entry.en, stale=True)
+    zh.save(tr, path)
+    text = path.read_text(encoding="utf-8")
+    assert "stale: true" in text and "-A list of targets is treated" in text.replace("  # ", "")
+    still = zh.problems(stem, root)
+    assert len(still) == 1 and "marked stale" in still[0]
+    tr = zh.load(path)
+    tr.cells[k] = zh.Entry(en=tr.cells[k].en, zh=tr.cells[k].zh)  # the translator is done
+    zh.save(tr, path)
+    assert zh.problems(stem, root) == []
+
+
+# ----------------------------------------------------------------------------- the twins' content
+@pytest.mark.parametrize("stem", TWINS)
+def test_code_cells_are_the_english_ones(stem):
+    english = [c.source for c in notebook_from_source(SRC / f"{stem}.py").cells if c.cell_type == "code"]
+    twin = zh.zh_notebook(stem)
+    assert zh.english_code(twin) == english
+    assert [c.source for c in twin.cells if c.cell_type == "code"][0].count(zh.SETUP_ZH) == 1
+
+
+@pytest.mark.parametrize("stem", [s for s in TWINS if s not in NOT_YET_TRANSLATED])
+def test_translated_twin_reads_in_chinese(stem):
+    twin = zh.zh_notebook(stem)
+    prose = [c.source for c in twin.cells if c.cell_type == "markdown"]
+    chinese = [p for p in prose if CJK.search(re.sub(r"`[^`]*`|\$[^$]*\$", "", p))]
+    assert len(chinese) >= 0.95 * len(prose), f"{stem}: {len(prose) - len(chinese)} cells without Chinese"
+    lines = [ln.strip() for p in prose for ln in p.splitlines()]
+    for heading in ("## 准备工作", "## 小结", "## 练习", "**本章内容**"):
+        assert heading in lines, f"{stem}: no {heading!r} (GLOSSARY-zh.md's fixed section names)"
+    english = " ".join(c.source for c in twin.cells if c.cell_type == "markdown")
+    assert "## Setup" not in english and "## Summary" not in english
+
+
+def glossary() -> list[tuple[str, str]]:
+    """(English, 中文) rows of chapters/zh/GLOSSARY.md's term table."""
+    rows = []
+    for line in (CHAPTERS / "zh" / "GLOSSARY.md").read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 2 and line.startswith("|") and not set(cells[0]) <= set("-: ") and cells[0] != "English":
+            rows.append((cells[0], cells[1]))
+    return rows
+
+
+@pytest.mark.parametrize("stem", [s for s in TWINS if s not in NOT_YET_TRANSLATED])
+def test_translated_twin_uses_the_glossary_terms(stem):
+    """Where a glossary term's topic is taught in English, the Chinese uses the glossary's word."""
+    english = " ".join(c.source for c in notebook_from_source(SRC / f"{stem}.py").cells
+                       if c.cell_type == "markdown").lower()
+    chinese = " ".join(c.source for c in zh.zh_notebook(stem).cells if c.cell_type == "markdown")
+    def norm(s: str) -> str:  # "Kaiming（He）初始化" and "Kaiming 初始化" compare equal
+        return re.sub(r"（[^）]*）|\s", "", s)
+
+    text = norm(chinese)
+    missing = []
+    for en, zh_term in glossary():
+        variants = [" ".join(re.sub(r"\([^)]*\)", "", v).split()).lower() for v in en.split(" / ")]
+        if any(len(v) > 3 and re.search(rf"\b{re.escape(v)}", english) for v in variants):
+            if not any(norm(t) and norm(t) in text for t in zh_term.split(" / ")):
+                missing.append(f"{en} -> {zh_term}")
+    assert not missing, f"{stem}: glossary terms taught in English but not used in Chinese: {missing}"
