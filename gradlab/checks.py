@@ -23,19 +23,27 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
+from .i18n import _
+
 __all__ = [
     "CheckResult",
     "as_int_answer",
+    "as_number_answer",
+    "call_answer",
     "check_array",
     "check_arrays",
     "check_status",
     "check_trains",
     "check_true",
+    "clean_message",
+    "describe_error",
+    "is_float_number",
     "step_length_advice",
 ]
 
@@ -71,6 +79,82 @@ class CheckResult:
 
     def _repr_pretty_(self, p, cycle):  # IPython display
         p.text(str(self))
+
+
+# ----------------------------------------------------------------------------- the learner's code
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]")
+#: Lines of TensorFlow's and Keras's messages that are plumbing, not the message: stack
+#: frames, node names, the ``[Op:...]`` tail, the headers Keras and autograph put first.
+_NOISE = re.compile(r"^(Traceback|Detected at node|defined at \(most recent call last\)|\[\[\{\{node|\[\[node"
+                    r"|\[Op:|in user code:|Graph execution error:|Exception encountered when calling|"
+                    r"During handling of the above exception)")
+_DUMP = re.compile(r"^(Arguments received by|Call arguments received)")
+_PREFIX = re.compile(r"^(\w+\.)*\w*(Error|Exception|Warning): ")
+
+
+def clean_message(err, limit: int = 240) -> str:
+    """The readable part of an exception's (or a text's) message, for quoting in feedback.
+
+    Strips ANSI colour codes; Python, autograph and TensorFlow stack frames (``File "..."``
+    lines and the code under them); the headers "in user code:", "Graph execution error:" and
+    "Exception encountered when calling ..."; ``[[{{node ...}}]]`` and ``[Op:...]`` tails;
+    Keras's "Arguments received by ..." dump (everything after it); and a repeated
+    ``ValueError:`` prefix. Joins what is left into one line of at most ``limit`` characters.
+    Used by every chapter's checks when a learner's code raises.
+    """
+    text = _ANSI.sub("", str(err))
+    kept: list[str] = []
+    frame_indent = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        indent = len(raw) - len(raw.lstrip())
+        if not line:
+            continue
+        if line.startswith('File "'):
+            frame_indent = indent
+            continue
+        if frame_indent is not None and indent > frame_indent:
+            continue  # the code line under a frame
+        frame_indent = None
+        if _DUMP.match(line):
+            break  # Keras's dump of every argument follows: leave it out
+        if _NOISE.match(line):
+            continue
+        line = _PREFIX.sub("", line)
+        if line and not _NOISE.match(line) and line not in kept:
+            kept.append(line)
+    text = re.sub(r"\s+", " ", " ".join(kept)).strip()
+    text = re.sub(r"\s*\[Op:[^\]]*\]", "", text).strip()
+    text = re.sub(r"\.\.+$", ".", text)
+    if len(text) > limit:
+        text = text[: limit - 1].rstrip() + "…"
+    return text or type(err).__name__
+
+
+def describe_error(err: BaseException, limit: int = 240) -> str:
+    """``"ValueError: <clean message>"`` for feedback (see :func:`clean_message`), without a final period."""
+    return f"{type(err).__name__}: {clean_message(err, limit).rstrip('.')}"
+
+
+def call_answer(name: str, fn, *args, what: str | None = None, **kwargs):
+    """Call a learner's function: ``(result, None)``, or ``(None, CheckResult)`` saying why not.
+
+    A missing function (``None``, not callable) and any exception become a failed
+    :class:`CheckResult` whose feedback quotes the cleaned message (:func:`describe_error`).
+    Used by the checks of chapters 05 to 08.
+    """
+    if fn is None or not callable(fn):
+        return None, CheckResult(name, False, _("expected a function, got {kind}").format(kind=type(fn).__name__))
+    try:
+        return fn(*args, **kwargs), None
+    except Exception as err:  # noqa: BLE001 - any failure in the learner's code is feedback
+        return None, CheckResult(name, False, _("{what} raised {error}").format(
+            what=what or _("your function"), error=describe_error(err)))
+
+
+def is_float_number(value) -> bool:
+    """True for a Python or NumPy number (not a tensor): a value the tape cannot follow."""
+    return isinstance(value, (numbers.Real, np.generic)) and not isinstance(value, (bool, np.bool_))
 
 
 # ----------------------------------------------------------------------------- describing answers
@@ -564,6 +648,60 @@ def _first_value(answer) -> str:
         return "?"
 
 
+def _scalar(name: str, answer, what: str, several_hint: str):
+    """``(number, None)`` for one real number in any common form, else ``(None, CheckResult)``."""
+    if answer is None:
+        return None, CheckResult(name, False, _("got None: assign {what} to the variable").format(what=what))
+    if isinstance(answer, (bool, np.bool_)):
+        return None, CheckResult(name, False, _("got {value!r}, a bool: expected {what}").format(
+            value=bool(answer), what=what))
+    if isinstance(answer, (str, bytes)):
+        return None, CheckResult(name, False, _("got the string {value!r}: expected {what} as a number, e.g. 5, "
+                                                "not '5'").format(value=answer, what=what))
+    try:
+        shape = tuple(np.shape(answer.numpy() if hasattr(answer, "numpy") else answer))
+    except Exception:  # noqa: BLE001 - a ragged list, an object without a shape
+        shape = None
+    if shape is None or isinstance(answer, (list, tuple, dict)) or len(shape) > 0:
+        size = int(np.prod(shape)) if shape else -1
+        if size == 1:
+            return None, CheckResult(name, False, _(
+                "got a {kind} holding one value ({value}): expected the number itself. Take it out, e.g. "
+                "int(a[0]) or float(a.max())").format(kind=type(answer).__name__, value=_first_value(answer)))
+        if size > 1:
+            text = _("got a {kind} of {size} values: expected one number.").format(kind=type(answer).__name__,
+                                                                               size=size)
+        else:
+            text = _("got a {kind} of several values: expected one number.").format(kind=type(answer).__name__)
+        return None, CheckResult(name, False, text + (f" {several_hint}" if several_hint else ""))
+    try:
+        value = answer.numpy() if hasattr(answer, "numpy") else answer
+        value = np.asarray(value).item() if isinstance(value, (np.ndarray, np.generic)) else value
+    except Exception as err:  # noqa: BLE001 - a symbolic tensor, an unusual object
+        return None, CheckResult(name, False, _("could not read a number from the {kind} ({error}): expected "
+                                                "{what}").format(kind=type(answer).__name__,
+                                                                 error=clean_message(err, 80), what=what))
+    if isinstance(value, complex) or not isinstance(value, numbers.Real):
+        return None, CheckResult(name, False, _("got {value} ({kind}): expected {what}").format(
+            value=_short(answer), kind=type(answer).__name__, what=what))
+    if not math.isfinite(float(value)):
+        return None, CheckResult(name, False, _("got {value}: expected a finite number, {what}").format(
+            value=float(value), what=what))
+    return value, None
+
+
+def as_number_answer(name: str, answer, what: str, *, several_hint: str = ""):
+    """``(float, None)`` for a real number, else ``(None, CheckResult)`` saying what is wrong.
+
+    Accepts Python and NumPy numbers and 0-d arrays, tensors and variables (``2**10``,
+    ``1024.0``, ``np.float32(1024)``, ``tf.constant(1024)``); NaN and inf, strings, bools,
+    ``None`` and containers get feedback. Used by the exercises that ask for a number
+    (chapters 05 and 06).
+    """
+    value, problem = _scalar(name, answer, what, several_hint)
+    return (None, problem) if problem is not None else (float(value), None)
+
+
 def as_int_answer(name: str, answer, what: str, *, several_hint: str = ""):
     """``(int, None)`` for an int-like answer, else ``(None, CheckResult)`` saying what is wrong.
 
@@ -571,34 +709,10 @@ def as_int_answer(name: str, answer, what: str, *, several_hint: str = ""):
     ``None`` or a container gets feedback (``several_hint`` is added for several values).
     Used by the exercises that ask for a number (chapters 01 and 07).
     """
-    if answer is None:
-        return None, CheckResult(name, False, f"got None: assign {what} (an int) to the variable")
-    if isinstance(answer, bool):
-        return None, CheckResult(name, False, f"got {answer!r}, a bool: expected {what} (an int)")
-    if isinstance(answer, (str, bytes)):
-        return None, CheckResult(
-            name, False, f"got the string {answer!r}: expected {what} as a number, e.g. 5, not '5'"
-        )
-    shape = np.shape(answer) if isinstance(answer, (np.ndarray, list, tuple)) or hasattr(answer, "shape") else ()
-    if isinstance(answer, (list, tuple)) or len(shape) > 0:
-        size = int(np.prod(shape)) if shape is not None and None not in shape else -1
-        if size == 1:
-            return None, CheckResult(
-                name, False,
-                f"got a {type(answer).__name__} holding one value ({_first_value(answer)}): expected the number "
-                "itself. Take it out, e.g. int(a[0]) or int(a.max())",
-            )
-        return None, CheckResult(
-            name, False,
-            f"got a {type(answer).__name__} of {size if size >= 0 else 'several'} values: expected one number."
-            + (f" {several_hint}" if several_hint else ""),
-        )
-    if hasattr(answer, "numpy"):  # a scalar tensor
-        answer = answer.numpy()
-    if isinstance(answer, np.ndarray) and answer.shape == ():
-        answer = answer.item()
-    if isinstance(answer, numbers.Integral):
-        return int(answer), None
-    if isinstance(answer, numbers.Real) and math.isfinite(answer) and float(answer).is_integer():
-        return int(answer), None
-    return None, CheckResult(name, False, f"got {answer!r} ({type(answer).__name__}): expected {what} (an int)")
+    value, problem = _scalar(name, answer, _("{what} (an int)").format(what=what), several_hint)
+    if problem is not None:
+        return None, problem
+    if isinstance(value, numbers.Integral) or float(value).is_integer():
+        return int(value), None
+    return None, CheckResult(name, False, _("got {value!r} ({kind}): expected {what} (an int)").format(
+        value=value, kind=type(answer).__name__, what=what))

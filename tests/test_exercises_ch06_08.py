@@ -47,6 +47,40 @@ def test_ch06_ex1_wrong_answers_are_feedback(fn, needle):
     _fails(ch06.check_round_ste(fn), needle)
 
 
+def test_ch06_ex1_also_right_inside_tf_function():
+    assert ch06.check_round_ste(tf.function(_round_ste))
+
+
+@tf.custom_gradient
+def _round_numpy_forward(t):
+    return tf.constant(np.round(t.numpy())), lambda dy: dy  # right eagerly, fails in a graph (fit)
+
+
+@tf.custom_gradient
+def _round_float_gradient(t):
+    return tf.round(t), lambda dy: 1.0  # a Python float as the gradient
+
+
+@tf.custom_gradient
+def _round_ones(t):
+    return tf.round(t), lambda dy: tf.ones_like(dy)
+
+
+@tf.custom_gradient
+def _round_clipped(t):
+    return tf.round(t), lambda dy: dy * tf.cast(tf.abs(t) <= 1.0, dy.dtype)
+
+
+@pytest.mark.parametrize(("fn", "needle"), [
+    (_round_numpy_forward, "fails inside tf.function"),
+    (_round_float_gradient, "not a number"),  # used to raise AttributeError inside the check
+    (_round_ones, "returned a constant"),
+    (_round_clipped, "clipped straight-through"),
+])
+def test_ch06_ex1_plausible_wrong_gradients_are_named(fn, needle):
+    _fails(ch06.check_round_ste(fn), needle)
+
+
 def test_ch06_ex1_a_grad_returning_two_values_is_feedback():
     @tf.custom_gradient
     def two(t):
@@ -93,6 +127,18 @@ def test_ch06_ex3_right_answers_pass_and_truthiness_fails():
            "whose gradient is 0.0", "is not None")
 
 
+def test_ch06_ex3_an_answer_that_edits_its_input_in_place_passes():
+    def in_place(grads, variables):
+        for i in reversed(range(len(grads))):
+            if grads[i] is None:
+                del grads[i]
+                del variables[i]
+        return list(zip(grads, variables, strict=True))
+
+    assert ch06.check_drop_none(in_place)
+    assert ch06.check_drop_none(lambda g, v: zip(*zip(*[(a, b) for a, b in zip(g, v, strict=True) if a is not None], strict=True), strict=True))
+
+
 def test_ch06_ex3_wrong_answers_are_feedback():
     _fails(ch06.check_drop_none(_raises), "raised RuntimeError")  # used to say "returned None"
     _fails(ch06.check_drop_none(lambda g, v: [(b, a) for a, b in zip(g, v, strict=True) if a is not None]),
@@ -112,12 +158,26 @@ def test_ch06_ex5_function_problems_are_named():
     _fails(ch06.check_safe_log(lambda t: tf.where(t > 0, tf.math.log(t), 0.0)), "NaN/inf")
 
 
+def test_ch06_ex5_right_in_any_form_and_cut_gradients_named():
+    assert ch06.check_safe_log(lambda t: tf.where(t > 0, tf.math.log(tf.where(t > 0, t, 1.0)), 0.0))
+    assert ch06.check_safe_log(tf.function(lambda t: tf.where(t > 0, tf.math.log(tf.maximum(t, 1e-30)), 0.0)))
+    stopped = lambda t: tf.where(t > 0, tf.math.log(tf.stop_gradient(tf.where(t > 0, t, 1.0))), 0.0)  # noqa: E731
+    _fails(ch06.check_safe_log(stopped), "stop_gradient")
+    through_numpy = lambda t: tf.where(t > 0, tf.constant(np.log(np.abs(t.numpy()) + 1e-30)), 0.0)  # noqa: E731
+    _fails(ch06.check_safe_log(through_numpy), ".numpy()")
+
+
 def _bce(y, z):
     return tf.reduce_mean(tf.math.softplus(z) - y * z)
 
 
 def test_ch06_ex6_right_answers_pass():
     assert ch06.check_bce_from_logits(_bce)
+    assert ch06.check_bce_from_logits(tf.function(_bce))
+    assert ch06.check_bce_from_logits(
+        lambda y, z: tf.reduce_mean(y * tf.math.softplus(-z) + (1 - y) * tf.math.softplus(z)))
+    assert ch06.check_bce_from_logits(
+        lambda y, z: tf.reduce_mean(keras.losses.binary_crossentropy(y[:, None], z[:, None], from_logits=True)))
     assert ch06.check_bce_from_logits(
         lambda y, z: tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=z)))
 
@@ -129,6 +189,12 @@ def test_ch06_ex6_right_answers_pass():
     (lambda y, z: float(_bce(y, z)), "not a tensor"),
     (lambda y, z: None, "returned None"),
     (_raises, "raised RuntimeError"),
+    # swapped softplus signs: finite, plausible, wrong; the old check blamed clipping
+    (lambda y, z: tf.reduce_mean(y * tf.math.softplus(z) + (1 - y) * tf.math.softplus(-z)), "signs inside softplus"),
+    (lambda y, z: tf.reduce_mean(tf.math.softplus(-z) - y * z), "signs inside softplus"),
+    # a stop_gradient: the loss is right, the gradient is cut
+    (lambda y, z: tf.reduce_mean(tf.math.softplus(tf.stop_gradient(z)) - y * z), "stop_gradient"),
+    (lambda y, z: tf.stop_gradient(_bce(y, z)), "gradient is None"),
 ])
 def test_ch06_ex6_wrong_answers_are_feedback(fn, needle):
     _fails(ch06.check_bce_from_logits(fn), needle)
@@ -157,6 +223,19 @@ def _step_norms(model, x, y, dtype=tf.float64, watch=True):
 def test_ch07_ex1_right_and_typical_wrong_answers():
     assert ch07.check_step_norms(lambda m, x, y: tf.sqrt(_step_norms(m, x, y)))
     _fails(ch07.check_step_norms(lambda m, x, y: _step_norms(m, x, y, watch=False)), "tape.watch(x)")
+    assert ch07.check_step_norms(tf.function(lambda m, x, y: tf.sqrt(_step_norms(m, x, y))))
+    assert ch07.check_step_norms(lambda m, x, y: tf.sqrt(_step_norms(m, x, y)).numpy().tolist())
+
+
+def test_ch07_ex1_a_forgotten_watch_is_named_not_a_raw_error():
+    def no_watch(model, x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(x) - y))
+        dx = tf.cast(tape.gradient(loss, x), tf.float64)  # None: raises inside tf.cast
+        return tf.sqrt(tf.reduce_sum(tf.square(dx), axis=[0, 2]))
+
+    _fails(ch07.check_step_norms(no_watch), "tape.watch(x)")
+    _fails(ch07.check_step_norms(tf.function(no_watch)), "tape.watch(x)")
     _fails(ch07.check_step_norms(_step_norms), "squared norms")
     _fails(ch07.check_step_norms(lambda m, x, y: tf.sqrt(_step_norms(m, x, y, tf.float32))), "float64")
 
@@ -189,6 +268,29 @@ def test_ch07_ex3_right_by_coincidence_fails(kw, needle):
     _fails(ch07.check_clipped_step(lambda m, o, x, y: _clipped_step(m, o, x, y, **kw)), needle)
 
 
+def test_ch07_ex3_right_inside_tf_function():
+    assert ch07.check_clipped_step(tf.function(_clipped_step))
+
+
+@pytest.mark.parametrize("option", ["global_clipnorm", "clipnorm"])
+def test_ch07_ex3_the_optimizers_own_clipping_is_not_the_task(option):
+    def own(model, optimizer, x, y):
+        setattr(optimizer, option, ch07.CLIP_THRESHOLD)
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(x) - y))
+        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_weights), model.trainable_weights,
+                                      strict=True))
+
+    _fails(ch07.check_clipped_step(own), f"optimizer's own {option}")
+
+
+def test_ch07_ex3_always_rescaling_and_a_summed_loss_are_told_apart():
+    # on the batch whose gradient norm is 0.4 both take a step of norm 1: the feedback names both causes
+    for kw in ({"always": True}, {"reduce": tf.reduce_sum}):
+        _fails(ch07.check_clipped_step(lambda m, o, x, y, kw=kw: _clipped_step(m, o, x, y, **kw)),
+               "always rescaled", "a sum, not the mean")
+
+
 def test_ch07_ex3_the_unpacked_pair_gets_a_hint():
     def pair(model, optimizer, x, y):
         with tf.GradientTape() as tape:
@@ -203,14 +305,22 @@ def test_ch07_ex3_the_unpacked_pair_gets_a_hint():
 def test_ch08_ex1_right_answers_in_any_form():
     assert ch08.check_replica_loss(lambda loss, n: tf.reduce_sum(loss) / n)
     assert ch08.check_replica_loss(lambda loss, n: tf.nn.compute_average_loss(loss, global_batch_size=n))
-    assert ch08.check_replica_loss(lambda loss, n: float(np.sum(loss.numpy())) / n)
     assert ch08.check_replica_loss(lambda loss, n: tf.reshape(tf.reduce_sum(loss) / n, [1]))
+    assert ch08.check_replica_loss(tf.function(lambda loss, n: tf.reduce_sum(loss) / n))
+    assert ch08.check_replica_loss(lambda loss, n: tf.reduce_sum(loss) / tf.cast(n, tf.float32))
 
 
 def test_ch08_ex1_wrong_answers_are_feedback():
     _fails(ch08.check_replica_loss(_raises), "raised RuntimeError")  # used to say "got None"
     _fails(ch08.check_replica_loss(lambda loss, n: loss / n), "shape (4,)")
     _fails(ch08.check_replica_loss(lambda loss, n: tf.reduce_mean(loss)), "not by the global batch")
+    # right numbers, but outside TensorFlow: the replica would compute no gradient
+    _fails(ch08.check_replica_loss(lambda loss, n: float(np.sum(loss.numpy())) / n), "not a tensor", "tape")
+    _fails(ch08.check_replica_loss(lambda loss, n: np.sum(loss.numpy()) / n), "not a tensor")
+    _fails(ch08.check_replica_loss(lambda loss, n: tf.constant(float(tf.reduce_sum(loss)) / n)), "not connected")
+    _fails(ch08.check_replica_loss(lambda loss, n: tf.stop_gradient(tf.reduce_sum(loss) / n)), "not connected")
+    _fails(ch08.check_replica_loss(lambda loss, n: None), "returned None")
+    _fails(ch08.check_replica_loss(None), "expected a function")
 
 
 def _sum_then_clip(replica_grads, c):
@@ -219,6 +329,8 @@ def _sum_then_clip(replica_grads, c):
 
 def test_ch08_ex2_right_answer_passes():
     assert ch08.check_clip_summed(_sum_then_clip)
+    assert ch08.check_clip_summed(tf.function(_sum_then_clip))
+    assert ch08.check_clip_summed(lambda g, c: [t.numpy() for t in _sum_then_clip(g, c)])
     assert ch08.check_clip_summed(lambda g, c: tuple(_sum_then_clip(g, c)))
 
 
@@ -231,6 +343,10 @@ def test_ch08_ex2_right_answer_passes():
     (lambda g, c: [tf.clip_by_global_norm(r, c)[0] for r in g], "one list per replica"),
     (lambda g, c: None, "returned None"),
     (_raises, "raised RuntimeError"),
+    # always rescaled to the threshold: right at 1.0 and 4.0 (the sum's norm is 5.12), wrong at 8.0
+    (lambda g, c: [t * (c / tf.linalg.global_norm([tf.add_n(list(p)) for p in zip(*g, strict=True)]))
+                   for t in [tf.add_n(list(p)) for p in zip(*g, strict=True)]], "only shortens"),
+    (lambda g, c: [tf.add_n(list(p)) / 2 for p in zip(*g, strict=True)], "mean over the replicas"),
 ])
 def test_ch08_ex2_wrong_answers_are_feedback(fn, needle):
     _fails(ch08.check_clip_summed(fn), needle)

@@ -15,63 +15,111 @@ Every check returns a :class:`~gradlab.checks.CheckResult` and never raises on a
 from __future__ import annotations
 
 import math
-import numbers
 
 import numpy as np
 
 from .._env import quiet_import_tensorflow
-from ..checks import CheckResult
+from ..checks import CheckResult, as_number_answer, clean_message, describe_error
+from ..engine import MLPGradientEngine
+from ..i18n import _
+from ..mlp import ACTIVATIONS, INITIALIZERS, NORMS, build_mlp, make_data
 
 tf = quiet_import_tensorflow()
 import keras  # noqa: E402
 
-__all__ = ["EX1_BASE", "check_deep_fix", "check_loss_scale", "check_scaled_step", "smallest_loss_scale"]
+__all__ = ["EX1_BASE", "EX3_SCALE", "check_deep_fix", "check_loss_scale", "check_scaled_step",
+           "smallest_loss_scale"]
 
-_ENGINE = None
+_ENGINE: list = []
 
 
-def _engine():
-    global _ENGINE
-    if _ENGINE is None:
-        from ..engine import MLPGradientEngine
-
-        _ENGINE = MLPGradientEngine()
-    return _ENGINE
+def _engine() -> MLPGradientEngine:
+    if not _ENGINE:
+        _ENGINE.append(MLPGradientEngine())
+    return _ENGINE[0]
 
 
 # ----------------------------------------------------------------------------- exercise 1
 #: Exercise 1's network: what the learner starts from.
 EX1_BASE = dict(depth=100, activation="relu", initializer="he_normal", residual=True, norm="none")
-_EX1_KEYS = {"norm", "initializer", "activation"}
+_EX1_KEYS = ("norm", "initializer", "activation")
+#: Other spellings a learner may use for the norms (Keras layer names, short forms).
+_NORM_ALIASES = {"layer_norm": "layer", "layernorm": "layer", "layernormalization": "layer", "ln": "layer",
+                 "batch_norm": "batch", "batchnorm": "batch", "batchnormalization": "batch", "bn": "batch",
+                 "no": "none", "off": "none", "": "none"}
+
+
+def _choice(key: str, value, allowed) -> tuple[str | None, str | None]:
+    """``(value, None)`` with ``value`` spelled as the engine wants it, or ``(None, feedback)``."""
+    if value is None and key == "norm":
+        value = "none"
+    if not isinstance(value, str):
+        return None, _("{key} must be a name such as {example!r}, got {kind} {value!r}").format(
+            key=key, example=allowed[0], kind=type(value).__name__, value=value)
+    spelled = value.strip().lower().replace("-", "_").replace(" ", "_")
+    if key == "norm":
+        spelled = _NORM_ALIASES.get(spelled.replace("_", ""), _NORM_ALIASES.get(spelled, spelled))
+    if spelled not in allowed:
+        return None, _("{key}={value!r} is not one of {allowed}").format(
+            key=key, value=value, allowed=", ".join(map(repr, allowed)))
+    return spelled, None
 
 
 def check_deep_fix(my_fix) -> CheckResult:
     """Exercise 1: ``my_fix`` is a dict of changes to :data:`EX1_BASE` (``norm``, ``initializer``,
-    ``activation``) that keeps ``residual=True`` and depth 100 and makes the report finite and healthy."""
-    name = "a trainable 100-layer residual network"
+    ``activation``) that keeps ``residual=True`` and depth 100 and makes the report finite and healthy.
+
+    Names are read leniently (``"LayerNorm"``, ``"layer_norm"`` and ``"layer"`` are one norm).
+    Any setting the engine diagnoses as healthy passes; the feedback for a failed one says what
+    the residual stack does (every block adds its variance to ``h``), not generic advice.
+    """
+    name = _("a trainable 100-layer residual network")
     if not isinstance(my_fix, dict):
-        return CheckResult(name, False, f"expected a dict such as {{'norm': ...}}, got {type(my_fix).__name__}")
-    if my_fix.get("residual", True) is not True or my_fix.get("depth", 100) != 100:
-        return CheckResult(name, False, (
-            "keep the skip connection and the 100 layers: the exercise asks how to make a deep "
-            "residual network work, not how to avoid one"))
-    unknown = set(my_fix) - _EX1_KEYS - {"residual", "depth"}
+        return CheckResult(name, False, _("expected a dict such as {example}, got {kind}").format(
+            example="{'norm': ...}", kind=type(my_fix).__name__))
+    residual = my_fix.get("residual", True)
+    depth = my_fix.get("depth", 100)
+    if residual is not True or isinstance(depth, bool) or depth != 100:
+        return CheckResult(name, False, _(
+            "keep the skip connection and the 100 layers: the exercise asks how to make a deep residual "
+            "network work, not how to avoid one"))
+    unknown = sorted(str(k) for k in set(my_fix) - set(_EX1_KEYS) - {"residual", "depth"})
     if unknown:
-        return CheckResult(name, False, f"unknown key(s) {sorted(unknown)}; change only {sorted(_EX1_KEYS)}")
-    s = {**EX1_BASE, **my_fix}
+        return CheckResult(name, False, _("unknown key(s) {keys}; change only {allowed}").format(
+            keys=", ".join(map(repr, unknown)), allowed=", ".join(map(repr, _EX1_KEYS))))
+    if not any(k in my_fix for k in _EX1_KEYS):
+        return CheckResult(name, False, _(
+            "the dict changes nothing yet: as it stands the network is the non-finite one of the chapter. Set "
+            "one of {allowed}").format(allowed=", ".join(map(repr, _EX1_KEYS))))
+    settings = dict(EX1_BASE)
+    for key, allowed in (("norm", tuple(NORMS)), ("initializer", tuple(INITIALIZERS)),
+                         ("activation", tuple(ACTIVATIONS))):
+        if key in my_fix:
+            value, problem = _choice(key, my_fix[key], allowed)
+            if problem:
+                return CheckResult(name, False, problem)
+            settings[key] = value
     try:
-        r = _engine().report(s["depth"], s["activation"], s["initializer"], residual=True, norm=s["norm"])
+        r = _engine().report(100, settings["activation"], settings["initializer"], residual=True,
+                             norm=settings["norm"])
     except ValueError as err:
-        return CheckResult(name, False, str(err))
+        return CheckResult(name, False, clean_message(err))
+    nums = _("signal ratio {ratio}, gain {gain} per layer").format(ratio=f"{r.ratio:.3g}", gain=f"{r.gain:.3g}")
     if r.status == "non-finite":
-        hint = (" Without normalization every block adds its own variance to h: it doubles or "
-                "more per block, and the squares in the loss and the backward pass overflow float32 "
-                "by about layer 85. What keeps the input of each activation at unit scale?" if s["norm"] == "none" else "")
-        return CheckResult(name, False, f"still non-finite: {r.message}{hint}", details=r)
+        bad = int(np.sum(~np.isfinite(r.signal_norms)))
+        text = _("still non-finite: {bad} of 100 layers have a NaN/inf gradient.").format(bad=bad)
+        if settings["norm"] == "none":
+            text += " " + _(
+                "Without normalization every block adds its own branch to h, so the variance of h grows "
+                "block after block and the squares in the loss and the backward pass overflow float32. What "
+                "keeps the input of each activation at unit scale, whatever the size of h? (A branch that "
+                "starts small works too.)")
+        return CheckResult(name, False, text, details=r)
     if r.status != "healthy":
-        return CheckResult(name, False, f"finite now, but {r.status}: {r.message}", details=r)
-    return CheckResult(name, True, f"healthy: signal ratio {r.ratio:.3g}, gain {r.gain:.3g} per layer",
-                       details=r)
+        return CheckResult(name, False, _("finite now, but the verdict is {status} ({nums}): the gradient "
+                                          "changes too much from layer 100 to layer 1").format(
+                                              status=r.status, nums=nums), details=r)
+    return CheckResult(name, True, _("healthy: {nums}").format(nums=nums), details=r)
 
 
 # ----------------------------------------------------------------------------- exercise 2
@@ -91,42 +139,57 @@ def smallest_loss_scale() -> float:
 
 
 def check_loss_scale(my_scale) -> CheckResult:
-    """Exercise 2: the smallest power of two for which no layer's float16 signal is exactly 0."""
-    name = "the smallest loss scale without float16 zeros"
-    if isinstance(my_scale, bool) or not isinstance(my_scale, numbers.Real):
-        return CheckResult(name, False, f"expected a number such as 2**10, got {my_scale!r}")
-    v = float(my_scale)
-    if not (math.isfinite(v) and v >= 1):
-        return CheckResult(name, False, f"got {my_scale!r}: a loss scale is a number >= 1 (1 = off)")
+    """Exercise 2: the smallest power of two for which no layer's float16 signal is exactly 0.
+
+    The answer may be any real number form: ``2**10``, ``1024.0``, ``np.float32(1024)``,
+    ``tf.constant(1024)``.
+    """
+    name = _("the smallest loss scale without float16 zeros")
+    v, problem = as_number_answer(name, my_scale, _("a loss scale such as 2**10"))
+    if problem is not None:
+        return problem
+    if v < 1:
+        return CheckResult(name, False, _("got {value}: a loss scale is a number >= 1 (1 = off)").format(
+            value=f"{v:g}"))
     k = math.log2(v)
     if k != int(k):
-        return CheckResult(name, False, f"{my_scale!r} is not a power of two: use 2**k, as "
-                                        "LossScaleOptimizer does (then scaling is exact in binary)")
+        return CheckResult(name, False, _("{value} is not a power of two: use 2**k, as LossScaleOptimizer does "
+                                          "(then scaling is exact in binary)").format(value=f"{v:g}"))
+    k = int(k)
     zeros = _zero_layers(v)
     best = smallest_loss_scale()
     if zeros < 0:
-        return CheckResult(name, False, f"2^{k:g} overflows: float16's largest value is 65504, and the "
-                                        "scaled gradients of the last layers pass it. Smaller.")
+        return CheckResult(name, False, _("2^{k} overflows: float16's largest value is 65504, and the scaled "
+                                          "gradients of the last layers pass it. Smaller.").format(k=k))
     if zeros > 0:
-        return CheckResult(name, False, f"with 2^{k:g}, {zeros} layer(s) are still exactly 0: larger")
+        return CheckResult(name, False, _("with 2^{k}, {zeros} layer(s) are still exactly 0: larger").format(
+            k=k, zeros=zeros))
     if v > best:
-        return CheckResult(name, False, f"2^{k:g} works, but a smaller power of two does too: "
-                                        "halve it until a layer turns 0")
-    return CheckResult(name, True, f"2^{k:g} is the smallest: with 2^{k - 1:g} a layer is exactly 0")
+        return CheckResult(name, False, _("2^{k} works, but a smaller power of two does too: halve it until a "
+                                          "layer turns 0").format(k=k))
+    return CheckResult(name, True, _("2^{k} is the smallest: with 2^{k_below} a layer is exactly 0").format(
+        k=k, k_below=k - 1))
 
 
 # ----------------------------------------------------------------------------- exercise 3
+#: The loss scale the optimizer holds when exercise 3's check runs the learner's step. It is
+#: not Keras's initial 2^15, so a hand-written ``loss * 32768.0`` is told apart from
+#: ``optimizer.scale_loss(loss)``; it is large enough that no layer underflows (exercise 2).
+EX3_SCALE = 2.0**12
+
+
 def _ex3_setup():
+    """A fresh mixed_float16 model, a built ``LossScaleOptimizer(SGD(0.1))`` and the batch."""
     keras.mixed_precision.set_global_policy("mixed_float16")
     try:
-        from ..mlp import build_mlp, make_data
-
+        keras.utils.set_random_seed(0)
         model = build_mlp(14, activation="sigmoid", initializer="glorot_uniform")
-        optimizer = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.1))
-        x, y = make_data(128, 64, 0)
-        return model, optimizer, x, y
+        optimizer = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.1), initial_scale=EX3_SCALE)
     finally:
         keras.mixed_precision.set_global_policy("float32")
+    optimizer.build(model.trainable_variables)  # so that a step inside tf.function creates no variables
+    x, y = make_data(128, 64, 0)
+    return model, optimizer, x, y
 
 
 def _reference_step(model, optimizer, x, y):
@@ -134,66 +197,187 @@ def _reference_step(model, optimizer, x, y):
         loss = tf.reduce_mean(tf.square(tf.cast(model(x, training=True), tf.float32) - y))
         scaled = optimizer.scale_loss(loss)
     grads = tape.gradient(scaled, model.trainable_variables)
-    optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=False))
+    optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
     return loss
 
 
-def _spy(optimizer, seen: list):
-    """Record the layer-1 kernel gradient the step passes to ``apply_gradients`` / ``apply``."""
-    from ..grads import true_norm
+class _Spy:
+    """Records what a step hands to ``optimizer.apply`` and ``scale_loss``, eagerly or in a graph.
 
-    for name in ("apply_gradients", "apply"):
-        original = getattr(optimizer, name)
+    The gradients are copied into variables (an assignment works inside ``tf.function``); the
+    Python-side notes (calls, dtypes) are taken when the code runs or is traced.
+    """
 
-        def wrapper(*args, _original=original, _name=name, **kw):
-            pairs = list(args[0]) if args else list(kw.get("grads_and_vars", kw.get("grads", [])))
-            if pairs:
-                first = pairs[0][0] if _name == "apply_gradients" else pairs[0]
-                seen.append(true_norm(first) if first is not None else 0.0)
-                args = (pairs, *args[1:]) if args else args
-                if not args:
-                    kw = {**kw, ("grads_and_vars" if "grads_and_vars" in kw else "grads"): pairs}
-            return _original(*args, **kw)
+    def __init__(self, model, optimizer):
+        self.variables = list(model.trainable_variables)
+        self.grads = [tf.Variable(tf.zeros(v.shape, tf.float32), trainable=False) for v in self.variables]
+        self.applied = tf.Variable(0, trainable=False)
+        self.scale_inputs: list[str] = []
+        self.none: list[int] = []
+        self.python_numbers = False
+        apply, scale_loss = optimizer.apply, optimizer.scale_loss
 
-        setattr(optimizer, name, wrapper)
+        def spy_apply(grads, trainable_variables=None):
+            grads = list(grads)
+            order = list(trainable_variables) if trainable_variables is not None else self.variables
+            for g, v in zip(grads, order, strict=False):
+                index = next((i for i, w in enumerate(self.variables) if w is v), None)
+                if index is None:
+                    continue
+                if g is None:
+                    self.none.append(index)
+                else:
+                    self.grads[index].assign(tf.cast(tf.convert_to_tensor(g), tf.float32))
+            self.applied.assign_add(1)
+            return apply(grads, trainable_variables)
+
+        def spy_scale_loss(loss):
+            self.scale_inputs.append(str(getattr(loss, "dtype", type(loss).__name__)))
+            self.python_numbers |= not hasattr(loss, "dtype")
+            return scale_loss(loss)
+
+        optimizer.apply = spy_apply
+        optimizer.scale_loss = spy_scale_loss
+
+    def values(self) -> list[np.ndarray]:
+        return [g.numpy().astype(np.float64) for g in self.grads]
+
+
+def _run_step(step):
+    """Run ``step`` on a fresh setup: ``(spy, optimizer, returned value, error)``."""
+    model, optimizer, x, y = _ex3_setup()
+    spy = _Spy(model, optimizer)
+    try:
+        out = step(model, optimizer, x, y)
+    except Exception as err:  # noqa: BLE001 - a learner's code may raise anything
+        return spy, optimizer, None, err
+    return spy, optimizer, out, None
+
+
+def _ratio(got: list[np.ndarray], ref: list[np.ndarray]) -> float:
+    """The median of got / ref over the elements where ref is clearly nonzero (NaN if none)."""
+    a = np.concatenate([g.ravel() for g in got])
+    e = np.concatenate([r.ravel() for r in ref])
+    keep = np.abs(e) > 1e-6 * np.abs(e).max()
+    return float(np.median(a[keep] / e[keep])) if keep.any() else float("nan")
+
+
+def _near(r: float, target: float) -> bool:
+    return math.isfinite(r) and r > 0 and abs(math.log2(r / target)) < 0.05
+
+
+def _error_feedback(err: BaseException, spy: _Spy) -> str:
+    text = str(err)
+    hint = ""
+    if "get_scaled_loss" in text or "get_unscaled" in text:
+        hint = _("get_scaled_loss and get_unscaled_gradients are TF 2 (Keras 2) names; Keras 3 has "
+                 "optimizer.scale_loss(loss), and apply_gradients unscales")
+    elif "No gradients provided" in text and spy.scale_inputs:
+        hint = _("every gradient is None. Was optimizer.scale_loss(loss) called after the `with` block? "
+                 "The tape records only what runs inside it, so the scaled loss must be computed inside the "
+                 "tape")
+    elif "No gradients provided" in text:
+        hint = _("every gradient is None: compute the loss inside the `with tf.GradientTape()` block, from "
+                 "model(x)")
+    message = _("train_step raised {error}").format(error=describe_error(err)).rstrip(".")
+    return message + (". " + hint if hint else "")
 
 
 def check_scaled_step(train_step) -> CheckResult:
     """Exercise 3: ``train_step(model, optimizer, x, y)`` takes one loss-scaled SGD step.
 
-    Run on a ``mixed_float16`` 14-layer sigmoid network with ``LossScaleOptimizer(SGD(0.1))``:
-    the layer-1 kernel gradient handed to ``apply_gradients`` must be the scaled one of the
-    reference step (without scaling its float16 signal underflows to 0)."""
-    name = "a loss-scaled training step"
+    Run on a ``mixed_float16`` 14-layer sigmoid network with ``LossScaleOptimizer(SGD(0.1))``
+    whose current scale is :data:`EX3_SCALE`, eagerly or inside ``tf.function`` as the learner
+    wrote it. Passes when the gradients handed to ``apply_gradients`` equal those of the
+    reference step (the loss scaled inside the tape by ``optimizer.scale_loss``, in float32),
+    ``apply_gradients`` was called once, and the returned value is the unscaled loss (or
+    nothing). The feedback names the usual mistakes: no scaling (the first layers' gradients
+    underflow to 0), ``scale_loss`` outside the tape, scaling twice, a hand-written factor, the
+    gradients unscaled by hand, the inner optimizer, a float16 loss, the scaled loss returned.
+    """
+    name = _("a loss-scaled training step")
     if not callable(train_step):
-        return CheckResult(name, False, f"expected a function train_step(model, optimizer, x, y), got "
-                                        f"{type(train_step).__name__}")
-    norms = []
-    for step in (train_step, _reference_step):
-        model, optimizer, x, y = _ex3_setup()
-        seen: list = []
-        _spy(optimizer, seen)
+        return CheckResult(name, False, _("expected a function train_step(model, optimizer, x, y), got {kind}").format(
+            kind=type(train_step).__name__))
+    ref_spy, ref_opt, ref_loss, _err = _run_step(_reference_step)
+    spy, optimizer, out, err = _run_step(train_step)
+    if err is not None:
+        return CheckResult(name, False, _error_feedback(err, spy))
+    applied = int(spy.applied.numpy())
+    s = f"2^{int(math.log2(EX3_SCALE))}"
+    if applied == 0:
+        if int(optimizer.inner_optimizer.iterations.numpy()) > 0:
+            return CheckResult(name, False, _(
+                "the step went through optimizer.inner_optimizer, which does not unscale: call "
+                "optimizer.apply_gradients, which divides the gradients by the scale and skips non-finite steps"))
+        return CheckResult(name, False, _("train_step never called optimizer.apply_gradients: apply the gradients "
+                                          "to take the step"))
+    if applied > 1:
+        return CheckResult(name, False, _("optimizer.apply_gradients was called {n} times: one step applies the "
+                                          "gradients once").format(n=applied))
+    if any(dt.endswith("float16") for dt in spy.scale_inputs) or getattr(out, "dtype", None) == tf.float16:
+        return CheckResult(name, False, _(
+            "the loss is float16: compute it in float32 (cast the model's output and y to float32 first). A "
+            "float16 loss keeps about 3 digits, and scaled by {scale} it overflows float16's 65504 as soon as "
+            "the loss passes {limit}").format(scale=s, limit=f"{65504 / EX3_SCALE:.3g}"))
+    if spy.none:
+        names = ", ".join(spy.variables[i].path for i in spy.none[:3])
+        return CheckResult(name, False, _("the gradients of {names} are None: compute the loss from model(x) inside "
+                                          "the tape").format(names=names))
+    got, ref = spy.values(), ref_spy.values()
+    scalings = len(spy.scale_inputs)
+    if not all(np.all(np.isfinite(g)) for g in got):
+        cause = (_("optimizer.scale_loss was called {n} times: the loss is scaled twice, by {scale} squared, and "
+                   "the float16 gradients overflow").format(n=scalings, scale=s) if scalings > 1 else
+                 _("the scaled gradients overflowed float16 (65504): is the loss multiplied by more than the "
+                   "optimizer's scale?"))
+        return CheckResult(name, False, _(
+            "the gradients you apply hold inf or NaN, so LossScaleOptimizer skipped the step (the weights did not "
+            "change) and halved its scale. {cause}").format(cause=cause))
+    first = got[0]
+    if not np.any(first) and np.any(ref[0]):
+        return CheckResult(name, False, _(
+            "the layer-1 kernel gradient is exactly 0: its float16 signal underflowed, so the loss was not scaled "
+            "before the backward pass. Scale it inside the tape with optimizer.scale_loss(loss) and differentiate "
+            "the scaled loss"))
+    r = _ratio(got, ref)
+    if not _near(r, 1.0):
+        if _near(r, 2.0**15 / EX3_SCALE) and not scalings:
+            text = _("the gradients are {ratio}× the expected ones: the loss was multiplied by a fixed 32768. The "
+                     "scale is dynamic (LossScaleOptimizer halves it after an overflow and doubles it after 2000 "
+                     "good steps; it is {scale} in this check), so use optimizer.scale_loss(loss), which "
+                     "multiplies by the current scale").format(ratio=f"{r:.3g}", scale=s)
+        elif _near(r, 1.0 / EX3_SCALE):
+            text = _("the gradients are 1/{scale} of the expected ones: they were divided by the scale before "
+                     "apply_gradients, which divides them again. Pass the scaled gradients as they come from the "
+                     "tape").format(scale=s)
+        elif _near(r, EX3_SCALE):
+            text = _("the gradients are {scale}× the expected ones: the loss is scaled twice").format(scale=s)
+        else:
+            text = _("the gradients you apply are {ratio}× the expected ones: differentiate "
+                     "optimizer.scale_loss(loss), where loss is the mean squared error, and pass the gradients to "
+                     "apply_gradients unchanged").format(ratio=f"{r:.3g}")
+        return CheckResult(name, False, text)
+    if not all(np.allclose(g, e, rtol=2e-2, atol=1e-3 * float(np.abs(e).max()) + 1e-12)
+               for g, e in zip(got, ref, strict=True)):
+        return CheckResult(name, False, _(
+            "the gradients are about the right size but differ from the expected ones: use the loss "
+            "mean((model(x) - y)**2) over the whole batch"))
+    if out is not None:
         try:
-            step(model, optimizer, x, y)
-        except Exception as err:  # noqa: BLE001 - a learner's code may raise anything
-            hint = ""
-            if "get_scaled_loss" in str(err) or "get_unscaled" in str(err):
-                hint = (" get_scaled_loss/get_unscaled_gradients are TF 2 (Keras 2) names; Keras 3 "
-                        "has optimizer.scale_loss(loss), and apply_gradients unscales")
-            return CheckResult(name, False, f"train_step raised {type(err).__name__}: {err}.{hint}")
-        if not seen:
-            return CheckResult(name, False, "train_step never called optimizer.apply_gradients: "
-                                            "apply the gradients to take the step")
-        norms.append(seen[0])
-    got, ref = norms
-    if got == 0:
-        return CheckResult(name, False, (
-            "the layer-1 gradient is exactly 0: its float16 signal underflowed. Scale the loss "
-            "inside the tape with optimizer.scale_loss(loss) and differentiate the scaled loss"))
-    ratio = got / ref
-    if abs(math.log2(ratio)) > 0.1:
-        return CheckResult(name, False, (
-            f"the layer-1 gradient you apply is {ratio:.3g}× the expected one. Pass the scaled "
-            "gradients: apply_gradients already divides by the scale, so do not unscale them "
-            "yourself (or scale the loss twice)"))
-    return CheckResult(name, True, f"the layer-1 gradient reaches the optimizer ({got:.3g}, scaled by 2^15)")
+            value = float(np.asarray(out.numpy() if hasattr(out, "numpy") else out))
+        except Exception:  # noqa: BLE001 - a tuple, a string, ...
+            value = None
+        want = float(ref_loss.numpy())
+        if value is not None and math.isclose(value, want * EX3_SCALE, rel_tol=1e-3):
+            return CheckResult(name, False, _(
+                "the step is right, but it returns the scaled loss ({value}, {scale}× the loss): return the "
+                "loss itself, so that what you log is the mean squared error").format(value=f"{value:.4g}",
+                                                                                   scale=s))
+        if value is None or not math.isclose(value, want, rel_tol=1e-3):
+            return CheckResult(name, False, _(
+                "the step is right, but it returns {got}, not the loss ({want}): return the mean squared "
+                "error").format(got=clean_message(repr(out), 60), want=f"{want:.4g}"))
+    return CheckResult(name, True, _(
+        "the gradients reach the optimizer scaled by {scale} (layer 1: {norm}), and apply_gradients unscales "
+        "them").format(scale=s, norm=f"{float(np.sqrt(np.sum(first**2))):.3g}"))

@@ -18,7 +18,8 @@ import functools
 import numpy as np
 
 from .._env import quiet_import_tensorflow
-from ..checks import CheckResult, as_int_answer, check_array
+from ..checks import CheckResult, as_int_answer, check_array, describe_error
+from ..i18n import _
 from ..recurrent import TimeGradientEngine, build_rnn, make_sequence_data, time_report
 
 tf = quiet_import_tensorflow()
@@ -48,6 +49,15 @@ def _engine() -> TimeGradientEngine:
     return TimeGradientEngine()  # the explorer's default network and batch
 
 
+def _none_hint(err: BaseException) -> str:
+    """A hint for the errors a ``None`` gradient causes in the ops after ``tape.gradient``."""
+    text = str(err)
+    if "None" in text and ("convert" in text or "not supported" in text):
+        return " " + _("The gradient is None: x is a tensor, not a variable, so the tape follows it only after "
+                       "tape.watch(x), inside the `with` block, before the model is called.")
+    return ""
+
+
 # ----------------------------------------------------------------------------- exercise 1
 def check_step_norms(fn) -> CheckResult:
     """Exercise 1: ``fn(model, x, y)`` returns the norm of dLoss/d(input at step t), earliest first.
@@ -57,71 +67,76 @@ def check_step_norms(fn) -> CheckResult:
     """
     name = "step_norms"
     if not callable(fn):
-        return CheckResult(name, False, f"expected a function, got {type(fn).__name__}")
+        return CheckResult(name, False, _("expected a function, got {kind}").format(kind=type(fn).__name__))
     x, y = exercise_data()
     model = build_rnn("simple_rnn", 32, 8, recurrent_initializer="small_normal", seed=3)
     expected = time_report(model, x, y).time_step_norms
     try:
         got = fn(model, x, y)
     except Exception as err:  # noqa: BLE001 - an error in the learner's code is feedback
-        return CheckResult(name, False, f"your function raised {type(err).__name__}: {err}")
+        return CheckResult(name, False, _("your function raised {error}.").format(error=describe_error(err))
+                           + _none_hint(err))
     if got is None:
-        return CheckResult(name, False, (
-            "returned None: did you forget the return statement? Or is it tape.gradient(loss, x) that is None: "
-            "x is a tensor, not a variable, so the tape follows it only after tape.watch(x)"))
+        return CheckResult(name, False, _(
+            "returned None: did you forget the return statement? Or is it tape.gradient(loss, x) that is None: x "
+            "is a tensor, not a variable, so the tape follows it only after tape.watch(x)"))
     try:
         arr = np.asarray(got.numpy() if hasattr(got, "numpy") else got, dtype=np.float64)
     except Exception:  # noqa: BLE001
         arr = None
     if arr is not None and arr.shape == (16, 60):
-        return CheckResult(name, False, "shape (16, 60): one norm per example and step. Take each step's "
-                                        "norm over the batch and the features together (axis=[0, 2])")
+        return CheckResult(name, False, _("shape (16, 60): one norm per example and step. Take each step's norm over "
+                                          "the batch and the features together (axis=[0, 2])"))
     if arr is not None and arr.shape == (60, 16):
-        return CheckResult(name, False, "shape (60, 16): the norm must cover the whole batch at each step, "
-                                        "not one example at a time")
+        return CheckResult(name, False, _("shape (60, 16): the norm must cover the whole batch at each step, not one "
+                                          "example at a time"))
     if arr is not None and arr.shape == (16, 60, 8):
-        return CheckResult(name, False, "you returned the gradient itself: reduce it to one norm per step")
-    if arr is not None and arr.shape == expected.shape:
+        return CheckResult(name, False, _("you returned the gradient itself: reduce it to one norm per step"))
+    if arr is not None and arr.shape == expected.shape and np.all(np.isfinite(arr)):
         if np.allclose(arr, expected[::-1], rtol=1e-4):
-            return CheckResult(name, False, "the order is reversed: index 0 must be the earliest step")
+            return CheckResult(name, False, _("the order is reversed: index 0 must be the earliest step"))
         if np.allclose(arr, expected**2, rtol=1e-3, atol=0.0) and not np.allclose(arr, expected, rtol=1e-4):
-            return CheckResult(name, False, "these are the squared norms: take the square root (tf.sqrt) of the "
-                                            "sum of squares")
+            return CheckResult(name, False, _("these are the squared norms: take the square root (tf.sqrt) of the sum "
+                                              "of squares"))
         zeros = (arr == 0) & (expected > 0)
         if zeros.any() and np.allclose(arr[~zeros], expected[~zeros], rtol=1e-3):
-            return CheckResult(
-                name, False,
-                f"{int(zeros.sum())} early steps came out exactly 0 but are not: a float32 norm squares "
-                "values below ~1e-19 to 0. Cast the gradient to float64 before tf.norm")
+            return CheckResult(name, False, _(
+                "{n} early steps came out exactly 0 but are not: a float32 norm squares values below ~1e-19 to 0. "
+                "Cast the gradient to float64 before tf.norm").format(n=int(zeros.sum())))
     result = check_array(name, got, expected, rtol=1e-4, atol=0.0)
     if result:
-        return CheckResult(name, True, f"{expected.size} norms from {expected[0]:.3g} (step 1) to "
-                                       f"{expected[-1]:.3g} (step {expected.size}), as gl.time_report measures")
+        return CheckResult(name, True, _("{n} norms from {first} (step 1) to {last} (step {n}), as gl.time_report "
+                                         "measures").format(n=expected.size, first=f"{expected[0]:.3g}",
+                                                            last=f"{expected[-1]:.3g}"))
     return result
 
 
 # ----------------------------------------------------------------------------- exercise 2
 def check_longest_healthy(answer) -> CheckResult:
     """Exercise 2: the most steps at which the explorer's LSTM (orthogonal, input ×1) is still healthy."""
-    name = "longest healthy LSTM sequence"
-    steps, problem = as_int_answer(name, answer, "a number of steps")
+    name = _("longest healthy LSTM sequence")
+    steps, problem = as_int_answer(name, answer, _("a number of steps"))
     if problem is not None:
         return problem
     engine = _engine()
     if not 2 <= steps < engine.max_steps:
-        return CheckResult(name, False, f"{steps} is outside 2..{engine.max_steps - 1}")
+        return CheckResult(name, False, _("{steps} is outside 2..{top}").format(steps=steps, top=engine.max_steps - 1))
 
     def report(t):
         return engine.report(HEALTHY_CELL, t, HEALTHY_INITIALIZER, HEALTHY_SCALE)
 
     r, nxt = report(steps), report(steps + 1)
-    nums = f"ratio {r.ratio:.3g}, gain {r.gain:.3g} per step"
+    nums = _("ratio {ratio}, gain {gain} per step").format(ratio=f"{r.ratio:.3g}", gain=f"{r.gain:.3g}")
     if r.status == "healthy" and nxt.status != "healthy":
-        return CheckResult(name, True, f"{steps} steps: {nums}; at {steps + 1} the ratio is {nxt.ratio:.3g} "
-                                       f"and the verdict {nxt.status}: the per-step rule (gain < 0.95, ratio < 0.1)")
+        return CheckResult(name, True, _(
+            "{steps} steps: {nums}; at {next} the ratio is {next_ratio} and the verdict {status}: the per-step rule "
+            "(gain < 0.95, ratio < 0.1)").format(steps=steps, nums=nums, next=steps + 1,
+                                                 next_ratio=f"{nxt.ratio:.3g}", status=nxt.status))
     if r.status != "healthy":
-        return CheckResult(name, False, f"at {steps} steps the verdict is already {r.status} ({nums}): try fewer")
-    return CheckResult(name, False, f"{steps} steps is healthy ({nums}), but so is {steps + 1}: try more")
+        return CheckResult(name, False, _("at {steps} steps the verdict is already {status} ({nums}): try "
+                                          "fewer").format(steps=steps, status=r.status, nums=nums))
+    return CheckResult(name, False, _("{steps} steps is healthy ({nums}), but so is {next}: try more").format(
+        steps=steps, nums=nums, next=steps + 1))
 
 
 # ----------------------------------------------------------------------------- exercise 3
@@ -143,7 +158,9 @@ def _small_targets(x, y, norm: float):
     return pred + (norm / raw) * (y - pred)
 
 
-def _reference_weights(y_override=None, **clip):
+def _reference_weights(y_override=None, *, rescale_to: float | None = None, **clip):
+    """The weights after one SGD(0.1) step of the fresh GRU: Keras's own clipping when ``clip`` is
+    given, or the gradient always rescaled to norm ``rescale_to`` (a wrong answer)."""
     x, y = exercise_data(steps=20)
     if y_override is not None:
         y = y_override
@@ -152,19 +169,35 @@ def _reference_weights(y_override=None, **clip):
     with tf.GradientTape() as tape:
         loss = tf.reduce_mean(tf.square(model(x) - y))
     grads = tape.gradient(loss, model.trainable_weights)
+    if rescale_to is not None:
+        norm = tf.linalg.global_norm(grads)
+        grads = [g * (rescale_to / norm) for g in grads]
     opt.apply_gradients(zip(grads, model.trainable_weights, strict=True))
     return [w.numpy() for w in model.trainable_weights]
+
+
+_CLIP_OPTIONS = ("global_clipnorm", "clipnorm", "clipvalue")
+
+
+def _own_clipping(optimizer) -> str | None:
+    """The name of the optimizer's own clipping option the step switched on, if any."""
+    for option in _CLIP_OPTIONS:
+        if getattr(optimizer, option, None) is not None:
+            return option
+    return None
 
 
 def check_clipped_step(fn) -> CheckResult:
     """Exercise 3: ``fn(model, optimizer, x, y)`` takes one step clipped to global norm :data:`CLIP_THRESHOLD`.
 
-    The weights after one SGD step must equal those of ``SGD(0.1, global_clipnorm=1.0)``.
-    The gradient's global norm is well above 1 here, so clipping changes the step.
+    The weights after one SGD step must equal those of ``SGD(0.1, global_clipnorm=1.0)``, with
+    the optimizer passed in (no clipping options of its own: the task is to clip in the step).
+    The gradient's global norm is well above 1 here, so clipping changes the step; a second
+    batch whose norm is 0.4 must pass unclipped (an always-rescaled or summed loss fails there).
     """
     name = "clipped_train_step"
     if not callable(fn):
-        return CheckResult(name, False, f"expected a function, got {type(fn).__name__}")
+        return CheckResult(name, False, _("expected a function, got {kind}").format(kind=type(fn).__name__))
     x, y = exercise_data(steps=20)
     model, opt = _fresh()
     try:
@@ -172,48 +205,60 @@ def check_clipped_step(fn) -> CheckResult:
     except Exception as err:  # noqa: BLE001
         hint = ""
         if "Shapes of all inputs must match" in str(err) or "Pack" in str(err):
-            hint = (" Hint: tf.clip_by_global_norm returns a pair (clipped list, norm); zipping that pair "
-                    "with the weights fails like this. Unpack it: clipped, _ = tf.clip_by_global_norm(...)")
-        return CheckResult(name, False, f"your function raised {type(err).__name__}: {str(err).strip()[:300]}{hint}")
+            hint = " " + _("Hint: tf.clip_by_global_norm returns a pair (clipped list, norm); zipping that pair with "
+                           "the weights fails like this. Unpack it: clipped, norm = tf.clip_by_global_norm(...)")
+        return CheckResult(name, False, _("your function raised {error}.").format(error=describe_error(err)) + hint)
+    option = _own_clipping(opt)
+    if option is not None:
+        return CheckResult(name, False, _(
+            "the step sets the optimizer's own {option}: the task is to clip in the step itself, between "
+            "tape.gradient and apply_gradients, with tf.clip_by_global_norm (the way a custom loop does when it "
+            "logs the norm or clips after an all-reduce)").format(option=option))
     got = [w.numpy() for w in model.trainable_weights]
     steps_taken = int(opt.iterations.numpy())
 
-    def same(ref):
-        return all(np.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(got, ref, strict=True))
+    def same(a_list, ref):
+        return all(np.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(a_list, ref, strict=True))
 
-    if same(_reference_weights(global_clipnorm=CLIP_THRESHOLD)):
+    if same(got, _reference_weights(global_clipnorm=CLIP_THRESHOLD)):
         if steps_taken != 1:
-            return CheckResult(name, False, (
-                f"the weights are right, but the optimizer passed in took {steps_taken} steps, not 1: use "
-                "it (optimizer.apply_gradients), do not build another one inside the step; a new optimizer "
-                "each step loses its state (momentum, Adam's moments, the step count)"))
+            return CheckResult(name, False, _(
+                "the weights are right, but the optimizer passed in took {n} steps, not 1: use it "
+                "(optimizer.apply_gradients), do not build another one inside the step; a new optimizer each step "
+                "loses its state (momentum, Adam's moments, the step count)").format(n=steps_taken))
         # a second batch whose gradient norm (0.4) is below the threshold: the step must not clip it
         y_small = _small_targets(x, y, 0.4 * CLIP_THRESHOLD)
         model2, opt2 = _fresh()
         try:
             fn(model2, opt2, x, y_small)
         except Exception as err:  # noqa: BLE001
-            return CheckResult(name, False, f"on a batch with a small gradient your function raised "
-                                            f"{type(err).__name__}: {str(err).strip()[:200]}")
+            return CheckResult(name, False, _("on a batch with a small gradient your function raised "
+                                              "{error}").format(error=describe_error(err)))
         got2 = [w.numpy() for w in model2.trainable_weights]
-        want2 = _reference_weights(y_override=y_small)
-        if not all(np.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(got2, want2, strict=True)):
-            return CheckResult(name, False, (
-                "right on a batch whose gradient norm is above 1.0, wrong on one whose norm is 0.4, below the "
-                "threshold, where the step must not change the gradient. Two usual causes: the loss is "
-                "a sum, not the mean (clipping hides the factor when the norm is large), or the gradients "
-                "are always rescaled to norm 1.0 instead of only when they are longer"))
-        return CheckResult(name, True, "the weights equal one step of SGD(0.1, global_clipnorm=1.0), and a "
-                                       "small gradient (norm 0.4) passes unclipped")
+        if same(got2, _reference_weights(y_override=y_small)):
+            return CheckResult(name, True, _(
+                "the weights equal one step of SGD(0.1, global_clipnorm=1.0), and a small gradient (norm 0.4) "
+                "passes unclipped"))
+        if same(got2, _reference_weights(y_override=y_small, rescale_to=CLIP_THRESHOLD)):
+            cause = _("the step has norm 1.0 although the gradient's is 0.4. Either the gradients are always "
+                      "rescaled to norm 1.0, also when they are shorter (clipping only shortens, g * min(1, c / "
+                      "norm), which is what tf.clip_by_global_norm does), or the loss is a sum, not the mean: its "
+                      "gradient is then as many times longer as there are numbers averaged, and gets clipped")
+        else:
+            cause = _("a loss other than the mean squared error, or gradients changed below the threshold")
+        return CheckResult(name, False, _(
+            "right on a batch whose gradient norm is above 1.0, wrong on one whose norm is 0.4, below the "
+            "threshold, where the step must not change the gradient: {cause}").format(cause=cause))
     fresh = [w.numpy() for w in _fresh()[0].trainable_weights]
-    if same(fresh):
-        return CheckResult(name, False, "the weights did not change: apply the clipped gradients with "
-                                        "optimizer.apply_gradients(zip(clipped, model.trainable_weights))")
-    if same(_reference_weights(clipnorm=CLIP_THRESHOLD)):
-        return CheckResult(name, False, "you clipped each tensor on its own (clipnorm, tf.clip_by_norm): use "
-                                        "tf.clip_by_global_norm, one factor for all tensors")
-    if same(_reference_weights()):
-        return CheckResult(name, False, "that is an unclipped step: clip the gradients with "
-                                        f"tf.clip_by_global_norm(grads, {CLIP_THRESHOLD}) before applying them")
-    return CheckResult(name, False, "the weights match neither a clipped nor an unclipped SGD step: use the "
-                                    "loss mean((model(x) - y)**2) and apply the gradients once")
+    if same(got, fresh):
+        return CheckResult(name, False, _("the weights did not change: apply the clipped gradients with "
+                                          "optimizer.apply_gradients(zip(clipped, model.trainable_weights))"))
+    if same(got, _reference_weights(clipnorm=CLIP_THRESHOLD)):
+        return CheckResult(name, False, _("you clipped each tensor on its own (clipnorm, tf.clip_by_norm): use "
+                                          "tf.clip_by_global_norm, one factor for all tensors"))
+    if same(got, _reference_weights()):
+        return CheckResult(name, False, _("that is an unclipped step: clip the gradients with "
+                                          "tf.clip_by_global_norm(grads, {c}) before applying them").format(
+                                              c=CLIP_THRESHOLD))
+    return CheckResult(name, False, _("the weights match neither a clipped nor an unclipped SGD step: use the loss "
+                                      "mean((model(x) - y)**2) and apply the gradients once"))

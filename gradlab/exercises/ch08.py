@@ -15,61 +15,87 @@ from collections.abc import Callable
 import numpy as np
 
 from .._env import quiet_import_tensorflow
-from ..checks import CheckResult, check_array, check_arrays
+from ..checks import CheckResult, call_answer, check_array, check_arrays, is_float_number
+from ..i18n import _
 
 tf = quiet_import_tensorflow()
 
-__all__ = ["check_clip_summed", "check_replica_loss"]
+__all__ = ["CLIP_NORMS", "check_clip_summed", "check_replica_loss"]
 
-
-def _call(name: str, fn, *args):
-    """``(value, None)`` or ``(None, CheckResult)`` when the learner's function is missing or raises."""
-    if not callable(fn):
-        return None, CheckResult(name, False, f"expected a function, got {type(fn).__name__}")
-    try:
-        return fn(*args), None
-    except Exception as err:  # noqa: BLE001 - reported to the learner
-        return None, CheckResult(name, False, f"your function raised {type(err).__name__}: {err}"[:300])
+#: Exercise 2's thresholds: the replicas' summed gradient has global norm 5.12, so 1.0 and 4.0
+#: clip it (and 4.0 does not clip the mean over the replicas, 2.56), and 8.0 leaves it alone.
+CLIP_NORMS = (1.0, 4.0, 8.0)
 
 
 # ----------------------------------------------------------------------------- exercise 1
+def _replica_values(name: str, replica_loss: Callable, per_example, share: int, replicas: int):
+    """Each replica's loss as a float, and the gradient check on the first replica's."""
+    scale = tf.Variable(1.0)  # the per-example losses depend on it: the loss must keep the dependence
+    values = []
+    for i in range(replicas):
+        with tf.GradientTape() as tape:
+            part = scale * per_example[i * share:(i + 1) * share]
+            value, problem = call_answer(name, replica_loss, part, 8, what="replica_loss")
+        if problem is not None:
+            return None, problem
+        if value is None:
+            return None, CheckResult(name, False, _("replica_loss returned None: did you forget the return "
+                                                    "statement?"))
+        if isinstance(value, (str, bytes)) or is_float_number(value) or isinstance(value, np.ndarray):
+            if isinstance(value, (str, bytes)):
+                return None, CheckResult(name, False, _("replica_loss returned a {kind}: return the loss as a "
+                                                        "tensor").format(kind=type(value).__name__))
+            return None, CheckResult(name, False, _(
+                "replica_loss returned a {kind}, not a tensor: float(...), .numpy() and NumPy leave TensorFlow, so "
+                "the tape cannot differentiate the loss and the replica would compute no gradient. Stay in "
+                "TensorFlow ops (tf.reduce_sum, tf.nn.compute_average_loss)").format(kind=type(value).__name__))
+        shape = tuple(getattr(value, "shape", ()))
+        if shape != () and int(np.prod(shape)) > 1:
+            return None, CheckResult(name, False, _(
+                "a replica's loss has shape {shape}: return one number per replica, the sum of its per-example "
+                "losses divided by the global batch size").format(shape=shape))
+        if i == 0:
+            try:
+                grad = tape.gradient(value, scale)
+            except Exception:  # noqa: BLE001 - not something the tape knows
+                grad = None
+            if grad is None:
+                return None, CheckResult(name, False, _(
+                    "the returned loss is not connected to the per-example losses on the tape (its gradient is "
+                    "None): compute it from per_example_loss with TensorFlow ops"))
+        try:
+            values.append(float(np.asarray(value).reshape(())))
+        except (TypeError, ValueError, AttributeError):
+            return None, CheckResult(name, False, _("expected one number per replica, got {value}").format(
+                value=repr(value)[:120]))
+    return np.array(values), None
+
+
 def check_replica_loss(replica_loss: Callable) -> CheckResult:
     """Exercise 1: ``replica_loss(per_example_loss, global_batch_size)`` on a replica's share.
 
     Checked on two splits (2 replicas of 4 examples, 4 replicas of 2): the replicas' losses
     must add up to the mean over the global batch, i.e. each is its sum over the global batch
-    size, as ``tf.nn.compute_average_loss`` computes it.
+    size, as ``tf.nn.compute_average_loss`` computes it. The loss must be a tensor the tape
+    can differentiate (a Python float trains nothing).
     """
-    name = "replica loss"
+    name = _("replica loss")
     per_example = tf.constant([0.5, 1.0, 2.0, 4.0, 0.25, 3.0, 1.5, 0.75])
     for replicas in (2, 4):
         share = 8 // replicas
-        got = []
-        for i in range(replicas):
-            value, problem = _call(name, replica_loss, per_example[i * share:(i + 1) * share], 8)
-            if problem is not None:
-                return problem
-            got.append(value)
+        got, problem = _replica_values(name, replica_loss, per_example, share, replicas)
+        if problem is not None:
+            return problem
         expected = np.array([float(tf.reduce_sum(per_example[i * share:(i + 1) * share])) / 8
                              for i in range(replicas)])
-        for g in got:
-            shape = np.shape(g) if not isinstance(g, (str, bytes)) and g is not None else None
-            if shape is not None and shape != () and int(np.prod(shape)) > 1:
-                return CheckResult(name, False, (
-                    f"a replica's loss has shape {tuple(shape)}: return one number per replica, the sum of its "
-                    "per-example losses divided by the global batch size"))
-        try:
-            got = np.array([float(np.asarray(g).reshape(())) for g in got])
-        except (TypeError, ValueError, AttributeError):
-            return CheckResult(name, False, f"expected one number per replica, got {got[0]!r}"[:200])
         result = check_array(
-            f"{name} ({replicas} replicas)", got, expected, rtol=1e-5,
+            _("{name} ({n} replicas)").format(name=name, n=replicas), got, expected, rtol=1e-5,
             hints=[(lambda a, e=expected * replicas: np.allclose(a, e, rtol=1e-5),
-                    f"each replica divided by its own {share} examples, not by the global batch "
-                    "of 8: the summed gradient is then the number of replicas times too large")])
+                    _("each replica divided by its own {share} examples, not by the global batch of 8: the summed "
+                      "gradient is then the number of replicas times too large").format(share=share))])
         if not result:
             return result
-    return CheckResult(name, True, "on 2 and on 4 replicas the losses add up to the global-batch mean")
+    return CheckResult(name, True, _("on 2 and on 4 replicas the losses add up to the global-batch mean"))
 
 
 # ----------------------------------------------------------------------------- exercise 2
@@ -77,65 +103,80 @@ def check_clip_summed(clip_summed: Callable) -> CheckResult:
     """Exercise 2: ``clip_summed(replica_grads, clip_norm)`` returns the gradient list to apply.
 
     ``replica_grads`` holds one list of gradient tensors per replica. The answer must equal
-    clipping the *sum* over replicas to the global norm ``clip_norm`` (what one device applies).
+    clipping the *sum* over replicas to the global norm ``clip_norm`` (what one device applies),
+    at each of :data:`CLIP_NORMS`: two that clip the sum and one (8.0) above its norm, where
+    the sum must come back unchanged.
     """
-    name = "clip after the sum"
+    name = _("clip after the sum")
     replica_grads = [
         [tf.constant([[3.0, 0.0], [0.0, 4.0]]), tf.constant([1.0, -1.0])],
         [tf.constant([[-1.0, 2.0], [0.5, 0.0]]), tf.constant([0.0, 2.0])],
     ]
-    # the sum's global norm is 5.12: clipped at 1.0; at 4.0 the sum is clipped but the mean (2.56) is not
-    for clip_norm in (1.0, 4.0):
+    for clip_norm in CLIP_NORMS:
         result = _check_clip_summed_at(name, clip_summed, replica_grads, clip_norm)
         if not result:
             return result
-    return CheckResult(name, True, "at clip_norm 1.0 and 4.0 your list equals clipping the sum over the replicas")
+    return CheckResult(name, True, _("at clip_norm 1.0, 4.0 and 8.0 your list equals clipping the sum over the "
+                                     "replicas (8.0 leaves it unchanged)"))
+
+
+def _same(got, want) -> bool:
+    return all(np.allclose(g, np.asarray(w), rtol=1e-5) for g, w in zip(got, want, strict=True))
 
 
 def _check_clip_summed_at(name: str, clip_summed: Callable, replica_grads, clip_norm: float) -> CheckResult:
     summed = [a + b for a, b in zip(*replica_grads, strict=True)]
-    expected, _ = tf.clip_by_global_norm(summed, clip_norm)
-    clipped_each = [tf.clip_by_global_norm(r, clip_norm)[0] for r in replica_grads]
-    wrong_before = [a + b for a, b in zip(*clipped_each, strict=True)]
-    value, problem = _call(name, clip_summed, replica_grads, clip_norm)
+    expected, _norm = tf.clip_by_global_norm(summed, clip_norm)
+    norm = float(tf.linalg.global_norm(summed))
+    value, problem = call_answer(name, clip_summed, [list(r) for r in replica_grads], clip_norm, what="clip_summed")
     if problem is not None:
         return problem
     if value is None:
-        return CheckResult(name, False, "clip_summed returned None: did you forget the return statement?")
+        return CheckResult(name, False, _("clip_summed returned None: did you forget the return statement?"))
     if (isinstance(value, (list, tuple)) and len(value) == len(replica_grads)
             and all(isinstance(v, (list, tuple)) for v in value)):
-        return CheckResult(name, False, (
-            "you returned one list per replica: one device applies a single list, the replicas' "
-            "gradients added variable by variable (tf.add_n over zip(*replica_grads)), then clipped"))
+        return CheckResult(name, False, _(
+            "you returned one list per replica: one device applies a single list, the replicas' gradients added "
+            "variable by variable (tf.add_n over zip(*replica_grads)), then clipped"))
     if isinstance(value, tuple) and len(value) == 2 and not hasattr(value[0], "shape"):
-        return CheckResult(name, False, "return only the list of gradients (tf.clip_by_global_norm "
-                                        "returns a pair: (clipped list, norm))")
+        return CheckResult(name, False, _("return only the list of gradients (tf.clip_by_global_norm returns a "
+                                          "pair: (clipped list, norm))"))
     result = check_arrays(name, value, [e.numpy() for e in expected], rtol=1e-5, labels=["kernel", "bias"],
-                          what="one per variable, the replicas' sum clipped")
-    if not result:
-        try:
-            got = [np.asarray(v, np.float64) for v in value]
-            if all(np.allclose(g, w.numpy(), rtol=1e-5) for g, w in zip(got, wrong_before, strict=True)):
-                return CheckResult(name, False, (
-                    "you clipped each replica's gradients, then added them: the sum is longer than "
-                    "clip_norm and points elsewhere. Add first, then clip."))
-            if all(np.allclose(g, w.numpy(), rtol=1e-5) for g, w in zip(got, summed, strict=True)):
-                return CheckResult(name, False, (
-                    f"with clip_norm {clip_norm:g} you returned the sum unclipped (its global norm is "
-                    f"{float(tf.linalg.global_norm(summed)):.3g}): clip it with tf.clip_by_global_norm"))
-            per_tensor = [tf.clip_by_norm(a, clip_norm) for a in summed]
-            if all(np.allclose(g, w.numpy(), rtol=1e-5) for g, w in zip(got, per_tensor, strict=True)):
-                return CheckResult(name, False, (
-                    f"with clip_norm {clip_norm:g} you clipped each tensor on its own (tf.clip_by_norm): clip "
-                    "the global norm over all tensors, tf.clip_by_global_norm"))
-            mean = [a / len(replica_grads) for a in summed]
-            if all(np.allclose(g, w.numpy(), rtol=1e-5) for g, w in
-                   zip(got, tf.clip_by_global_norm(mean, clip_norm)[0], strict=True)):
-                return CheckResult(name, False, (
-                    f"with clip_norm {clip_norm:g} you clipped the mean over the replicas: the all-reduce "
-                    "adds the replicas' gradients (each loss is already divided by the global batch size), so "
-                    "clip their sum. At a larger clip_norm the mean is not clipped where the sum is."))
-        except Exception:  # noqa: BLE001 - the generic feedback below is enough
-            pass
-        return CheckResult(name, False, f"with clip_norm {clip_norm:g}: {result.feedback}")
-    return result
+                          what=_("one per variable, the replicas' sum clipped"))
+    if result:
+        return result
+    try:
+        got = [np.asarray(v.numpy() if hasattr(v, "numpy") else v, np.float64) for v in value]
+    except Exception:  # noqa: BLE001 - the generic feedback is enough
+        got = None
+    if got is not None and len(got) == len(summed):
+        clipped_each = [tf.clip_by_global_norm(r, clip_norm)[0] for r in replica_grads]
+        mean = [a / len(replica_grads) for a in summed]
+        candidates = [
+            ([a + b for a, b in zip(*clipped_each, strict=True)], _(
+                "you clipped each replica's gradients, then added them: the sum is longer than clip_norm and points "
+                "elsewhere. Add first, then clip.")),
+            (summed, _("with clip_norm {c} you returned the sum unclipped (its global norm is {norm}): clip it with "
+                       "tf.clip_by_global_norm").format(c=f"{clip_norm:g}", norm=f"{norm:.3g}")),
+            ([a * (clip_norm / norm) for a in summed], _(
+                "with clip_norm {c} the sum (global norm {norm}) must come back unchanged, but you rescaled it to "
+                "norm {c}: clipping only shortens a gradient that is longer than clip_norm, g * min(1, clip_norm / "
+                "norm)").format(c=f"{clip_norm:g}", norm=f"{norm:.3g}")),
+            ([tf.clip_by_norm(a, clip_norm) for a in summed], _(
+                "with clip_norm {c} you clipped each tensor on its own (tf.clip_by_norm): clip the global norm over "
+                "all tensors, tf.clip_by_global_norm").format(c=f"{clip_norm:g}")),
+            (tf.clip_by_global_norm(mean, clip_norm)[0], _(
+                "with clip_norm {c} you clipped the mean over the replicas: the all-reduce adds the replicas' "
+                "gradients (each loss is already divided by the global batch size), so clip their sum. At a larger "
+                "clip_norm the mean is not clipped where the sum is.").format(c=f"{clip_norm:g}")),
+            (mean, _("with clip_norm {c} you returned the mean over the replicas: the all-reduce adds them (each "
+                     "replica's loss is already divided by the global batch size)").format(c=f"{clip_norm:g}")),
+        ]
+        for candidate, text in candidates:
+            try:
+                if _same(got, candidate):
+                    return CheckResult(name, False, text)
+            except Exception:  # noqa: BLE001 - shapes that do not match this candidate
+                continue
+    return CheckResult(name, False, _("with clip_norm {c}: {feedback}").format(c=f"{clip_norm:g}",
+                                                                             feedback=result.feedback))

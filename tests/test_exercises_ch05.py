@@ -1,0 +1,137 @@
+"""Chapter 05 self-checks: right answers pass however they are written (eagerly or in
+``tf.function``, as a tensor or a NumPy number), the typical wrong answers of a learner fail
+with feedback that names the cause, and no answer makes a check raise.
+
+Exercise 3 is judged on the gradients the step hands to ``apply_gradients``; the reference is
+the tape + ``scale_loss`` step, and the wrong answers below differ from it by factors the check
+must tell apart (1/S for no scaling, S for scaling twice, 32768/S for a hand-written factor).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gradlab as gl
+from gradlab.exercises import ch05
+
+tf = gl.quiet_import_tensorflow()
+
+
+def _fails(result, *needles):
+    assert isinstance(result, gl.CheckResult) and not result, result
+    for needle in needles:
+        assert needle in result.feedback, result.feedback
+    assert "\x1b[" not in result.feedback and "Arguments received" not in result.feedback, result.feedback
+
+
+# ----------------------------------------------------------------------------- exercise 1
+@pytest.mark.parametrize("answer", [{"norm": "layer"}, {"norm": "LayerNorm"}, {"norm": "batch_norm"},
+                                    {"norm": "BatchNormalization"}, {"norm": "layer", "residual": True}])
+def test_ex1_right_answers_in_any_spelling(answer):
+    assert ch05.check_deep_fix(answer)
+
+
+@pytest.mark.parametrize(("answer", "needle"), [
+    ({}, "changes nothing"),
+    ({"norm": "none"}, "every block adds its own branch"),
+    ({"norm": None}, "every block adds its own branch"),
+    ({"initializer": "glorot_uniform"}, "exploding"),
+    ({"residual": False}, "keep the skip connection"),
+    ({"depth": 20}, "keep the skip connection"),
+    ({"norm": "group"}, "is not one of"),
+    ({"norm": 3}, "must be a name"),
+    ({"learning_rate": 0.1}, "unknown key"),
+    (None, "expected a dict"),
+    ([("norm", "layer")], "expected a dict"),
+])
+def test_ex1_wrong_answers_are_feedback(answer, needle):
+    _fails(ch05.check_deep_fix(answer), needle)
+
+
+def test_ex1_non_finite_feedback_is_about_the_residual_stack_not_generic_advice():
+    feedback = ch05.check_deep_fix({"norm": "none"}).feedback
+    assert "normalization" in feedback.lower()
+    assert "weight scale or learning rate" not in feedback  # the generic verdict advice of a plain stack
+
+
+# ----------------------------------------------------------------------------- exercise 2
+@pytest.mark.parametrize("answer", [2**10, 1024.0, np.float32(1024), np.int64(1024), np.array(1024),
+                                    tf.constant(1024), tf.constant(1024.0), tf.Variable(1024.0)])
+def test_ex2_right_answer_in_any_number_form(answer):
+    assert ch05.check_loss_scale(answer)
+
+
+@pytest.mark.parametrize(("answer", "needle"), [
+    (1, "still exactly 0"),
+    (2**9, "still exactly 0"),
+    (2**11, "smaller power of two"),
+    (2**24, "overflows"),
+    (1000, "not a power of two"),
+    (0.5, ">= 1"),
+    (float("nan"), "finite"),
+    (float("inf"), "finite"),
+    ("1024", "string"),
+    (True, "bool"),
+    (None, "None"),
+    (np.array([1024]), "holding one value"),
+    ([512, 1024], "of 2 values"),
+])
+def test_ex2_wrong_answers_are_feedback(answer, needle):
+    _fails(ch05.check_loss_scale(answer), needle)
+
+
+# ----------------------------------------------------------------------------- exercise 3
+def _mse(model, x, y):
+    return tf.reduce_mean(tf.square(model(x, training=True) - y))
+
+
+def _step(scale=lambda opt, loss: opt.scale_loss(loss), *, fix_grads=None, apply=None, ret="loss",
+          loss_fn=_mse, outside=False):
+    """A family of training steps: the right one by default, each keyword one typical mistake."""
+
+    def step(model, optimizer, x, y):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(model, x, y)
+            scaled = scale(optimizer, loss) if not outside else None
+        if outside:
+            scaled = scale(optimizer, loss)
+        grads = tape.gradient(scaled, model.trainable_variables)
+        if fix_grads is not None:
+            grads = fix_grads(optimizer, grads)
+        (apply or (lambda opt, g, v: opt.apply_gradients(zip(g, v, strict=True))))(optimizer, grads, model.trainable_variables)
+        return {"loss": loss, "scaled": scaled, "none": None}[ret]
+
+    return step
+
+
+def test_ex3_right_answers_eager_and_in_tf_function():
+    assert ch05.check_scaled_step(_step())
+    assert ch05.check_scaled_step(tf.function(_step()))
+    assert ch05.check_scaled_step(_step(ret="none"))  # a step that returns nothing still trains right
+    assert ch05.check_scaled_step(_step(apply=lambda opt, g, v: opt.apply(g, v)))
+    assert ch05.check_scaled_step(_step(scale=lambda opt, loss: loss * opt.dynamic_scale))  # the current scale
+
+
+@pytest.mark.parametrize(("step", "needle"), [
+    (_step(scale=lambda opt, loss: loss), "underflowed"),
+    (tf.function(_step(scale=lambda opt, loss: loss)), "underflowed"),
+    (_step(outside=True), "after the `with` block"),
+    (tf.function(_step(outside=True)), "after the `with` block"),
+    (_step(scale=lambda opt, loss: opt.scale_loss(opt.scale_loss(loss))), "scaled twice"),
+    (tf.function(_step(scale=lambda opt, loss: opt.scale_loss(opt.scale_loss(loss)))), "scaled twice"),
+    (_step(scale=lambda opt, loss: loss * 32768.0), "fixed 32768"),
+    (_step(loss_fn=lambda m, x, y: tf.reduce_mean(tf.square(tf.cast(m(x), tf.float16) - tf.cast(y, tf.float16)))),
+     "float16"),
+    (_step(ret="scaled"), "returns the scaled loss"),
+    (_step(fix_grads=lambda opt, g: [t / opt.dynamic_scale for t in g]), "divides them again"),
+    (_step(apply=lambda opt, g, v: opt.inner_optimizer.apply_gradients(zip(g, v, strict=True))), "inner_optimizer"),
+    (_step(loss_fn=lambda m, x, y: tf.reduce_sum(tf.square(m(x) - y))), "128×"),
+    (_step(apply=lambda opt, g, v: [opt.apply_gradients(zip(g, v, strict=True)) for _ in range(2)]), "2 times"),
+    (_step(apply=lambda opt, g, v: None), "never called"),
+    (_step(scale=lambda opt, loss: opt.get_scaled_loss(loss)), "Keras 2"),
+    (lambda model, optimizer, x, y: 1 / 0, "ZeroDivisionError"),
+    (None, "expected a function"),
+])
+def test_ex3_wrong_answers_name_their_cause(step, needle):
+    _fails(ch05.check_scaled_step(step), needle)
