@@ -1,0 +1,311 @@
+"""One gradient per example (chapter 10): a loop of tapes, ``tf.vectorized_map``, or a Jacobian.
+
+The gradient of a batch's mean loss is the mean of the examples' gradients; DP-SGD (Abadi et
+al. 2016) clips each example's gradient before that mean, influence estimates and "which
+example makes this batch explode" read them one by one. :func:`per_example_gradients`
+returns them, for every trainable variable, with a leading batch dimension.
+
+*Example ``i``'s loss* is the loss of the batch that holds example ``i`` alone: the model's
+compiled loss (through ``model.compute_loss``), a ``loss`` callable, or the core's default
+(mean squared error), each plus ``model.losses`` as :func:`gradlab.core.resolve_loss` defines
+it. A mean over the batch divides by the batch size, a batch of one by 1, so the mean of the
+per-example gradients is the gradient of the batch's loss. With ``sample_weight`` the data
+term of example ``i`` is multiplied by ``w_i`` (Keras reduces a weighted loss as
+``sum(w·l) / B``), so that holds with weights too.
+
+Three ways to compute them, all inside one ``tf.function`` per model and method:
+
+* ``"loop"``: one tape per example (a ``tf.function`` of one example, called ``B`` times);
+  the reference, and the slowest for large batches;
+* ``"vectorized_map"``: the same function of one example, vectorized over the batch by
+  ``tf.vectorized_map`` (pfor): one batched forward and backward pass;
+* ``"jacobian"``: one forward pass of the whole batch, the vector of per-example losses, and
+  ``tape.jacobian`` of that vector with respect to the variables (pfor over its rows).
+
+``method="auto"`` uses ``vectorized_map`` (the fastest in chapter 10's measurements on
+Dense, Conv, Embedding and LSTM models) and falls back to the loop if pfor cannot convert
+the model. The model runs with ``training=False`` by default, so BatchNorm uses its moving
+statistics and examples do not interact; nothing of the model changes (its variables are
+restored afterwards, BatchNorm statistics and RNN states included).
+
+An ``Embedding``'s gradient is ``tf.IndexedSlices`` (chapter 06); per example it is returned
+dense, ``(B, vocabulary, dim)``: mind the memory for a large table.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+
+import numpy as np
+
+from . import core
+from ._env import quiet_import_tensorflow
+
+tf = quiet_import_tensorflow()
+import keras  # noqa: E402
+
+__all__ = ["METHODS", "PerExampleGradients", "per_example_gradients", "per_example_norms"]
+
+#: The ways :func:`per_example_gradients` can compute them (``"auto"`` picks one).
+METHODS: tuple[str, ...] = ("auto", "loop", "vectorized_map", "jacobian")
+
+
+class PerExampleGradients(list):
+    """A list with one tensor per trainable variable, each ``(B, *variable.shape)``.
+
+    ``None`` where the loss does not depend on the variable (as ``tape.gradient`` returns).
+    ``method`` says how they were computed, ``variables`` which variables they belong to,
+    ``losses`` is each example's loss (float64 NumPy, ``(B,)``).
+    """
+
+    def __init__(self, grads, *, method: str, variables, losses):
+        super().__init__(grads)
+        self.method = method
+        self.variables = list(variables)
+        self.losses = losses
+
+    @property
+    def norms(self) -> np.ndarray:
+        """Each example's gradient norm over all variables, in float64 (``(B,)``)."""
+        return per_example_norms(self)
+
+
+def per_example_norms(grads) -> np.ndarray:
+    """The global L2 norm of each example's gradient (``None`` skipped), taken in float64 by the
+    core's :func:`gradlab.core.global_norm`, example by example. ``grads`` is what
+    :func:`per_example_gradients` returns (chapter 10)."""
+    present = [g for g in grads if g is not None]
+    if not present:
+        raise ValueError("grads holds no gradient (every entry is None); there is no norm to take")
+    sizes = {int(g.shape[0]) for g in present}
+    if len(sizes) != 1:
+        raise ValueError(f"every per-example gradient must have the same batch size; got {sorted(sizes)}")
+    norms = tf.vectorized_map(core.global_norm, present)
+    return np.asarray(norms.numpy(), dtype=np.float64)
+
+
+# ----------------------------------------------------------------------------- arguments
+def _check_method(method) -> str:
+    if not isinstance(method, str) or method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
+    return method
+
+
+def _coerce_weight(sample_weight, n: int):
+    if sample_weight is None:
+        return None
+    if isinstance(sample_weight, (bool, str, bytes)):
+        raise ValueError(f"sample_weight must be None or one number per example, shape ({n},); got {sample_weight!r}")
+    try:
+        w = tf.convert_to_tensor(sample_weight)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"sample_weight must be None or one number per example, shape ({n},); got "
+                         f"{type(sample_weight).__name__}") from err
+    if not (w.dtype.is_floating or w.dtype.is_integer):
+        raise ValueError(f"sample_weight must hold numbers; got dtype {w.dtype.name}")
+    shape = tuple(w.shape)
+    if shape not in ((n,), (n, 1)):
+        raise ValueError(f"sample_weight must have one weight per example, shape ({n},) or ({n}, 1); got shape {shape}")
+    w = tf.reshape(tf.cast(w, tf.float32), [n])
+    if not bool(tf.reduce_all(tf.math.is_finite(w))):
+        raise ValueError("sample_weight holds NaN or inf; every weight must be a finite number")
+    return w
+
+
+def _check_training(training) -> bool:
+    if not isinstance(training, bool):
+        raise ValueError(f"training must be True or False; got {training!r}")
+    return training
+
+
+def _has_batch_norm(model) -> bool:
+    return any(isinstance(layer, keras.layers.BatchNormalization) for layer in core.leaf_layers(model))
+
+
+# ----------------------------------------------------------------------------- the per-example loss
+def _example_loss(loss: core.Loss, model, x1, y1, w1, training: bool):
+    """The loss of the batch holding one example (``x1``, ``y1`` with a batch axis of 1)."""
+    pred = model(x1, training=training)
+    value = loss(x1, y1, pred, training)
+    if w1 is None:
+        return value
+    # the weight multiplies the data term only; model.losses (regularizers) count once, as in compute_loss
+    extra = tf.add_n([tf.cast(v, tf.float32) for v in model.losses]) if model.losses else 0.0
+    return w1 * (value - extra) + extra
+
+
+def _dense(g, v):
+    if g is None:
+        return tf.zeros(v.shape, v.dtype)
+    return tf.convert_to_tensor(g)
+
+
+def _one(xs, i):
+    return tf.nest.map_structure(lambda t: t[i][None], xs)
+
+
+class _Compiled:
+    """The traced functions of one model, loss and method (traced once per input signature)."""
+
+    def __init__(self, model, loss: core.Loss, method: str, training: bool, weighted: bool):
+        self.model, self.loss, self.method, self.training, self.weighted = model, loss, method, training, weighted
+        self.connected: list[bool] | None = None
+        self.failed: str | None = None  # why pfor could not convert the model, once it failed
+        self.traced = False
+        variables = model.trainable_variables
+
+        def grads_of_one(x1, y1, w1):
+            with tf.GradientTape() as tape:
+                value = _example_loss(loss, model, x1, y1, w1, training)
+            grads = tape.gradient(value, variables)
+            self.connected = [g is not None for g in grads]
+            return [_dense(g, v) for g, v in zip(grads, variables, strict=True)], value
+
+        if method == "loop":
+            self.fn = tf.function(grads_of_one, reduce_retracing=True)
+        elif method == "vectorized_map":
+            def vmap(x, y, w):
+                def one(args):
+                    xi, yi, wi = args
+                    add = lambda t: t[None]  # noqa: E731
+                    grads, value = grads_of_one(tf.nest.map_structure(add, xi), tf.nest.map_structure(add, yi),
+                                                None if w is None else wi)
+                    return grads, value
+
+                wi = w if w is not None else tf.zeros([tf.shape(tf.nest.flatten(x)[0])[0]])
+                return tf.vectorized_map(one, (x, y, wi))
+
+            self.fn = tf.function(vmap, reduce_retracing=True)
+        else:
+            def jacobian(x, y, w):
+                with tf.GradientTape() as tape:
+                    pred = model(x, training=training)
+
+                    def one(args):
+                        xi, yi, pi, wi = args
+                        add = lambda t: t[None]  # noqa: E731
+                        x1, y1, p1 = (tf.nest.map_structure(add, s) for s in (xi, yi, pi))
+                        value = loss(x1, y1, p1, training)
+                        if w is None:
+                            return value
+                        extra = tf.add_n([tf.cast(v, tf.float32) for v in model.losses]) if model.losses else 0.0
+                        return wi * (value - extra) + extra
+
+                    wi = w if w is not None else tf.zeros([tf.shape(tf.nest.flatten(x)[0])[0]])
+                    values = tf.vectorized_map(one, (x, y, pred, wi))
+                jac = tape.jacobian(values, variables)
+                self.connected = [g is not None for g in jac]
+                n = tf.shape(values)[0]
+                out = [tf.zeros(tf.concat([[n], v.shape], 0), v.dtype) if g is None else tf.convert_to_tensor(g)
+                       for g, v in zip(jac, variables, strict=True)]
+                return out, values
+
+            self.fn = tf.function(jacobian, reduce_retracing=True)
+
+    def __call__(self, x, y, w):
+        if self.method != "loop":
+            out = self.fn(x, y, w)
+            self.traced = True
+            return out
+        n = int(tf.nest.flatten(x)[0].shape[0])
+        rows, values = [], []
+        for i in range(n):
+            grads, value = self.fn(_one(x, i), _one(y, i), None if w is None else w[i])
+            rows.append(grads)
+            values.append(value)
+        return [tf.stack(c) for c in zip(*rows, strict=True)], tf.stack(values)
+
+
+_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: ``method="auto"`` tries these in order: the fastest first, the loop (which always converts) last.
+_AUTO_ORDER = ("vectorized_map", "jacobian", "loop")
+
+
+def _is_pfor_failure(err, compiled: _Compiled) -> bool:
+    """An error while tracing the vectorized function (pfor could not convert an op), not an
+    error of the model or the data, which every method would raise alike."""
+    return not compiled.traced
+
+
+def _compiled(model, loss: core.Loss, method: str, training: bool, weighted: bool) -> _Compiled:
+    per_model = _CACHE.setdefault(model, {})
+    key = (method, training, weighted, loss.kind, id(loss.fn), id(getattr(model, "loss", None)),
+           tuple(id(v) for v in model.trainable_variables))
+    entry = per_model.get(key)
+    if entry is None:
+        # the entry keeps loss.fn and model.loss alive, so their ids cannot be reused while it exists
+        entry = per_model[key] = (_Compiled(model, loss, method, training, weighted), loss.fn,
+                                  getattr(model, "loss", None))
+    return entry[0]
+
+
+# ----------------------------------------------------------------------------- the tool
+def per_example_gradients(model, x, y, *, loss: Callable | None = None, sample_weight=None,
+                          method: str = "auto", training: bool = False) -> PerExampleGradients:
+    """The gradient of each example's loss for every trainable variable of ``model`` (chapter 10).
+
+    Returns a :class:`PerExampleGradients` list, one tensor ``(B, *variable.shape)`` per
+    ``model.trainable_variables`` (``None`` where the loss does not depend on the variable).
+    Example ``i``'s loss is that of a batch holding example ``i`` alone (``loss(y, y_pred)``
+    when given, else the compiled loss, else mean squared error; plus ``model.losses``),
+    times ``sample_weight[i]`` when given, so that their mean is the batch gradient that
+    ``fit`` would take. ``method`` is ``"auto"`` (``vectorized_map``, or the loop where pfor
+    cannot convert the model), ``"loop"``, ``"vectorized_map"`` or ``"jacobian"``; all give the
+    same numbers (to float32 rounding). ``training=True`` runs layers in training mode, which a
+    model with BatchNorm refuses: in training mode BatchNorm mixes the examples of a batch, so
+    an example has no gradient of its own. The model is left exactly as it was.
+    """
+    core.check_model(model)
+    method = _check_method(method)
+    training = _check_training(training)
+    x, y = core.coerce_batch(model, x, y)
+    n = int(tf.nest.flatten(x)[0].shape[0])
+    w = _coerce_weight(sample_weight, n)
+    if training and _has_batch_norm(model):
+        raise ValueError(
+            "training=True with a BatchNormalization layer: in training mode BatchNorm normalizes each example "
+            "with the statistics of the whole batch, so no example has a gradient of its own (DP-SGD "
+            "implementations replace BatchNorm by GroupNorm or LayerNorm). Use training=False (the moving "
+            "statistics), or a model without BatchNorm"
+        )
+    stateful = [layer.name for layer in core.leaf_layers(model) if getattr(layer, "stateful", False)]
+    if stateful:
+        raise ValueError(
+            f"model has stateful recurrent layers ({', '.join(stateful)}): their state carries over from batch to "
+            "batch with a fixed batch size, so one example has no loss of its own. Build the same model with "
+            "stateful=False (and the same weights) to take per-example gradients"
+        )
+    if not model.built:
+        model(_one(x, 0), training=False)  # build it eagerly, so no variable is created while tracing
+    variables = model.trainable_variables
+    if not variables:
+        raise ValueError("model has no trainable variables, so there is no gradient to take")
+    resolved = core.resolve_loss(model, loss)
+    x1, y1 = _one(x, 0), _one(y, 0)  # the loss's own checks (shapes, labels), eagerly, on one example
+    resolved.check(y1, model(x1, training=False))
+    saved = core.snapshot(model)
+    weighted = w is not None
+    try:
+        candidates = _AUTO_ORDER if method == "auto" else (method,)
+        for chosen in candidates:
+            compiled = _compiled(model, resolved, chosen, training, weighted)
+            if compiled.failed is None:
+                try:
+                    grads, values = compiled(x, y, w)
+                    break
+                except (ValueError, TypeError, tf.errors.InvalidArgumentError, NotImplementedError) as err:
+                    if chosen == "loop" or not _is_pfor_failure(err, compiled):
+                        raise
+                    compiled.failed = f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:200]}"
+            if method != "auto":
+                raise ValueError(
+                    f"method={method!r} cannot convert this model with pfor ({compiled.failed}); use "
+                    "method='auto' (which falls back to the next method) or method='loop'"
+                )
+        connected = compiled.connected
+    finally:
+        core.restore(saved)
+    grads = [g if ok else None for g, ok in zip(grads, connected or [True] * len(grads), strict=True)]
+    losses = np.asarray(tf.cast(values, tf.float64).numpy(), dtype=np.float64).reshape(-1)
+    return PerExampleGradients(grads, method=chosen, variables=variables, losses=losses)

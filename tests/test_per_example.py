@@ -1,0 +1,244 @@
+"""gl.per_example_gradients against an independent loop of eager tapes (one batch of one
+example at a time, the loss written out here), for Dense, Conv, Embedding and recurrent
+models, every method; weights, regularizers, the batch mean, and nothing of the model changed."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from gradlab.per_example import METHODS, per_example_gradients, per_example_norms
+
+B = 12
+
+
+_SHARED: dict = {}
+
+
+def shared(kind: str):
+    """One model per kind for the whole module: gradlab traces its functions once per model, and
+    tracing a recurrent model under pfor is the slow part of these tests."""
+    if kind not in _SHARED:
+        _SHARED[kind] = model_and_batch(kind)
+    return _SHARED[kind]
+
+
+def model_and_batch(kind: str):
+    keras.utils.set_random_seed(0)
+    rng = np.random.default_rng(0)
+    if kind == "dense":
+        model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(7, activation="tanh"), keras.layers.Dense(2)])
+        x, y = rng.normal(size=(B, 5)), rng.normal(size=(B, 2))
+    elif kind == "conv":
+        model = keras.Sequential([keras.Input((6, 6, 2)), keras.layers.Conv2D(3, 3, activation="relu"),
+                                  keras.layers.Flatten(), keras.layers.Dense(1)])
+        x, y = rng.normal(size=(B, 6, 6, 2)), rng.normal(size=(B, 1))
+    elif kind == "embedding":
+        model = keras.Sequential([keras.Input((4,), dtype="int32"), keras.layers.Embedding(9, 3),
+                                  keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(4)])
+        model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        x, y = rng.integers(0, 9, size=(B, 4)), rng.integers(0, 4, size=(B,))
+    elif kind == "lstm":
+        model = keras.Sequential([keras.Input((5, 3)), keras.layers.LSTM(4), keras.layers.Dense(1)])
+        x, y = rng.normal(size=(B, 5, 3)), rng.normal(size=(B, 1))
+    elif kind == "stacked":
+        model = keras.Sequential([keras.Input((5, 3)), keras.layers.SimpleRNN(4, return_sequences=True),
+                                  keras.layers.SimpleRNN(3), keras.layers.Dense(1)])
+        model.compile(loss="mae")
+        x, y = rng.normal(size=(B, 5, 3)), rng.normal(size=(B, 1))
+    else:
+        raise AssertionError(kind)
+    return model, x, y
+
+
+def example_loss(model, x1, y1, w1=None):
+    """The loss of a batch of one, written out independently of gradlab."""
+    pred = model(x1, training=False)
+    if getattr(model, "loss", None) in (None, "mse"):
+        data = tf.reduce_mean(tf.square(tf.cast(y1, tf.float32) - pred))
+    elif model.loss == "mae":
+        data = tf.reduce_mean(tf.abs(tf.cast(y1, tf.float32) - pred))
+    else:
+        data = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(y1, pred, from_logits=True))
+    if w1 is not None:
+        data = data * w1
+    return data + tf.add_n(model.losses) if model.losses else data
+
+
+def loop_of_tapes(model, x, y, w=None):
+    xs = tf.constant(x, tf.int32 if np.issubdtype(x.dtype, np.integer) else tf.float32)
+    ys = tf.constant(y)
+    rows = []
+    for i in range(len(x)):
+        with tf.GradientTape() as tape:
+            loss = example_loss(model, xs[i:i + 1], ys[i:i + 1], None if w is None else float(w[i]))
+        rows.append([tf.convert_to_tensor(g).numpy() for g in tape.gradient(loss, model.trainable_variables)])
+    return [np.stack(c) for c in zip(*rows, strict=True)]
+
+
+CASES = [(kind, method) for kind in ["dense", "conv", "embedding", "lstm", "stacked"] for method in METHODS
+         if (kind, method) != ("stacked", "vectorized_map")]
+
+
+@pytest.mark.parametrize("kind,method", CASES)
+def test_equals_a_loop_of_tapes(kind, method):
+    model, x, y = shared(kind)
+    ref = loop_of_tapes(model, x, y)
+    got = per_example_gradients(model, x, y, method=method)
+    if method == "auto":  # TF 2.21's pfor cannot convert stacked RNNs (a TypeError); the Jacobian method can
+        assert got.method == ("jacobian" if kind == "stacked" else "vectorized_map")
+    else:
+        assert got.method == method
+    assert len(got) == len(model.trainable_variables)
+    for g, r, v in zip(got, ref, model.trainable_variables, strict=True):
+        assert tuple(g.shape) == (B, *v.shape)
+        np.testing.assert_allclose(np.asarray(g), r, rtol=1e-5, atol=1e-5)
+    assert np.any(np.abs(ref[0]) > 1e-3)  # the comparison is not between zeros
+
+
+def test_pfor_failure_is_a_clear_error_when_the_method_is_forced():
+    model, x, y = shared("stacked")
+    with pytest.raises(ValueError, match="method='vectorized_map' cannot convert this model with pfor"):
+        per_example_gradients(model, x, y, method="vectorized_map")
+
+
+def test_embedding_rows_are_dense_and_only_where_the_example_looked():
+    model, x, y = shared("embedding")
+    got = per_example_gradients(model, x, y)
+    table = np.asarray(got[0])  # (B, vocabulary, dim), from IndexedSlices
+    assert table.shape == (B, 9, 3)
+    for i in range(B):
+        touched = np.flatnonzero(np.any(table[i] != 0, axis=1))
+        assert set(touched) <= set(x[i].tolist())
+        assert set(touched) == set(x[i].tolist())  # each looked-up row gets a gradient (dense layer, softmax)
+
+
+def test_duplicate_lookups_are_summed_per_example():
+    keras.utils.set_random_seed(1)
+    model = keras.Sequential([keras.Input((3,), dtype="int32"), keras.layers.Embedding(5, 2),
+                              keras.layers.Flatten(), keras.layers.Dense(1)])
+    x = np.array([[1, 1, 4], [2, 3, 2]])
+    y = np.array([[0.5], [-1.0]])
+    got = np.asarray(per_example_gradients(model, x, y)[0])
+    ref = loop_of_tapes(model, x, y)[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+    # example 0 looks up row 1 twice: its gradient is the sum of both positions' contributions
+    kernel = model.layers[-1].kernel.numpy().reshape(3, 2)
+    residual = 2 * (model(x[:1]).numpy()[0, 0] - y[0, 0])
+    np.testing.assert_allclose(got[0, 1], residual * (kernel[0] + kernel[1]), rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["dense", "stacked"])
+def test_mean_of_per_example_gradients_is_the_batch_gradient(kind):
+    model, x, y = shared(kind)
+    got = per_example_gradients(model, x, y)
+    xs, ys = tf.constant(x, tf.float32), tf.constant(y, tf.float32)
+    with tf.GradientTape() as tape:
+        pred = model(xs, training=False)
+        err = ys - pred
+        loss = tf.reduce_mean(tf.abs(err)) if kind == "stacked" else tf.reduce_mean(tf.square(err))
+    batch = tape.gradient(loss, model.trainable_variables)
+    for g, b in zip(got, batch, strict=True):
+        np.testing.assert_allclose(np.mean(np.asarray(g), axis=0), b.numpy(), rtol=1e-4, atol=1e-6)
+
+
+def test_sample_weight_follows_keras_compute_loss():
+    model, x, y = model_and_batch("dense")
+    model.add(keras.layers.Dense(2, kernel_regularizer=keras.regularizers.l2(0.1)))
+    model.compile(loss="mse")
+    w = np.linspace(0.0, 2.0, B).astype("float32")
+    got = per_example_gradients(model, x, y, sample_weight=w)
+    # per example: w_i * data term + the regularizer once
+    ref = loop_of_tapes(model, x, y, w)
+    for g, r in zip(got, ref, strict=True):
+        np.testing.assert_allclose(np.asarray(g), r, rtol=1e-5, atol=1e-6)
+    # and their mean is the gradient of Keras's own weighted batch loss
+    xs, ys = tf.constant(x, tf.float32), tf.constant(y, tf.float32)
+    with tf.GradientTape() as tape:
+        loss = model.compute_loss(x=xs, y=ys, y_pred=model(xs, training=False), sample_weight=tf.constant(w),
+                                  training=False)
+    for g, b in zip(got, tape.gradient(loss, model.trainable_variables), strict=True):
+        np.testing.assert_allclose(np.mean(np.asarray(g), axis=0), b.numpy(), rtol=1e-4, atol=1e-6)
+
+
+def test_loss_callable_is_used_per_example():
+    model, x, y = shared("dense")
+
+    def huber(y_true, y_pred):
+        return tf.reduce_mean(keras.losses.huber(y_true, y_pred, delta=0.5))
+
+    got = per_example_gradients(model, x, y, loss=huber)
+    xs, ys = tf.constant(x, tf.float32), tf.constant(y, tf.float32)
+    with tf.GradientTape() as tape:
+        loss = huber(ys[3:4], model(xs[3:4]))
+    for g, r in zip(got, tape.gradient(loss, model.trainable_variables), strict=True):
+        np.testing.assert_allclose(np.asarray(g)[3], r.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_model_is_unchanged_and_batch_norm_statistics_stay():
+    keras.utils.set_random_seed(2)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(6), keras.layers.BatchNormalization(),
+                              keras.layers.Dense(1)])
+    x, y = np.random.default_rng(3).normal(size=(B, 4)), np.random.default_rng(4).normal(size=(B, 1))
+    model.compile(loss="mse", optimizer="sgd")
+    model.fit(x, y, epochs=1, verbose=0)  # moving statistics away from their initial values
+    before = [v.numpy().copy() for v in model.variables]
+    for method in METHODS[1:]:
+        per_example_gradients(model, x, y, method=method)
+    for a, v in zip(before, model.variables, strict=True):
+        np.testing.assert_array_equal(a, v.numpy())
+    with pytest.raises(ValueError, match="BatchNorm"):
+        per_example_gradients(model, x, y, training=True)
+
+
+def test_unconnected_variable_is_none_like_the_tape():
+    class Unused(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.used = keras.layers.Dense(1)
+            self.unused = keras.layers.Dense(1)
+
+        def build(self, input_shape):
+            self.used.build(input_shape)
+            self.unused.build(input_shape)
+
+        def call(self, x):
+            return self.used(x)
+
+    model = Unused()
+    model.build((None, 3))
+    got = per_example_gradients(model, np.ones((2, 3)), np.zeros((2, 1)))
+    assert [g is None for g in got] == [False, False, True, True]
+
+
+def test_norms_are_float64_per_example():
+    model, x, y = shared("conv")
+    got = per_example_gradients(model, x, y)
+    ref = np.sqrt(sum(np.sum(np.asarray(g, np.float64).reshape(B, -1) ** 2, axis=1) for g in got))
+    np.testing.assert_allclose(got.norms, ref, rtol=1e-12)
+    np.testing.assert_allclose(per_example_norms(list(got)), ref, rtol=1e-12)
+    assert got.losses.shape == (B,) and np.all(got.losses >= 0)
+
+
+def test_bad_arguments_are_clear_value_errors():
+    model, x, y = shared("dense")
+    with pytest.raises(ValueError, match="method must be one of"):
+        per_example_gradients(model, x, y, method="fast")
+    with pytest.raises(ValueError, match="sample_weight must have one weight per example"):
+        per_example_gradients(model, x, y, sample_weight=np.ones(B + 1))
+    with pytest.raises(ValueError, match="sample_weight holds NaN"):
+        per_example_gradients(model, x, y, sample_weight=np.full(B, np.nan))
+    with pytest.raises(ValueError, match="model must be a keras.Model"):
+        per_example_gradients(lambda t: t, x, y)
+    with pytest.raises(ValueError, match="x and y must hold the same number"):
+        per_example_gradients(model, x, y[:3])
+    with pytest.raises(ValueError, match="training must be True or False"):
+        per_example_gradients(model, x, y, training="no")
+    stateful = keras.Sequential([keras.Input((5, 2), batch_size=4), keras.layers.SimpleRNN(3, stateful=True),
+                                 keras.layers.Dense(1)])
+    with pytest.raises(ValueError, match="stateful"):
+        per_example_gradients(stateful, np.zeros((4, 5, 2)), np.zeros((4, 1)))
+    with pytest.raises(ValueError, match="no gradient"):
+        per_example_norms([None, None])
