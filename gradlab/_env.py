@@ -23,6 +23,7 @@ import os
 import random
 import sys
 
+from .fonts import use_cjk_fonts
 from .i18n import set_language
 
 __all__ = ["setup", "quiet_import_tensorflow", "split_cpu_from_env"]
@@ -153,3 +154,4 @@ def _plot_defaults() -> None:
             "svg.hashsalt": "gradlab",
         }
     )
+    use_cjk_fonts()  # Chinese labels draw from the packaged Noto Sans SC (gradlab/fonts.py)
