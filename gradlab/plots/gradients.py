@@ -1,23 +1,27 @@
-"""Plots of per-layer gradient norms, activations and clipping (chapters 00, 01, 04).
+"""Plots of per-layer gradient norms, activations and clipping (chapters 00, 01, 04, 05).
 
 matplotlib only, no widgets. :class:`ReportPlot` builds its figure once and updates the
-artists' data in place, which is what the live explorer needs; :func:`plot_report` is the
-one-shot version for a chapter cell.
+artists' data in place, blitted (:class:`gradlab.plots.live.LivePlot`), which is what the live
+explorer needs; :func:`plot_report` is the one-shot version for a chapter cell. Both draw the
+same picture: the legend sits below the axes and lists only the series that are drawn.
 """
 
 from __future__ import annotations
 
-import io
 import math
 
 import matplotlib
 import matplotlib.ticker
 import numpy as np
-from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
+
+from ..i18n import N_, _
+from .live import LIVE_DPI, LivePlot, encode_png, figure_png, legend_handle, new_figure
 
 __all__ = [
     "ReportPlot",
+    "STATUS_COLORS",
+    "encode_png",
     "figure_png",
     "new_figure",
     "plot_activations",
@@ -27,6 +31,7 @@ __all__ = [
     "plot_signal_history",
     "plot_report",
 ]
+
 
 def place_band(band, last: float, lo: float, hi: float, *, below: float = 1e-3,
                above: float = 1e3) -> tuple[float, float]:
@@ -52,35 +57,14 @@ STATUS_COLORS = {
     "non-finite": "#8250df",
 }
 
-
-def new_figure(figsize=None, *, nrows: int = 1, ncols: int = 1, layout="constrained", **kw):
-    """A figure that belongs to no pyplot state (so nothing leaks or shows twice)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    fig = Figure(figsize=figsize or matplotlib.rcParams["figure.figsize"], layout=layout)
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(nrows, ncols, **kw)
-    return fig, axes
+#: The status words as a learner reads them (the status itself stays an English key).
+STATUS_WORDS = {"healthy": N_("healthy"), "vanishing": N_("vanishing"),
+                "exploding": N_("exploding"), "non-finite": N_("non-finite")}
 
 
-def figure_png(fig, dpi: float | None = None, *, fast: bool = False) -> bytes:
-    """Render ``fig`` to PNG bytes (deterministic: no timestamps in the metadata).
-
-    ``fast=True`` draws the canvas once and encodes with the lightest zlib level, which is
-    what the live explorers use: about a third of ``savefig``'s cost for the same pixels.
-    """
-    buf = io.BytesIO()
-    if fast and dpi in (None, fig.dpi):
-        from PIL import Image
-
-        fig.canvas.draw()
-        w, h = fig.canvas.get_width_height(physical=True)
-        Image.frombuffer("RGBA", (w, h), fig.canvas.buffer_rgba(), "raw", "RGBA", 0, 1).save(
-            buf, format="png", compress_level=1
-        )
-    else:
-        fig.savefig(buf, format="png", dpi=dpi or fig.dpi, metadata={"Software": None})
-    return buf.getvalue()
+def status_word(status: str) -> str:
+    """``status`` ("healthy", "vanishing", ...) in the current language."""
+    return _(STATUS_WORDS[status]) if status in STATUS_WORDS else status
 
 
 def _show(fig):
@@ -88,73 +72,86 @@ def _show(fig):
     return fig
 
 
-class ReportPlot:
+def decade_limits(values, *, floor: float = 1e-300) -> tuple[float, float]:
+    """Whole-decade y-limits around the positive finite ``values`` (5 or 10 decades per step
+    for a wide range), so a live plot's axis, and its cached background, change rarely."""
+    v = np.asarray(values, dtype=np.float64)
+    v = v[np.isfinite(v) & (v > 0)]
+    lo, hi = (v.min(), v.max()) if v.size else (1e-12, 1.0)
+    llo, lhi = np.log10(max(lo, floor)), np.log10(max(hi, floor))
+    step = 1 if lhi - llo < 8 else 5 if lhi - llo < 30 else 10
+    lo = 10.0 ** max(np.floor(llo / step) * step, -300)
+    hi = 10.0 ** min(np.ceil(lhi / step) * step, 300)
+    return (lo, hi) if hi > lo else (lo, lo * 10)
+
+
+class ReportPlot(LivePlot):
     """A log-scale per-layer plot of a :class:`~gradlab.grads.GradientReport`, updated in place.
 
-    Draws the back-propagated signal, the weight-gradient norms before and after clipping,
-    optionally the forward activation std, the theory curve (``report.predicted_signal``,
-    dashed, where the report has one) and a shaded healthy band for the *signal*: the range
-    of layer-1 signals that :func:`~gradlab.grads.diagnose` calls healthy (1e-3 to 1e3 times
-    the last layer's). Exact zeros (underflow) are drawn as red triangles on the bottom edge,
-    NaN/inf as purple triangles on the top edge, instead of silently disappearing from a log axis.
+    Draws the back-propagated signal, the weight-gradient norms (after clipping too, when a
+    clip is set), optionally the forward activation std, the theory curve (``report.
+    predicted_signal``, dashed, where the report has one) and a shaded healthy band for the
+    *signal*: the range of layer-1 signals that :func:`~gradlab.grads.diagnose` calls healthy
+    (1e-3 to 1e3 times the last layer's). Exact zeros (underflow) are drawn as red triangles
+    just inside the bottom edge, NaN/inf as purple triangles just inside the top edge (clear
+    of the title), instead of silently disappearing from a log axis. With a loss scale the
+    plotted gradients are the unscaled ones, and the plot says so. The legend, below the
+    axes, lists only what is drawn.
 
-    ``live=True`` (the explorer) renders with Agg blitting: the static part (axes, ticks,
-    labels, legend) is drawn once per axis range into a cached background, and each update
-    only restores it and draws the data artists (:meth:`render_png`). The y range snaps to
-    whole decades and the x range to steps of 5 layers (past 10), so most changes, a depth
-    drag included, reuse a cached background.
+    ``live=True`` (the explorer) keeps the default size fixed; the y range snaps to whole
+    decades and the x range to steps of 5 layers (past 10), so most changes, a depth drag
+    included, reuse a cached background (:meth:`render_png`).
     """
 
-    BACKGROUNDS = 8  # cached backgrounds (one per x/y range), about 1 MB each
+    LABELS = {
+        "band": N_("healthy band for the layer-1 signal"),
+        "signal": N_("signal dL/dz (back-propagated)"),
+        "theory": N_("signal predicted by variance propagation"),
+        "weight": N_("weight gradient dL/dW"),
+        "clipped": N_("dL/dW after clipping"),
+        "forward": N_("forward activation std"),
+        "zeros": N_("signal exactly 0 (underflow)"),
+        "nonfinite": N_("NaN / inf"),
+    }
 
     def __init__(self, report=None, *, show_forward: bool = True, figsize=None,
                  legend: bool = True, live: bool = False, vanish_below: float = 1e-3,
                  explode_above: float = 1e3):
-        from collections import OrderedDict
-
         self.vanish_below, self.explode_above = vanish_below, explode_above
         self.live = live
-        if live:  # fixed margins (constrained layout would re-solve on every full draw)
-            self.fig, self.ax = new_figure(figsize or (8.6, 3.7), layout=None)
-            self.fig.subplots_adjust(left=0.085, right=0.6 if legend else 0.98, bottom=0.14, top=0.91)
-        else:
-            self.fig, self.ax = new_figure(figsize or (8.6, 3.7))
+        self.legend = legend
+        self.fig, self.ax = new_figure(figsize or (6.9, 4.3), layout=None, dpi=LIVE_DPI if live else None)
+        self.fig.subplots_adjust(left=0.1, right=0.98, bottom=0.33 if legend else 0.13, top=0.91)
         ax = self.ax
         ax.set_yscale("log")
-        ax.set_xlabel("hidden layer (1 = input side)")
-        ax.set_ylabel("L2 norm, every series (log scale)")
+        ax.set_xlabel(_("hidden layer (1 = input side)"))
+        ax.set_ylabel(_("L2 norm (log scale)"))
         ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         self.band = Rectangle((0, 1e-3), 1, 1e6 - 1e-3, transform=ax.get_yaxis_transform(),
-                              color="#2da44e", alpha=0.12, lw=0,
-                              label="healthy band for the signal at layer 1\n(1e-3 to 1e3 × the last layer's)")
+                              color="#2da44e", alpha=0.12, lw=0)
         ax.add_patch(self.band)
-        (self.signal,) = ax.plot([], [], "o-", ms=3, lw=1.8, color="#0969da",
-                                 label="signal dL/dz (back-propagated)")
-        (self.theory,) = ax.plot([], [], "--", lw=1.6, color="#0969da", alpha=0.75,
-                                 label="signal predicted by variance propagation")
-        (self.weight,) = ax.plot([], [], "s--", ms=2.5, lw=1.2, color="#bc4c00",
-                                 label="weight gradient dL/dW")
-        (self.clipped,) = ax.plot([], [], "-", lw=2.2, color="#1a7f37", alpha=0.8,
-                                  label="dL/dW after clipping")
-        (self.forward,) = ax.plot([], [], ":", lw=1.4, color="#6e7781",
-                                  label="forward activation std")
-        (self.zeros,) = ax.plot([], [], "v", ms=7, color="#cf222e", clip_on=False,
-                                label="signal exactly 0 (underflow)")
-        (self.nonfinite,) = ax.plot([], [], "^", ms=7, color="#8250df", clip_on=False,
-                                    label="NaN / inf")
+        (self.signal,) = ax.plot([], [], "o-", ms=3, lw=1.8, color="#0969da")
+        (self.theory,) = ax.plot([], [], "--", lw=1.6, color="#0969da", alpha=0.75)
+        (self.weight,) = ax.plot([], [], "s--", ms=2.5, lw=1.2, color="#bc4c00")
+        (self.clipped,) = ax.plot([], [], "-", lw=2.2, color="#1a7f37", alpha=0.8)
+        (self.forward,) = ax.plot([], [], ":", lw=1.4, color="#6e7781")
+        # markers in axes coordinates: just inside the bottom / top edge, whatever the y range
+        xmark = ax.get_xaxis_transform()
+        (self.zeros,) = ax.plot([], [], "v", ms=7, color="#cf222e", transform=xmark, clip_on=False)
+        (self.nonfinite,) = ax.plot([], [], "^", ms=7, color="#8250df", transform=xmark,
+                                    clip_on=False)
+        self._series = {"band": self.band, "signal": self.signal, "theory": self.theory,
+                        "weight": self.weight, "clipped": self.clipped, "forward": self.forward,
+                        "zeros": self.zeros, "nonfinite": self.nonfinite}
         self.show_forward = show_forward
         self.title = ax.set_title("", fontsize=10, loc="left")
+        self.note = ax.text(0.99, 0.02, "", transform=ax.transAxes, ha="right", va="bottom",
+                            fontsize=8, color="#57606a")
         ax.yaxis.set_minor_locator(matplotlib.ticker.NullLocator())
         ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(numticks=8))
-        if legend:
-            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
-        self._dynamic = (self.band, self.theory, self.forward, self.weight, self.clipped,
-                         self.signal, self.zeros, self.nonfinite, self.title)
-        if live:
-            for artist in self._dynamic:
-                artist.set_animated(True)
-        self._backgrounds: OrderedDict = OrderedDict()
-        self.full_draws = 0  # how many times the static background was drawn (tests, bench)
+        self.drawn: tuple[str, ...] = ()
+        self.animate(self.band, self.theory, self.forward, self.weight, self.clipped, self.signal,
+                     self.zeros, self.nonfinite, self.title, self.note)
         if report is not None:
             self.update(report)
 
@@ -185,21 +182,10 @@ class ReportPlot:
             self.forward.set_data([], [])
         allv = np.concatenate(series)
         finite_pos = allv[np.isfinite(allv) & (allv > 0)]
-        last = report.signal_norms[-1]
-        if finite_pos.size:
-            lo, hi = finite_pos.min() / 4, finite_pos.max() * 4
-        else:
-            lo, hi = 1e-12, 1.0
-        lo, hi = place_band(self.band, last, lo, hi, below=self.vanish_below, above=self.explode_above)
-        # whole decades, in steps of 5 or 10 decades for a wide range: the axis (and a live
-        # plot's cached background) changes less often while the depth is dragged
-        llo, lhi = np.log10(max(lo, 1e-300)), np.log10(max(hi, 1e-300))
-        step = 1 if lhi - llo < 8 else 5 if lhi - llo < 30 else 10
-        lo = 10.0 ** max(np.floor(llo / step) * step, -300)
-        hi = 10.0 ** min(np.ceil(lhi / step) * step, 300)
-        if hi <= lo:
-            hi = lo * 10
-        self.ax.set_ylim(lo, hi)
+        lo, hi = (finite_pos.min() / 4, finite_pos.max() * 4) if finite_pos.size else (1e-12, 1.0)
+        lo, hi = place_band(self.band, report.signal_norms[-1], lo, hi, below=self.vanish_below,
+                            above=self.explode_above)
+        self.ax.set_ylim(*decade_limits([lo, hi]))
         # a live plot's x axis grows in steps of 5 layers past 10: dragging the depth reuses
         # the cached background until the next step (a full draw costs 5-10x a blitted one)
         xmax = n if (not self.live or n <= 10) else 5 * math.ceil(n / 5)
@@ -207,60 +193,51 @@ class ReportPlot:
         sig = report.signal_norms
         zero_x = x[sig == 0]
         bad_x = x[~np.isfinite(sig)]
-        self.zeros.set_data(zero_x, np.full(zero_x.size, lo))
-        self.nonfinite.set_data(bad_x, np.full(bad_x.size, hi))
-        color = STATUS_COLORS.get(report.status, "black")
-        self.title.set_text(title if title is not None else f"{report.status}: signal ratio "
-                            f"layer 1 / layer {n} = {report.ratio:.3g}")
-        self.title.set_color(color)
+        self.zeros.set_data(zero_x, np.full(zero_x.size, 0.03))
+        self.nonfinite.set_data(bad_x, np.full(bad_x.size, 0.97))
+        self.title.set_text(title if title is not None else _(
+            "{status}: signal ratio layer 1 / layer {depth} = {ratio}").format(
+                status=status_word(report.status), depth=n, ratio=f"{report.ratio:.3g}"))
+        self.title.set_color(STATUS_COLORS.get(report.status, "black"))
+        scale = float(getattr(report, "loss_scale", 1.0))
+        self.note.set_text("" if scale == 1 else _(
+            "gradients shown unscaled (divided by the loss scale {scale})").format(
+                scale=loss_scale_text(scale)))
+        self._set_legend()
         return self
 
-    def render_png(self) -> bytes:
-        """The current figure as PNG bytes; blitted when ``live`` (see the class docstring)."""
-        if not self.live:
-            return figure_png(self.fig, fast=True)
-        canvas = self.fig.canvas
-        key = (self.ax.get_xlim(), self.ax.get_ylim(), canvas.get_width_height(physical=True))
-        bg = self._backgrounds.get(key)
-        if bg is None:
-            canvas.draw()  # animated artists are left out: this is the static background
-            self.full_draws += 1
-            bg = canvas.copy_from_bbox(self.fig.bbox)
-            self._backgrounds[key] = bg
-            while len(self._backgrounds) > self.BACKGROUNDS:
-                self._backgrounds.popitem(last=False)
-        else:
-            self._backgrounds.move_to_end(key)
-            canvas.restore_region(bg)
-        for artist in self._dynamic:
-            self.ax.draw_artist(artist)
-        return encode_png(canvas)
+    def _set_legend(self) -> None:
+        drawn = tuple(name for name, artist in self._series.items() if _has_data(artist))
+        if drawn == self.drawn:
+            return
+        self.drawn = drawn
+        old = self.fig.legends[:]
+        for leg in old:
+            leg.remove()
+        if not self.legend or not drawn:
+            return
+        handles = [legend_handle(self._series[name]) for name in drawn]
+        self.fig.legend(handles, [_(self.LABELS[name]) for name in drawn], loc="lower center",
+                        ncol=2, fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.0))
 
-    def png(self, dpi: float | None = None, *, fast: bool = False) -> bytes:
-        """The current figure as PNG bytes."""
-        if self.live and dpi in (None, self.fig.dpi):
-            return self.render_png()
-        return figure_png(self.fig, dpi, fast=fast)
+    def static_key(self) -> tuple:
+        return (self.drawn,)
 
-    def legend_items(self) -> list[tuple[str, str, str]]:
-        """``(label, color, marker)`` of each drawn series, for a legend outside the figure."""
-        items = [(self.band.get_label(), "#2da44e", "■")]
-        for line in (self.signal, self.theory, self.weight, self.clipped, self.forward, self.zeros,
-                     self.nonfinite):
-            marker = {"v": "▼", "^": "▲"}.get(line.get_marker(), "━")
-            items.append((line.get_label(), line.get_color(), marker))
-        return items
+    def legend_labels(self) -> list[str]:
+        """The labels the legend shows, in order (only the series that are drawn)."""
+        return [t.get_text() for leg in self.fig.legends for t in leg.get_texts()]
 
 
-def encode_png(canvas) -> bytes:
-    """PNG bytes of an Agg canvas's current buffer, RGB, fastest zlib level (the live explorers)."""
-    from PIL import Image
+def loss_scale_text(scale: float) -> str:
+    """``2^15`` for a power of two, else the number (the explorer's dropdown reads the same)."""
+    k = math.log2(scale) if scale > 0 else float("nan")
+    return f"2^{k:g}" if k == int(k) else f"{scale:g}"
 
-    w, h = canvas.get_width_height(physical=True)
-    img = Image.frombuffer("RGBA", (w, h), canvas.buffer_rgba(), "raw", "RGBA", 0, 1)
-    buf = io.BytesIO()
-    img.convert("RGB").save(buf, format="png", compress_level=1)
-    return buf.getvalue()
+
+def _has_data(artist) -> bool:
+    if isinstance(artist, Rectangle):
+        return artist.get_visible()
+    return len(artist.get_xdata()) > 0
 
 
 def plot_report(report, *, show_forward: bool = True, title: str | None = None):

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import matplotlib.ticker
 import numpy as np
+from matplotlib.collections import LineCollection
 
-from .gradients import new_figure
+from ..i18n import _
+from .live import LIVE_DPI, LivePlot, new_figure
 
 __all__ = ["JacobianPlot", "as_matrix", "block_diagonal_matrix", "plot_block_diagonals", "plot_forward_reverse",
            "plot_jacobian", "plot_jacobians"]
@@ -49,28 +51,42 @@ def _limit(m: np.ndarray) -> float:
     return lim if lim > 0 else 1.0
 
 
-class JacobianPlot:
+class JacobianPlot(LivePlot):
     """A heatmap of one Jacobian, rows = outputs, columns = inputs, with its shape in the title.
 
     Colours are symmetric around 0 (blue negative, red positive, white zero), so structure
-    such as a diagonal or per-example blocks is visible at a glance. ``update`` swaps the data.
+    such as a diagonal or per-example blocks is visible at a glance. ``update`` swaps the data
+    of the image, its block grid and its title; the axes and the colour bar are the cached
+    background (one per shape and colour range).
     """
+
+    MAX_BLOCKS = 48
 
     def __init__(self, j=None, *, title: str = "", y_ndim: int | None = None, figsize=(5.2, 4.0),
                  colorbar: bool = True):
-        self.fig, self.ax = new_figure(figsize)
+        self.fig, self.ax = new_figure(figsize, layout=None, dpi=LIVE_DPI)
+        self.fig.subplots_adjust(left=0.13, right=0.97 if not colorbar else 0.99, bottom=0.12,
+                                 top=0.86)
         self.image = self.ax.imshow(np.zeros((1, 1)), cmap=CMAP, vmin=-1, vmax=1,
                                     interpolation="nearest", aspect="auto")
-        self.ax.set_xlabel("input element (flattened x)")
-        self.ax.set_ylabel("output element (flattened y)")
+        self.ax.set_xlabel(_("input element (flattened x)"))
+        self.ax.set_ylabel(_("output element (flattened y)"))
         self.ax.grid(False)
         for axis in (self.ax.xaxis, self.ax.yaxis):
             axis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
-        self.colorbar = self.fig.colorbar(self.image, ax=self.ax, shrink=0.85) if colorbar else None
-        self._block_lines: list = []
+        self.colorbar = self.fig.colorbar(self.image, ax=self.ax, shrink=0.85, pad=0.03) if colorbar else None
+        # the block grid: one line collection per direction, its segments replaced per update
+        self._hlines = LineCollection([], colors="#57606a", linewidths=0.8)
+        self._vlines = LineCollection([], colors="#57606a", linewidths=0.8)
+        self.ax.add_collection(self._hlines)
+        self.ax.add_collection(self._vlines)
         self.title = self.ax.set_title("", fontsize=10, loc="left")
+        self.animate(self.image, self._hlines, self._vlines, self.title)
         if j is not None:
             self.update(j, title=title, y_ndim=y_ndim)
+
+    def static_key(self) -> tuple:
+        return (self.image.get_clim(),)
 
     def update(self, j, *, title: str = "", y_ndim: int | None = None):
         """Show Jacobian ``j`` (any rank; see :func:`as_matrix`)."""
@@ -83,17 +99,17 @@ class JacobianPlot:
         self.image.set_extent((-0.5, cols - 0.5, rows - 0.5, -0.5))
         self.ax.set_xlim(-0.5, cols - 0.5)
         self.ax.set_ylim(rows - 0.5, -0.5)
-        for line in self._block_lines:
-            line.remove()
-        self._block_lines = []
-        if blocks > 1:
-            for k in range(1, blocks):
-                self._block_lines.append(self.ax.axhline(k * rows / blocks - 0.5, color="#57606a", lw=0.8))
-                self._block_lines.append(self.ax.axvline(k * cols / blocks - 0.5, color="#57606a", lw=0.8))
+        ks = range(1, blocks) if blocks > 1 else ()
+        self._hlines.set_segments([[(-0.5, k * rows / blocks - 0.5), (cols - 0.5, k * rows / blocks - 0.5)]
+                                   for k in ks])
+        self._vlines.set_segments([[(k * cols / blocks - 0.5, -0.5), (k * cols / blocks - 0.5, rows - 0.5)]
+                                   for k in ks])
         shape = tuple(int(d) for d in j.shape)
-        text = f"Jacobian shape {shape}"
         if j.ndim > 2:
-            text += f", drawn as {rows} × {cols}"
+            text = _("Jacobian shape {shape}, drawn as {rows} × {cols}").format(
+                shape=shape, rows=rows, cols=cols)
+        else:
+            text = _("Jacobian shape {shape}").format(shape=shape)
         self.title.set_text(f"{title}\n{text}" if title else text)
         return self
 
@@ -118,7 +134,7 @@ def plot_jacobians(named: dict, *, y_ndim: int | None = None, figsize=None, shar
     fig, axes = new_figure(figsize or (min(2.0 + 0.28 * sum(ratios), 10.0), 3.3), ncols=n,
                            squeeze=False, gridspec_kw={"width_ratios": ratios})
     image = None
-    for ax, (name, m), (_, raw) in zip(axes[0], mats.items(), named.items(), strict=True):
+    for ax, (name, m), (_key, raw) in zip(axes[0], mats.items(), named.items(), strict=True):
         this = lim if shared_scale else _limit(m)
         image = ax.imshow(m, cmap=CMAP, vmin=-this, vmax=this, interpolation="nearest")
         ax.grid(False)

@@ -1,8 +1,9 @@
 """Plots of gradients through time (chapter 07).
 
 matplotlib only, no widgets. :class:`TimePlot` builds its figure once and updates the
-artists' data in place (what the TimeExplorer needs); :func:`plot_time_report`,
-:func:`plot_time_norms` and :func:`plot_cliff` are one-shot versions for chapter cells.
+artists' data in place, blitted (:class:`gradlab.plots.live.LivePlot`: what the TimeExplorer
+needs); :func:`plot_time_report`, :func:`plot_time_norms` and :func:`plot_cliff` are one-shot
+versions for chapter cells.
 """
 
 from __future__ import annotations
@@ -11,51 +12,58 @@ import matplotlib.ticker
 import numpy as np
 from matplotlib.patches import Rectangle
 
-from .gradients import STATUS_COLORS, new_figure, place_band
+from ..i18n import N_, _
+from .gradients import STATUS_COLORS, decade_limits, place_band, status_word
+from .live import LIVE_DPI, LivePlot, legend_handle, new_figure
 
 __all__ = ["TimePlot", "plot_cliff", "plot_time_norms", "plot_time_report"]
 
 
-class TimePlot:
+class TimePlot(LivePlot):
     """Per-time-step gradient norms on a log scale (left) and the weight-gradient norms (right).
 
     Left: ``time_step_norms`` against the step (1 = earliest), the healthy band (the range of
     step-1 norms that :func:`gradlab.grads.diagnose` calls healthy: 1e-3 to 1e3 times the last
-    step's), and exact zeros (float32 underflow) as red triangles on the bottom edge. Right:
-    the norm of each weight gradient before (open squares) and after clipping (filled dots).
+    step's), and exact zeros (float32 underflow) as red triangles just inside the bottom edge.
+    Right: the norm of each weight gradient, and after clipping (filled dots) when a clip is
+    set. The legend, below the panels, lists only what is drawn; the status is the title.
     """
 
-    def __init__(self, report=None, *, figsize=(8.4, 3.6), legend: bool = True):
-        if legend:
-            self.fig, (self.ax, self.wax) = new_figure(figsize, ncols=2, width_ratios=[3, 1.25])
-        else:  # the live explorer: fixed margins, legend drawn by the widget
-            self.fig, (self.ax, self.wax) = new_figure(figsize, ncols=2, layout=None,
-                                                       width_ratios=[3, 1.25])
-            self.fig.subplots_adjust(left=0.09, right=0.98, bottom=0.25, top=0.91, wspace=0.3)
+    LABELS = {
+        "band": N_("healthy band for step 1"),
+        "norms": N_("‖dLoss/dx_t‖ per time step"),
+        "zeros": N_("exactly 0 (underflow)"),
+        "weight": N_("weight gradient"),
+        "clipped": N_("weight gradient after clipping"),
+    }
+
+    def __init__(self, report=None, *, figsize=(6.9, 3.9), legend: bool = True):
+        self.fig, (self.ax, self.wax) = new_figure(figsize, ncols=2, layout=None, dpi=LIVE_DPI,
+                                                   width_ratios=[3, 1.25])
+        self.legend = legend
+        self.fig.subplots_adjust(left=0.1, right=0.98, bottom=0.38 if legend else 0.25, top=0.9,
+                                 wspace=0.32)
         ax, wax = self.ax, self.wax
         for a in (ax, wax):
             a.set_yscale("log")
             a.yaxis.set_minor_locator(matplotlib.ticker.NullLocator())
-        ax.set_xlabel("time step (1 = earliest input)")
-        ax.set_ylabel("‖dLoss / d x_t‖ (log scale)")
-        wax.set_title("weight gradients (log scale)", fontsize=9)
+        ax.set_xlabel(_("time step (1 = earliest input)"))
+        ax.set_ylabel(_("‖dLoss / d x_t‖ (log scale)"))
+        wax.set_title(_("weight gradients (log scale)"), fontsize=9)
         self.band = Rectangle((0, 1e-3), 1, 1e6 - 1e-3, transform=ax.get_yaxis_transform(),
-                              color="#2da44e", alpha=0.12, lw=0, label="healthy band for step 1")
+                              color="#2da44e", alpha=0.12, lw=0)
         ax.add_patch(self.band)
-        (self.norms,) = ax.plot([], [], "o-", ms=2.5, lw=1.6, color="#0969da",
-                                label="‖dLoss/dx_t‖ per time step")
+        (self.norms,) = ax.plot([], [], "o-", ms=2.5, lw=1.6, color="#0969da")
         (self.zeros,) = ax.plot([], [], "v", ms=6, color="#cf222e", clip_on=False,
-                                label="exactly 0 (underflow)")
-        (self.weight,) = wax.plot([], [], "s", ms=7, mfc="none", color="#bc4c00",
-                                  label="weight gradient, unclipped")
-        (self.clipped,) = wax.plot([], [], "o", ms=5, color="#1a7f37",
-                                   label="weight gradient, clipped")
+                                transform=ax.get_xaxis_transform())
+        (self.weight,) = wax.plot([], [], "s", ms=7, mfc="none", color="#bc4c00")
+        (self.clipped,) = wax.plot([], [], "o", ms=5, color="#1a7f37")
+        self._series = {"band": self.band, "norms": self.norms, "zeros": self.zeros,
+                        "weight": self.weight, "clipped": self.clipped}
         self.title = ax.set_title("", fontsize=10, loc="left")
-        self.title.set_visible(legend)
         self._names: tuple[str, ...] = ()
-        if legend:
-            ax.legend(loc="lower right", fontsize=7)
-            wax.legend(loc="best", fontsize=6)
+        self.drawn: tuple[str, ...] = ()
+        self.animate(self.band, self.norms, self.zeros, self.weight, self.clipped, self.title)
         if report is not None:
             self.update(report)
 
@@ -68,37 +76,57 @@ class TimePlot:
         pos = s[np.isfinite(s) & (s > 0)]
         lo, hi = (pos.min() / 4, pos.max() * 4) if pos.size else (1e-12, 1.0)
         lo, hi = place_band(self.band, s[-1], lo, hi)
-        lo = max(lo, 1e-45)
-        hi = max(hi, lo * 10)
-        self.ax.set_ylim(lo, hi)
-        self.ax.set_xlim(0.5, n + 0.5)
+        self.ax.set_ylim(*decade_limits([max(lo, 1e-45), hi]))
+        self.ax.set_xlim(0.5, n + 0.5 if n <= 20 else 10 * np.ceil(n / 10) + 0.5)
         zx = x[s == 0]
-        self.zeros.set_data(zx, np.full(zx.size, lo))
+        self.zeros.set_data(zx, np.full(zx.size, 0.03))
         # weight gradients, one column per weight
         w, c = report.weight_norms, report.clipped_weight_norms
         xi = np.arange(w.size)
         self.weight.set_data(xi, w)
-        self.clipped.set_data(xi, c if report.clip is not None else np.full(w.size, np.nan))
+        if report.clip is not None:
+            self.clipped.set_data(xi, c)
+        else:
+            self.clipped.set_data([], [])
         if report.weight_names != self._names:
             self._names = report.weight_names
             self.wax.set_xticks(xi, [_short(nm) for nm in report.weight_names], rotation=60, fontsize=7)
             self.wax.set_xlim(-0.6, w.size - 0.4)
-        wv = np.concatenate([w, c])
-        wv = wv[np.isfinite(wv) & (wv > 0)]
-        if wv.size:
-            self.wax.set_ylim(wv.min() / 3, wv.max() * 3)
+        wv = np.concatenate([w, c]) if report.clip is not None else np.asarray(w)
+        self.wax.set_ylim(*decade_limits(wv))
         self.title.set_color(STATUS_COLORS.get(report.status, "black"))
-        self.title.set_text(title if title is not None else
-                            f"{report.status}: step 1 / step {n} = {report.ratio:.3g}")
+        self.title.set_text(title if title is not None else _(
+            "{status}: step 1 / step {steps} = {ratio}").format(
+                status=status_word(report.status), steps=n, ratio=f"{report.ratio:.3g}"))
+        self._set_legend()
         return self
 
+    def _set_legend(self) -> None:
+        drawn = tuple(name for name, a in self._series.items()
+                      if (a.get_visible() if isinstance(a, Rectangle) else len(a.get_xdata()) > 0))
+        if drawn == self.drawn:
+            return
+        self.drawn = drawn
+        for leg in self.fig.legends[:]:
+            leg.remove()
+        if self.legend and drawn:
+            self.fig.legend([legend_handle(self._series[k]) for k in drawn],
+                            [_(self.LABELS[k]) for k in drawn], loc="lower center", ncol=2,
+                            fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.0))
+
+    def static_key(self) -> tuple:
+        return (self.drawn, self._names)
+
+    def legend_labels(self) -> list[str]:
+        """The labels the legend shows, in order (only the series that are drawn)."""
+        return [t.get_text() for leg in self.fig.legends for t in leg.get_texts()]
+
     def legend_items(self) -> list[tuple[str, str, str]]:
-        """``(label, color, marker)`` of each series, for a legend outside the figure."""
-        return [(self.band.get_label(), "#2da44e", "■"),
-                (self.norms.get_label(), "#0969da", "━"),
-                (self.zeros.get_label(), "#cf222e", "▼"),
-                (self.weight.get_label(), "#bc4c00", "□"),
-                (self.clipped.get_label(), "#1a7f37", "●")]
+        """``(label, color, marker)`` of each drawn series."""
+        marks = {"band": "■", "norms": "━", "zeros": "▼", "weight": "□", "clipped": "●"}
+        colors = {"band": "#2da44e", "norms": "#0969da", "zeros": "#cf222e", "weight": "#bc4c00",
+                  "clipped": "#1a7f37"}
+        return [(_(self.LABELS[k]), colors[k], marks[k]) for k in self.drawn]
 
 
 def _short(name: str) -> str:

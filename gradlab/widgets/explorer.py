@@ -1,31 +1,37 @@
 """The live GradientExplorer of chapters 01 and 05: depth, activation, initializer, clipping,
-and (chapter 05) residual connections, normalization, mixed precision, loss scaling, paper presets."""
+and (chapter 05, ``advanced=True``) residual connections, normalization, mixed precision, loss
+scaling and paper presets."""
 
 from __future__ import annotations
 
+import html
 import math
 
 import ipywidgets as widgets
 
 from .._validate import check_choice as _check_choice
 from .._validate import check_int as _check_int
+from ..advice import compare_with_paper, gradient_advice
 from ..engine import MLPGradientEngine, check_mode
-from ..grads import CLIP_MODES, check_clip
+from ..grads import check_clip
+from ..i18n import _
 from ..mlp import ACTIVATIONS, DTYPES, INITIALIZERS, NORMS
-from ..plots.gradients import STATUS_COLORS, ReportPlot
-from ..presets import PRESETS, compare_preset
-from ._base import ClipControlsMixin, FigureView, SnapshotMixin, css, static_bundle, status_html
+from ..plots.gradients import ReportPlot, loss_scale_text, status_word
+from ..presets import PRESETS, QUANTITIES, compare_preset
+from .base import ClipControls, Explorer, css
 
 __all__ = ["GradientExplorer", "LOSS_SCALES"]
 
 EXPLORER_MAX_DEPTH = 100
 #: The loss-scale factors the explorer offers: 1 (off) and the powers of two up to 2^24.
 LOSS_SCALES: tuple[float, ...] = tuple(2.0**k for k in range(25))
+#: Chapter 05's controls: shown with ``advanced=True`` (or when one of them is set).
+ADVANCED = ("residual", "norm", "dtype", "loss_scale")
 
 
 def _loss_scale_label(v: float) -> str:
     k = int(math.log2(v))
-    return "1 (off)" if k == 0 else f"2^{k} = {int(v):,}"
+    return _("1 (off)") if k == 0 else f"2^{k} = {int(v):,}"
 
 
 def check_loss_scale(value) -> float:
@@ -36,18 +42,23 @@ def check_loss_scale(value) -> float:
     return v
 
 
-class GradientExplorer(ClipControlsMixin, SnapshotMixin, widgets.VBox):
+class GradientExplorer(ClipControls, Explorer):
     """Move the sliders and watch the per-layer gradient norms vanish, explode or stay healthy.
 
     Public controls: ``depth``, ``activation``, ``initializer``, ``clip_mode``, ``clip_norm``,
     ``show_forward`` (chapter 01) and ``residual``, ``norm``, ``dtype``, ``loss_scale``,
-    ``preset`` (chapter 05). Setting any control's ``value`` recomputes :attr:`report` before
-    the assignment returns, so ``ex.depth.value = 50; ex.report`` is current. Choosing a preset
-    sets the other controls to a paper's setting and shows the paper's number beside the
-    measured one (``ex.preset_result``). ``engine=`` shares an :class:`MLPGradientEngine` (and
-    its traced functions) with the chapter's own cells. The figure is built once and updated in place, with
-    a cached background (Agg blitting): an update redraws only the data.
+    ``preset`` (chapter 05; shown with ``advanced=True``, which any of their keywords implies).
+    Setting any control's ``value`` recomputes :attr:`report` before the assignment returns, so
+    ``ex.depth.value = 50; ex.report`` is current. Choosing a preset sets the other controls to
+    a paper's setting and shows the paper's number beside the measured one
+    (``ex.preset_result``). ``engine=`` shares an :class:`MLPGradientEngine` (and its traced
+    functions) with the chapter's own cells. The status line's advice comes from the current
+    settings (:func:`gradlab.advice.gradient_advice`): it never recommends what is selected.
     """
+
+    css_name = "explorer"
+    plot_css = "plot"
+    status_css = "status"
 
     def __init__(
         self,
@@ -65,16 +76,24 @@ class GradientExplorer(ClipControlsMixin, SnapshotMixin, widgets.VBox):
         dtype: str = "float32",
         loss_scale: float = 1,
         preset: str | None = None,
+        advanced: bool | None = None,
         engine: MLPGradientEngine | None = None,
     ):
         depth = _check_int("depth", depth, 1, EXPLORER_MAX_DEPTH)
         _check_choice("activation", activation, ACTIVATIONS)
         _check_choice("initializer", initializer, tuple(INITIALIZERS))
         clip = check_clip(clip)
-        residual, norm, dtype, _ = check_mode(residual, norm, dtype)
+        residual, norm, dtype, _scale = check_mode(residual, norm, dtype)
         loss_scale = check_loss_scale(loss_scale)
         if preset is not None:
-            _check_choice("preset", preset, tuple(PRESETS))
+            _check_choice("preset", preset, ("", *PRESETS))
+        if advanced is not None and not isinstance(advanced, bool):
+            raise ValueError(f"advanced must be True, False or None; got {advanced!r}")
+        if not isinstance(show_forward, bool):
+            raise ValueError(f"show_forward must be True or False; got {show_forward!r}")
+        if advanced is None:
+            advanced = bool(residual or norm != "none" or dtype != "float32" or loss_scale != 1 or preset)
+        self.advanced = advanced
         if engine is None:
             engine = MLPGradientEngine(width=width, batch_size=batch_size, max_depth=EXPLORER_MAX_DEPTH,
                                        seed=seed)
@@ -82,138 +101,42 @@ class GradientExplorer(ClipControlsMixin, SnapshotMixin, widgets.VBox):
             raise ValueError(f"engine must be an MLPGradientEngine with max_depth >= {EXPLORER_MAX_DEPTH}; "
                              f"got {engine!r}")
         self.engine = engine  # shared with the chapter's own engine: its traces are reused
-        self.depth = css(
-            widgets.IntSlider(value=depth, min=1, max=EXPLORER_MAX_DEPTH, description="depth"),
-            "depth",
-        )
-        self.activation = css(
-            widgets.Dropdown(options=list(ACTIVATIONS), value=activation, description="activation"),
-            "activation",
-        )
-        self.initializer = css(
-            widgets.Dropdown(
-                options=[(label, name) for name, label in INITIALIZERS.items()],
-                value=initializer,
-                description="initializer",
-            ),
-            "initializer",
-        )
-        self.clip_mode = css(
-            widgets.Dropdown(
-                options=["off", *CLIP_MODES],
-                value="off" if clip is None else clip[0],
-                description="clip",
-            ),
-            "clip-mode",
-        )
-        self.clip_norm = css(
-            widgets.FloatLogSlider(
-                value=1.0 if clip is None else clip[1],
-                base=10,
-                min=-3,
-                max=3,
-                step=0.1,
-                description="threshold",
-                readout_format=".3g",
-                disabled=clip is None,
-            ),
-            "clip-norm",
-        )
-        self.show_forward = css(
-            widgets.Checkbox(value=show_forward, description="forward std", indent=False),
-            "show-forward",
-        )
-        self.residual = css(
-            widgets.Checkbox(value=residual, description="residual h + a", indent=False), "residual"
-        )
-        self.norm = css(widgets.Dropdown(options=list(NORMS), value=norm, description="norm"), "norm")
-        self.dtype = css(widgets.Dropdown(options=list(DTYPES), value=dtype, description="dtype"), "dtype")
-        self.loss_scale = css(
-            widgets.Dropdown(
-                options=[(_loss_scale_label(v), v) for v in LOSS_SCALES],
-                value=loss_scale,
-                description="loss scale",
-            ),
-            "loss-scale",
-        )
-        self.preset = css(
-            widgets.Dropdown(
-                options=[("(none)", "")] + [(p.title, key) for key, p in PRESETS.items()],
-                value="",
-                description="preset",
-            ),
-            "preset",
-        )
-        self.status = css(widgets.HTML(), "status")
+        self.depth = self.control("depth", widgets.IntSlider(
+            value=depth, min=1, max=EXPLORER_MAX_DEPTH, description=_("depth")), css_name="depth")
+        self.activation = self.control("activation", widgets.Dropdown(
+            options=list(ACTIVATIONS), value=activation, description=_("activation")),
+            css_name="activation")
+        self.initializer = self.control("initializer", widgets.Dropdown(
+            options=[(_(label), name) for name, label in INITIALIZERS.items()], value=initializer,
+            description=_("initializer")), css_name="initializer")
+        self.clip_controls(clip)
+        self.show_forward = self.control("show_forward", widgets.Checkbox(
+            value=show_forward, description=_("forward std"), indent=False), css_name="show-forward")
+        self.residual = self.control("residual", widgets.Checkbox(
+            value=residual, description=_("residual h + a"), indent=False), css_name="residual")
+        self.norm = self.control("norm", widgets.Dropdown(
+            options=list(NORMS), value=norm, description=_("norm")), css_name="norm")
+        self.dtype = self.control("dtype", widgets.Dropdown(
+            options=list(DTYPES), value=dtype, description=_("dtype")), css_name="dtype")
+        self.loss_scale = self.control("loss_scale", widgets.Dropdown(
+            options=[(_loss_scale_label(v), v) for v in LOSS_SCALES], value=loss_scale,
+            description=_("loss scale")), css_name="loss-scale")
+        # A preset is not a setting of its own: it sets the others (see _on_preset).
+        self.preset = css(widgets.Dropdown(
+            options=[(_("(none)"), "")] + [(_(p.title), key) for key, p in PRESETS.items()],
+            value="", description=_("preset"), layout=widgets.Layout(width="100%", max_width="560px")),
+            "preset")
+        self.preset.style.description_width = "60px"
         self.preset_note = css(widgets.HTML(), "preset-note")
         self.preset_result = None
-        self.report = self._compute()
-        self._plot = ReportPlot(self.report, show_forward=show_forward, live=True)
-        self.plot = FigureView(self._plot.fig, css_name="plot", render=self._plot.render_png)
-        self._set_status()
-        for control in self.controls:
-            control.observe(self._on_change, names="value")
+        self.advice = None
+        rows = (widgets.VBox([self.preset, self.preset_note]),) if advanced else ()
+        self.start(rows=rows, hidden=() if advanced else ADVANCED)
         self.preset.observe(self._on_preset, names="value")
-        layout = widgets.Layout(min_width="310px")
-        controls = widgets.VBox(
-            [self.depth, self.activation, self.initializer, self.clip_mode, self.clip_norm,
-             self.show_forward, self.residual, self.norm, self.dtype, self.loss_scale, self.preset],
-            layout=layout,
-        )
-        super().__init__([widgets.HBox([controls, self.plot]), self.status, self.preset_note])
-        css(self, "explorer")
-        if preset is not None:
+        if preset:
             self.preset.value = preset
 
-    # --------------------------------------------------------------------- public helpers
-    @property
-    def controls(self) -> tuple:
-        return (self.depth, self.activation, self.initializer, self.clip_mode, self.clip_norm,
-                self.show_forward, self.residual, self.norm, self.dtype, self.loss_scale)
-
-    @property
-    def status_text(self) -> str:
-        """The status line in plain words, e.g. ``depth 50 · sigmoid · ... → vanishing: ...``.
-
-        Chapter 05's modes appear only when they differ from the defaults
-        (``depth 14 · sigmoid · glorot_uniform · float16 · clip off → ...``).
-        """
-        clip = "clip off" if self.clip is None else f"clip {self.clip[0]} ≤ {self.clip[1]:.3g}"
-        r = self.report
-        mode = f"{r.mode} · " if r.mode else ""
-        return (
-            f"depth {self.depth.value} · {self.activation.value} · {self.initializer.value} · "
-            f"{mode}{clip} → {r.status}: {r.message}"
-        )
-
-    def set(self, **values) -> None:
-        """Set several controls at once with one recompute, e.g. ``ex.set(depth=50, activation="relu")``.
-
-        ``preset=key`` applies a paper preset first; the other values then override it.
-        """
-        names = {"depth", "activation", "initializer", "clip_mode", "clip_norm", "show_forward",
-                 "residual", "norm", "dtype", "loss_scale", "preset"}
-        unknown = set(values) - names
-        if unknown:
-            raise ValueError(f"unknown control(s) {sorted(unknown)}; allowed: {sorted(names)}")
-        if "loss_scale" in values:
-            values["loss_scale"] = check_loss_scale(values["loss_scale"])
-        preset = values.pop("preset", None)
-        self._muted = True  # one recompute at the end, not one per control
-        try:
-            if preset is not None:
-                _check_choice("preset", preset, ("", *PRESETS))
-                self.preset.value = preset
-                if preset:
-                    for name, value in PRESETS[preset].settings.items():
-                        getattr(self, name).value = value
-            for name, value in values.items():
-                getattr(self, name).value = value
-        finally:
-            self._muted = False
-        self._on_change()
-
-    # --------------------------------------------------------------------- internals
+    # --------------------------------------------------------------------- the base's hooks
     def _compute(self):
         return self.engine.report(
             self.depth.value, self.activation.value, self.initializer.value, self.clip,
@@ -221,11 +144,69 @@ class GradientExplorer(ClipControlsMixin, SnapshotMixin, widgets.VBox):
             loss_scale=float(self.loss_scale.value),
         )
 
-    def _set_status(self) -> None:
-        self.status.value = status_html(self.status_text, STATUS_COLORS.get(self.report.status, "black"))
+    def _make_plot(self):
+        return ReportPlot(self.report, show_forward=self.show_forward.value, live=True)
 
-    _muted = False
+    def _update_plot(self) -> None:
+        self._plot.update(self.report, show_forward=self.show_forward.value)
 
+    def _sync(self) -> None:
+        self._sync_clip()
+
+    def _after_change(self) -> None:
+        self._update_preset()
+
+    def _copy_kwargs(self) -> dict:
+        kw = self.settings()
+        kw["clip"] = self.clip
+        del kw["clip_mode"], kw["clip_norm"]
+        return dict(kw, engine=self.engine, advanced=self.advanced)
+
+    def tracing_count(self) -> int:
+        """How many times the engine's functions were traced (0 new ones per control change)."""
+        return self.engine.tracing_count()
+
+    # --------------------------------------------------------------------- public helpers
+    def labels(self) -> dict:
+        """``{control: {value: dropdown label}}`` of every dropdown and checkbox."""
+        out = {name: {v: lab for lab, v in _pairs(w.options)}
+               for name, w in self._controls.items() if isinstance(w, widgets.Dropdown)}
+        out["residual"] = {True: _("residual h + a"), False: _("no residual")}
+        return out
+
+    @property
+    def status_text(self) -> str:
+        """The status line in plain words, e.g. ``depth 50 · sigmoid · ... → vanishing: ...``.
+
+        Chapter 05's modes appear only when they differ from the defaults
+        (``depth 14 · sigmoid · glorot_uniform · float16 · clip off → ...``); the advice
+        after the finding comes from the current settings and names dropdown labels.
+        """
+        r = self.report
+        shown = [n for n in self.control_names if self.advanced or n not in ADVANCED]
+        self.advice = gradient_advice(r, self.settings(), self.labels(), shown=shown,
+                                      loss_scales=LOSS_SCALES)
+        mode = f"{_mode_text(r)} · " if _mode_text(r) else ""
+        return _("depth {depth} · {activation} · {initializer} · {mode}{clip} → {status}: {advice}").format(
+            depth=self.depth.value, activation=self.activation.value, initializer=self.initializer.value,
+            mode=mode, clip=self.clip_text(), status=status_word(r.status), advice=self.advice.text)
+
+    def _prepare(self, values: dict) -> dict:
+        """``set(preset=key, ...)`` applies a paper preset first; the other values then override it."""
+        if "loss_scale" in values:
+            values["loss_scale"] = check_loss_scale(values["loss_scale"])
+        preset = values.pop("preset", None)
+        if preset is None:
+            return values
+        _check_choice("preset", preset, ("", *PRESETS))
+        self._muted = True
+        try:
+            self.preset.value = preset
+        finally:
+            self._muted = False
+        return {**(PRESETS[preset].settings if preset else {}), **values}
+
+    # --------------------------------------------------------------------- internals
     def _on_preset(self, change) -> None:
         if self._muted:
             return
@@ -233,18 +214,6 @@ class GradientExplorer(ClipControlsMixin, SnapshotMixin, widgets.VBox):
             self.set(preset=change["new"])
         else:
             self._on_change()
-
-    def _on_change(self, change=None) -> None:
-        if self._muted:
-            return
-        disabled = self.clip_mode.value == "off"
-        if self.clip_norm.disabled != disabled:  # no state message when nothing changed
-            self.clip_norm.disabled = disabled
-        self.report = self._compute()
-        self._plot.update(self.report, show_forward=self.show_forward.value)
-        self.plot.refresh()
-        self._set_status()
-        self._update_preset()
 
     def _update_preset(self) -> None:
         key = self.preset.value
@@ -255,20 +224,49 @@ class GradientExplorer(ClipControlsMixin, SnapshotMixin, widgets.VBox):
             finally:
                 self._muted = False
         self.preset_result = compare_preset(key, self.report) if key else None
-        note = "" if self.preset_result is None else self.preset_result.html()
+        note = "" if self.preset_result is None else preset_note_html(self.preset_result)
         if self.preset_note.value != note:
             self.preset_note.value = note
-
-    def _repr_mimebundle_(self, **kwargs):
-        """Widget view in a live front end; a static PNG and the status line everywhere else."""
-        return static_bundle(self, self.plot.value, self._text(), **kwargs)
 
     def _text(self) -> str:
         if self.preset_result is None:
             return self.status_text
-        return self.status_text + "\n" + self.preset_result.text()
+        return self.status_text + "\n" + preset_note_text(self.preset_result)
 
-    def __repr__(self) -> str:
-        return f"GradientExplorer({self._text()})"
 
+def preset_note_text(result) -> str:
+    """``preset <full title>: <quantity>: paper …, measured …: agrees … · <citation>``."""
+    p = result.preset
+    return _("preset {title}: {quantity}: {comparison} · {citation}").format(
+        title=_(p.title), quantity=_(QUANTITIES[p.quantity]), comparison=compare_with_paper(result).text,
+        citation=p.citation)
+
+
+def preset_note_html(result) -> str:
+    """The preset note under the explorer: the full title, the comparison, the paper's argument."""
+    p = result.preset
+    c = compare_with_paper(result)
+    color = "#1a7f37" if c.agrees else "#cf222e"
+    return (f'<div style="font-family: var(--jp-ui-font-family, sans-serif); font-size: 13px; '
+            f'line-height: 1.45; white-space: normal"><b>{html.escape(_(p.title))}</b>: '
+            f"{html.escape(_(QUANTITIES[p.quantity]))}: "
+            f'<span style="color: {color}">{html.escape(c.text)}</span><br>'
+            f'<span style="font-size: 12px">{html.escape(_(p.paper_text))}<br>'
+            f"<i>{html.escape(p.citation)}</i></span></div>")
+
+
+def _pairs(options):
+    return [(o, o) if not isinstance(o, tuple) else o for o in options]
+
+
+def _mode_text(report) -> str:
+    """The non-default modes in words, e.g. ``residual · batch norm · float16 · loss scale 2^15``."""
+    parts = [_("residual")] if report.residual else []
+    if report.norm != "none":
+        parts.append(_("{norm} norm").format(norm=report.norm))
+    if report.dtype != "float32":
+        parts.append(report.dtype)
+    if report.loss_scale != 1:
+        parts.append(_("loss scale {scale}").format(scale=loss_scale_text(report.loss_scale)))
+    return " · ".join(parts)
 
