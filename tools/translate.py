@@ -82,7 +82,7 @@ def update(prefixes: list[str]) -> int:
             if s.status == "stale" and not (e.stale and e.en == s.english):
                 was = e.was if e.stale and e.was is not None else e.en
                 e = zh.Entry(en=s.english, zh=e.zh, was=was, stale=True)
-            elif e is None:
+            elif s.status == "untranslated" and (e is None or e.en != s.english):
                 e = zh.Entry(en=s.english)
             cells.append(e)
         kept = [e for e in orphans if e.zh.strip()]

@@ -225,8 +225,10 @@ def align(english: list[tuple[int, str]], tr: Translation | None) -> tuple[list[
                 if _similarity(a[i], b[j]) >= SIMILAR:
                     orphans.extend(entries[next_j:j])
                     e = entries[j]
-                    states[i] = CellState(english[i][0], a[i], "stale", e,
-                                          "the English changed since it was translated")
+                    states[i] = (CellState(english[i][0], a[i], "stale", e,
+                                           "the English changed since it was translated")
+                                 if e.zh.strip() else
+                                 CellState(english[i][0], a[i], "untranslated", e, "not translated yet"))
                     next_j = j + 1
                     break
             else:
