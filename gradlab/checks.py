@@ -29,7 +29,12 @@ from typing import Any
 
 import numpy as np
 
+from ._env import quiet_import_tensorflow
 from .i18n import _
+from .training import train_steps
+
+tf = quiet_import_tensorflow()
+import keras  # noqa: E402
 
 __all__ = [
     "CheckResult",
@@ -213,9 +218,7 @@ def _to_numpy(value):
                       "tensor); a dict has no order or shape to compare"), ""
     note = ""
     if _is_sparse(value):
-        from ._env import quiet_import_tensorflow
-
-        value = quiet_import_tensorflow().convert_to_tensor(value)
+        value = tf.convert_to_tensor(value)
         note = " (an IndexedSlices, compared as the dense tensor it stands for)"
     where = _find_none(value) if isinstance(value, (list, tuple)) else None
     if where is not None:
@@ -315,9 +318,7 @@ def _hint_text(hints: Iterable[Hint], arrs) -> str:
 
 def _expected_array(expected) -> np.ndarray:
     if _is_sparse(expected):
-        from ._env import quiet_import_tensorflow
-
-        expected = quiet_import_tensorflow().convert_to_tensor(expected)
+        expected = tf.convert_to_tensor(expected)
     return np.asarray(expected.numpy() if hasattr(expected, "numpy") else expected, dtype=np.float64)
 
 
@@ -505,8 +506,6 @@ def check_true(name: str, condition: bool | Callable[[], bool], if_false: str,
 # ----------------------------------------------------------------------------- training advice
 def _describe_optimizer(optimizer) -> tuple[str, float | None]:
     """A short name such as ``SGD(0.01)`` and the learning rate (None when it is a schedule)."""
-    import keras
-
     try:
         lr = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
     except Exception:  # noqa: BLE001 - a schedule or an unusual optimizer
@@ -576,8 +575,6 @@ def check_trains(name: str, model, x, y, *, optimizer, steps: int, below: float,
     :func:`gradlab.train_steps` (one tape per step on the batch ``(x, y)``, mean squared error
     unless ``loss_fn`` is given, global-norm clipping when ``clip_global_norm`` is set).
     """
-    from .diagnostics import keras, train_steps
-
     if isinstance(below, bool) or not isinstance(below, (int, float, np.integer, np.floating)) or not below > 0:
         raise ValueError(f"below must be a number > 0; got {below!r}")
     if isinstance(require_variables, (str, bytes)) or not isinstance(require_variables, Sequence) or not all(

@@ -5,7 +5,7 @@ Pure computation: TensorFlow and Keras in, NumPy numbers and small dataclasses o
 * :func:`mirrored_strategy` builds a ``MirroredStrategy`` over logical CPU devices. They exist
   only if the environment variable ``GRADLAB_LOGICAL_CPUS`` was set before ``import gradlab``
   (TensorFlow fixes its devices at the first op, and ``import gradlab`` runs one).
-* :func:`split_batch` hands each replica its slice of one global batch.
+* :func:`split_batch` (the core's) hands each replica its slice of one global batch.
 * :func:`replica_gradients` / :func:`single_device_gradients` measure the gradient a step
   applies, per replica and summed, under a per-replica mean loss or a global-batch loss.
 * :func:`compare_loss_scaling`, :func:`compare_clipping`, :func:`compare_fit` and
@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -28,8 +29,12 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from . import core
 from ._env import LOGICAL_CPUS_ENV, quiet_import_tensorflow
 from ._validate import check_choice, check_int, check_positive
+from .core import split_batch
+from .tracing import error_summary
+from .training import make_train_step
 
 tf = quiet_import_tensorflow()
 import keras  # noqa: E402
@@ -119,34 +124,10 @@ def _check_strategy(strategy) -> None:
         raise ValueError(f"strategy must be a tf.distribute.Strategy, got {type(strategy).__name__}")
 
 
-def _check_xy(x, y) -> tuple[tf.Tensor, tf.Tensor]:
-    x, y = tf.convert_to_tensor(x, tf.float32), tf.convert_to_tensor(y, tf.float32)
-    if x.shape.rank != 2 or y.shape.rank != 2 or x.shape[0] != y.shape[0]:
-        raise ValueError(
-            f"x and y must be 2-D with the same number of rows; got shapes {x.shape} and {y.shape}")
-    return x, y
-
-
-def split_batch(strategy, x, y):
-    """``(x, y)`` as per-replica values: replica ``i`` of ``n`` gets rows ``i*B/n`` to ``(i+1)*B/n`` (chapter 08).
-
-    With ``MultiWorkerMirroredStrategy`` every worker passes the same global batch and keeps its
-    own slice (``replica_id_in_sync_group`` counts replicas across workers).
-    """
-    _check_strategy(strategy)
-    x, y = tf.convert_to_tensor(x), tf.convert_to_tensor(y)
-    replicas, batch = strategy.num_replicas_in_sync, int(x.shape[0])
-    if batch % replicas or int(y.shape[0]) != batch:
-        raise ValueError(
-            f"x and y must have the same batch size, divisible by the {replicas} replicas; "
-            f"got {batch} and {int(y.shape[0])}")
-    share = batch // replicas
-
-    def part(ctx):
-        i = ctx.replica_id_in_sync_group
-        return x[i * share:(i + 1) * share], y[i * share:(i + 1) * share]
-
-    return strategy.experimental_distribute_values_from_function(part)
+def _mse(model, y, y_pred, *, per_example: bool = False):
+    """The core's mean squared error, ``y`` checked against the output's shape first."""
+    core.Loss(model, "mse").check(y, y_pred)
+    return core.mean_squared_error(y, y_pred, per_example=per_example)
 
 
 def max_abs_difference(a: Sequence, b: Sequence) -> float:
@@ -164,16 +145,12 @@ def max_abs_difference(a: Sequence, b: Sequence) -> float:
 
 
 def _global_norm(arrays) -> float:
-    """The float64 global norm of a list of arrays (what a learner reads)."""
-    return float(np.sqrt(sum(np.sum(np.square(np.asarray(a, np.float64))) for a in arrays)))
+    """The float64 global norm of a list of arrays (the core's, what a learner reads)."""
+    return core.true_global_norm([tf.constant(np.asarray(a)) for a in arrays])
 
 
 def _one_line(err: BaseException) -> str:
     """The line of a TensorFlow error that says what went wrong (ANSI colours removed)."""
-    import re
-
-    from .tracing import error_summary
-
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(err))
     for line in text.splitlines():
         if "merge_call" in line:  # the real reason behind Keras' "calling Cond.call()"
@@ -181,16 +158,12 @@ def _one_line(err: BaseException) -> str:
     return error_summary(err)
 
 
-def _per_example_mse(y, y_pred):
-    return tf.reduce_mean(tf.square(y - y_pred), axis=-1)
-
-
 # ----------------------------------------------------------------------------- gradients
 def single_device_gradients(model, x, y) -> list[np.ndarray]:
     """The gradient of the mean squared error over the whole batch, on one device (chapter 08)."""
-    x, y = _check_xy(x, y)
+    x, y = core.coerce_batch(model, x, y)
     with tf.GradientTape() as tape:
-        loss = tf.reduce_mean(_per_example_mse(y, model(x, training=True)))
+        loss = _mse(model, y, model(x, training=True))
     return [g.numpy() for g in tape.gradient(loss, model.trainable_variables)]
 
 
@@ -204,14 +177,14 @@ def replica_gradients(strategy, model, x, y, *, loss_reduction: str = "global"):
     ``summed`` the all-reduced (summed) gradient list an optimizer would apply.
     """
     _check_strategy(strategy)
-    x, y = _check_xy(x, y)
+    x, y = core.coerce_batch(model, x, y)
     check_choice("loss_reduction", loss_reduction, LOSS_REDUCTIONS)
     global_batch = int(x.shape[0])
     variables = model.trainable_variables
 
     def replica_fn(xr, yr):
         with tf.GradientTape() as tape:
-            per_example = _per_example_mse(yr, model(xr, training=True))
+            per_example = _mse(model, yr, model(xr, training=True), per_example=True)
             if loss_reduction == "global":
                 loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
             else:
@@ -273,10 +246,10 @@ def compare_loss_scaling(strategy, model, x, y) -> LossScalingComparison:
 
 
 def _clip(grads, clip_norm: float) -> list[np.ndarray]:
-    """Global-norm clipping with the float64 norm, as ``tf.clip_by_global_norm`` does it."""
-    norm = _global_norm(grads)
-    scale = min(1.0, clip_norm / norm) if norm > 0 else 1.0
-    return [np.asarray(g, np.float64) * scale for g in grads]
+    """Global-norm clipping by the core (float64 norm), as ``tf.clip_by_global_norm`` does it."""
+    clipped = core.clip_gradients([tf.constant(np.asarray(g, np.float64)) for g in grads],
+                                  ("global_norm", clip_norm))
+    return [g.numpy() for g in clipped]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -442,8 +415,6 @@ def train_toy(strategy=None, *, steps: int = 3, batch: int = 16, learning_rate: 
     ``weights`` (lists), ``losses`` and ``grad_norms`` (global norm before clipping, per step)
     and ``replicas``.
     """
-    from .tracing import make_train_step
-
     steps = check_int("steps", steps, 1, 1000)
     batch = check_int("batch", batch, 1)
     learning_rate = check_positive("learning_rate", learning_rate)

@@ -15,11 +15,14 @@ import math
 
 import numpy as np
 
+from . import core
 from ._env import quiet_import_tensorflow
 from ._validate import check_choice as _check_choice
 from ._validate import check_int as _check_int
 from ._validate import check_positive as _check_positive
-from .grads import CLIP_MODES, GradientReport, check_clip
+from .core import CLIP_MODES, check_clip
+from .grads import GradientReport
+from .i18n import _
 from .mlp import (
     ACTIVATIONS,
     DTYPES,
@@ -60,26 +63,20 @@ class EngineReport(GradientReport):
     @property
     def mode(self) -> str:
         """The non-default modes in words, e.g. ``"residual · batch norm · float16"`` ("" if none)."""
-        parts = ["residual"] if self.residual else []
+        parts = [_("residual")] if self.residual else []
         if self.norm != "none":
-            parts.append(f"{self.norm} norm")
+            parts.append(_("batch norm") if self.norm == "batch" else _("layer norm"))
         if self.dtype != "float32":
             parts.append(self.dtype)
         if self.loss_scale != 1:
             k = math.log2(self.loss_scale)
-            parts.append(f"loss scale 2^{k:g}" if k == int(k) else f"loss scale {self.loss_scale:g}")
+            parts.append(_("loss scale 2^{k}").format(k=f"{k:g}") if k == int(k)
+                         else _("loss scale {scale}").format(scale=f"{self.loss_scale:g}"))
         return " · ".join(parts)
 
     def summary(self) -> str:
         mode = f" [{self.mode}]" if self.mode else ""
         return super().summary() + mode
-
-
-_F32_UNDERFLOW = "in float32 (TensorFlow's CPU kernels flush values below 1.18e-38 to 0)"
-_LOW_UNDERFLOW = {
-    "float16": "in float16 (its smallest subnormal is 2^-24 ≈ 6e-8; a loss scale shifts gradients up)",
-    "bfloat16": "in bfloat16 (float32's exponent range, 8 bits of precision)",
-}
 
 
 def _make_step(activation: str, residual: bool, norm: str, dtype: str):
@@ -118,14 +115,14 @@ def _make_step(activation: str, residual: bool, norm: str, dtype: str):
             hs = tf.scan(layer, (kernels, probe, gammas, betas), initializer=tf.cast(x, cdt))
             # the output layer in float32, as the mixed-precision guide recommends
             out = tf.matmul(tf.cast(hs[-1], tf.float32), out_kernel) + out_bias
-            loss = tf.reduce_mean(tf.square(out - y))
+            loss = core.mean_squared_error(y, out)  # the core's default loss
             scaled = loss * loss_scale
         grads = tape.gradient(scaled, watched)
         d_probe, d_k = grads[0], grads[1]
         s64 = tf.cast(loss_scale, tf.float64)
 
         def norms(t):  # per-layer norms in float64: float32 squares below ~1e-38 flush to 0
-            return tf.norm(tf.reshape(tf.cast(t, tf.float64), [depth, -1]), axis=1)
+            return core.axis_norms64(t, axis=0)
 
         signal = norms(d_probe) / s64  # the scaled float16 signal: its zeros are real
         weight = norms(d_k) / s64
@@ -136,8 +133,8 @@ def _make_step(activation: str, residual: bool, norm: str, dtype: str):
         t64 = tf.cast(clip_t, tf.float64)
         by_value = norms(tf.clip_by_value(u_k, -clip_t, clip_t))
         by_norm = tf.minimum(weight, t64)  # tf.clip_by_norm per kernel: ‖g‖ → min(‖g‖, t)
-        # tf.clip_by_global_norm's own (float32) global norm decides the common scale
-        global_norm = tf.cast(tf.linalg.global_norm([u_k, *others]), tf.float64)
+        # the core's float64 global norm decides the common scale, as in core.clip_gradients
+        global_norm = core.global_norm([u_k, *others])
         by_global = weight * t64 / tf.maximum(global_norm, t64)
         stds = tf.math.reduce_std(tf.reshape(tf.cast(hs, tf.float64), [depth, -1]), axis=1)
         return loss, signal, weight, tf.stack([by_value, by_norm, by_global]), stds
@@ -280,12 +277,12 @@ class MLPGradientEngine:
             clipped_weight_norms=weight if clip is None else clipped[CLIP_MODES.index(clip[0])].numpy(),
             activation_stds=stds.numpy(),
             clip=clip,
+            activation=activation,
+            normalized=norm != "none",
+            residual=residual,
+            dtype=dtype,
         )
-        message = report.message
-        if dtype != "float32" and _F32_UNDERFLOW in message:  # diagnose() assumes float32
-            message = message.replace(_F32_UNDERFLOW, _LOW_UNDERFLOW[dtype])
-        report = dataclasses.replace(report, residual=residual, norm=norm, dtype=dtype,
-                                     loss_scale=loss_scale, message=message)
+        report = dataclasses.replace(report, residual=residual, norm=norm, dtype=dtype, loss_scale=loss_scale)
         if theory:
             pred = predicted_signal(self, report, activation, initializer, residual=residual,
                                     norm=norm, dtype=dtype)

@@ -24,6 +24,7 @@ import math
 import numpy as np
 
 from ._validate import check_choice as _check_choice
+from .engine import MLPGradientEngine
 
 __all__ = ["PRESETS", "Preset", "PresetResult", "compare_preset", "run_preset"]
 
@@ -183,8 +184,6 @@ def compare_preset(key: str, report) -> PresetResult:
 def run_preset(key: str, engine=None):
     """Compute preset ``key`` with an :class:`~gradlab.engine.MLPGradientEngine` (a new one by
     default, width 64, batch 128); returns ``(report, PresetResult)``."""
-    from .engine import MLPGradientEngine
-
     _check_choice("preset", key, tuple(PRESETS))
     engine = engine or MLPGradientEngine()
     s = dict(PRESETS[key].settings)

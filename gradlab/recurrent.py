@@ -3,19 +3,16 @@
 Pure computation: TensorFlow in, NumPy arrays and small dataclasses out; no widgets.
 
 * :func:`build_rnn` builds a Keras ``SimpleRNN``/``GRU``/``LSTM`` with a one-unit readout;
-  :func:`time_report` runs one eager tape over it and measures the norm of
-  dLoss/d(input at step t) for every step (earliest first) in float64.
-* :func:`bptt_reference` is back-propagation through time written out by hand for a tiny
-  ``tanh`` RNN (NumPy, float64): the reference a tape must agree with.
-* :func:`adding_problem` is the seeded long-memory task, :func:`train_rnn` a short,
-  compiled training loop on it.
-* :func:`cliff_loss` / :func:`descent_path` are Pascanu, Mikolov and Bengio's (2013)
-  one-unit RNN whose loss surface has a wall, and plain against clipped gradient descent on it.
+  :func:`time_report` runs one tape over any sequence model (the core's inputs, loss,
+  ``sample_weight``, norms and clipping) and measures the float64 norm of dLoss/d(input at
+  step t) for every step, earliest first.
+* chapter 07's theory (back-propagation through time by hand, Pascanu's bound and cliff, the
+  adding problem) is in :mod:`gradlab.rnn_theory`.
 * :class:`TimeGradientEngine` is the fast engine behind ``gl.TimeExplorer``: the three cells
   written once in a ``tf.function`` whose sequence length is a tensor, so no control change
   retraces. ``tests/test_recurrent.py`` checks it against the Keras layers.
 
-The verdict is :func:`gradlab.grads.diagnose` applied to the per-step norms: time plays the
+The verdict is :func:`gradlab.verdict.judge` applied to the per-step norms: time plays the
 role of depth.
 """
 
@@ -26,11 +23,14 @@ import math
 
 import numpy as np
 
+from . import core
 from ._env import quiet_import_tensorflow
 from ._validate import check_choice as _check_choice
 from ._validate import check_int as _check_int
 from ._validate import check_positive as _check_positive
-from .grads import CLIP_MODES, check_clip, diagnose, per_layer_gain
+from .core import CLIP_MODES, check_clip
+from .i18n import _
+from .verdict import Verdict, judge
 
 tf = quiet_import_tensorflow()
 import keras  # noqa: E402
@@ -41,16 +41,10 @@ __all__ = [
     "RECURRENT_INITIALIZERS",
     "TimeGradientEngine",
     "TimeReport",
-    "adding_problem",
-    "bptt_reference",
     "build_rnn",
-    "cliff_loss",
-    "descent_path",
     "make_recurrent_initializer",
     "make_sequence_data",
-    "pascanu_bound",
     "time_report",
-    "train_rnn",
 ]
 
 #: The recurrent cells, by their Keras layer.
@@ -61,10 +55,13 @@ _GATES = {"simple_rnn": 1, "gru": 3, "lstm": 4}
 RECURRENT_INITIALIZERS: dict[str, str] = {
     "orthogonal": "orthogonal (Keras default)",
     "glorot_uniform": "glorot_uniform",
-    "small_normal": "normal, std 0.5/√units",
-    "large_normal": "normal, std 2/√units",
+    "normal_0.5": "normal, std 0.5/√units",
+    "normal_2": "normal, std 2/√units",
     "identity": "identity (per gate)",
 }
+#: Chapter 07's earlier names, which clashed with chapter 01's (there ``large_normal`` is σ = 1);
+#: still accepted, with their old meaning.
+_RENAMED = {"small_normal": "normal_0.5", "large_normal": "normal_2"}
 #: The longest sequence the explorer offers.
 MAX_STEPS = 200
 _OUT_SEED_OFFSET = 1000
@@ -95,35 +92,15 @@ def make_sequence_data(batch_size: int, steps: int, input_dim: int, seed: int = 
     return x, y
 
 
-def adding_problem(n: int, steps: int, seed: int = 0) -> tuple[tf.Tensor, tf.Tensor]:
-    """The adding problem (Hochreiter & Schmidhuber 1997): ``x`` is ``[n, steps, 2]``, ``y`` is ``[n, 1]``.
-
-    Channel 0 holds random numbers in ``[0, 1)``; channel 1 marks two positions with 1, one
-    in the first half of the sequence and one in the second. The target is the sum of the two
-    marked numbers, so the network has to remember a value from far back. Always predicting
-    the mean (1.0) gives a mean squared error of about 1/6 ≈ 0.167 (chapter 07).
-    """
-    n = _check_int("n", n, 1, 1_000_000)
-    steps = _check_int("steps", steps, 2, 100_000)
-    seed = _check_int("seed", seed, 0)
-    values = tf.random.stateless_uniform([n, steps], [seed, 81])
-    half = steps // 2
-    first = tf.random.stateless_uniform([n], [seed, 82], maxval=half, dtype=tf.int32)
-    second = tf.random.stateless_uniform([n], [seed, 83], minval=half, maxval=steps, dtype=tf.int32)
-    marks = tf.one_hot(first, steps) + tf.one_hot(second, steps)
-    x = tf.stack([values, marks], axis=-1)
-    y = tf.reduce_sum(values * marks, axis=1, keepdims=True)
-    return x, y
-
-
 # ----------------------------------------------------------------------------- models
 def make_recurrent_initializer(name: str, units: int, seed: int = 0):
     """A Keras initializer for a recurrent kernel, by its :data:`RECURRENT_INITIALIZERS` name.
 
-    ``small_normal``/``large_normal`` scale with ``units`` so that a square block's spectral
+    ``normal_0.5``/``normal_2`` scale with ``units`` so that a square block's spectral
     radius is about 0.5 / 2 whatever the width; ``identity`` puts an identity matrix in every
     gate's block (Le, Jaitly and Hinton 2015 for ReLU RNNs; here it is a tanh RNN's best case).
     """
+    name = _RENAMED.get(name, name)
     _check_choice("recurrent_initializer", name, tuple(RECURRENT_INITIALIZERS))
     units = _check_int("units", units, 1, 4096)
     seed = _check_int("seed", seed, 0)
@@ -131,9 +108,9 @@ def make_recurrent_initializer(name: str, units: int, seed: int = 0):
         return keras.initializers.Orthogonal(seed=seed)
     if name == "glorot_uniform":
         return keras.initializers.GlorotUniform(seed=seed)
-    if name == "small_normal":
+    if name == "normal_0.5":
         return keras.initializers.RandomNormal(stddev=0.5 / math.sqrt(units), seed=seed)
-    if name == "large_normal":
+    if name == "normal_2":
         return keras.initializers.RandomNormal(stddev=2.0 / math.sqrt(units), seed=seed)
 
     def identity(shape, dtype=None):
@@ -175,8 +152,8 @@ class TimeReport:
 
     ``time_step_norms[t]`` is the float64 norm of dLoss/d(input at step t+1) over the batch
     and the features; ``weight_norms`` are the gradient norms of the trainable weights,
-    ``clipped_weight_norms`` the same after ``clip``. ``status``/``message`` come from
-    :func:`gradlab.grads.diagnose` applied over time.
+    ``clipped_weight_norms`` the same after ``clip``. ``status``/``message`` come from the
+    :class:`gradlab.verdict.Verdict` (``verdict``) applied over time.
     """
 
     time_step_norms: np.ndarray
@@ -189,6 +166,7 @@ class TimeReport:
     message: str
     loss: float
     clip: tuple[str, float] | None = None
+    verdict: Verdict | None = None
 
     @property
     def steps(self) -> int:
@@ -199,10 +177,7 @@ class TimeReport:
                    clipped_weight_norms=None, clip=None) -> TimeReport:
         """A report from per-step norms (earliest first), with its ratio, gain and verdict."""
         s = np.asarray(time_step_norms, dtype=np.float64)
-        status, _ = diagnose(s)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = float(s[0] / s[-1]) if s.size else math.nan
-        gain = per_layer_gain(s)
+        v = judge(s, unit="step")
         w = np.asarray(weight_norms, dtype=np.float64)
         return cls(
             time_step_norms=s,
@@ -210,61 +185,37 @@ class TimeReport:
             weight_norms=w,
             clipped_weight_norms=w if clipped_weight_norms is None
             else np.asarray(clipped_weight_norms, dtype=np.float64),
-            ratio=ratio,
-            gain=gain,
-            status=status,
-            message=_time_message(status, s, ratio, gain),
+            ratio=v.ratio,
+            gain=v.gain,
+            status=v.status,
+            message=v.message,
             loss=float(loss),
             clip=clip,
+            verdict=v,
         )
 
     def summary(self) -> str:
         """A short, rounded, printable summary (stable across CPUs)."""
-        return (f"{self.steps} steps · loss {self.loss:.3g} · ratio step 1 / step {self.steps} "
-                f"= {self.ratio:.3g} (gain {self.gain:.3g} per step) → {self.status}")
+        return _("{steps} steps · loss {loss} · ratio step 1 / step {steps} = {ratio} (gain {gain} per step) → "
+                 "{status}").format(steps=self.steps, loss=f"{self.loss:.3g}", ratio=f"{self.ratio:.3g}",
+                                    gain=f"{self.gain:.3g}", status=self.status)
 
     def __str__(self) -> str:
         def fmt(a):
             return "[" + ", ".join(f"{v:.3g}" for v in a) + "]"
 
-        clip = "off" if self.clip is None else f"{self.clip[0]} ≤ {self.clip[1]:g}"
+        clip = _("off") if self.clip is None else f"{self.clip[0]} ≤ {self.clip[1]:g}"
         s = self.time_step_norms
         shown = fmt(s) if s.size <= 10 else fmt(s[:5])[:-1] + ", ..., " + fmt(s[-5:])[1:]
-        lines = [f"TimeReport: {self.summary()} (clip {clip})",
-                 f"  per-step norms: {shown}",
-                 "  weight grads  : " + ", ".join(
-                     f"{n} {v:.3g}" for n, v in zip(self.weight_names, self.weight_norms, strict=True))]
+        lines = [_("TimeReport: {summary} (clip {clip})").format(summary=self.summary(), clip=clip),
+                 _("  per-step norms: {values}").format(values=shown),
+                 _("  weight grads  : {values}").format(values=", ".join(
+                     f"{n} {v:.3g}" for n, v in zip(self.weight_names, self.weight_norms, strict=True)))]
         if self.clip is not None:
-            lines.append("  after clipping: " + ", ".join(
-                f"{n} {v:.3g}" for n, v in zip(self.weight_names, self.clipped_weight_norms, strict=True)))
+            lines.append(_("  after clipping: {values}").format(values=", ".join(
+                f"{n} {v:.3g}" for n, v in zip(self.weight_names, self.clipped_weight_norms, strict=True))))
         lines.append(f"  {self.message}")
         return "\n".join(lines)
-
-
-def _time_message(status: str, s: np.ndarray, ratio: float, gain: float) -> str:
-    n = s.size
-    if status == "non-finite":
-        return ("some steps have NaN/inf gradients: the recurrence overflowed. Lower the "
-                "recurrent weights' scale or the learning rate; clipping cannot repair NaN.")
-    if n == 1:
-        return "one step: no time for the gradient to vanish or explode over."
-    how = f"{gain:.3g}× per step, {ratio:.2g}× from step {n} back to step 1"
-    if status == "vanishing":
-        what = ("the gradient at step 1 is exactly 0 (float32 underflow)" if s[0] == 0
-                else f"the gradient shrinks {how}")
-        return (f"{what}: the early inputs cannot teach the network. Shorter sequences, a "
-                "recurrent matrix with singular values near 1 (orthogonal, identity), smaller "
-                "inputs (less tanh saturation) or a trained gate help; clipping does not.")
-    if status == "exploding":
-        return (f"the gradient grows {how}: early steps get huge updates. Lower the recurrent "
-                "matrix's scale; clipping bounds the step but not the cause.")
-    return f"the gradient changes {how}: early steps still get a usable gradient."
-
-
-def _per_step_norms(g) -> np.ndarray:
-    """Float64 norm over batch and features of a ``[batch, steps, features]`` gradient."""
-    return tf.norm(tf.reshape(tf.transpose(tf.cast(g, tf.float64), [1, 0, 2]),
-                              [tf.shape(g)[1], -1]), axis=1).numpy()
 
 
 def _weight_name(model, v) -> str:
@@ -272,214 +223,72 @@ def _weight_name(model, v) -> str:
     return name[len(model.name) + 1:] if name.startswith(model.name + "/") else name
 
 
-def time_report(model: keras.Model, x, y, *, clip=None, compiled: bool = False) -> TimeReport:
-    """One eager tape over ``model(x)`` with a mean-squared-error loss against ``y`` (chapter 07).
+def time_report(model: keras.Model, x, y, *, clip=None, compiled: bool = False, loss_fn=None,
+                sample_weight=None, training: bool = False) -> TimeReport:
+    """One tape over ``model(x)`` and its loss against ``y`` (chapter 07).
 
-    Measures the norm of dLoss/d(input at step t) for every step, earliest first, and the
-    norms of the weight gradients before and after ``clip`` (``None`` or ``(mode, t)`` as in
-    :func:`gradlab.clip_gradients`). Works for any Keras model that takes a
-    ``[batch, steps, features]`` tensor. ``compiled=True`` runs the same tape inside a
+    Measures the float64 norm of dLoss/d(input at step t) for every step, earliest first, and
+    the norms of the weight gradients before and after ``clip`` (``None`` or ``(mode, t)`` as
+    in :func:`gradlab.clip_gradients`). Works for any Keras model that takes one
+    ``[batch, steps, features]`` tensor (stacked, bidirectional and stateful layers included).
+    The loss is the core's (:func:`gradlab.core.resolve_loss`): ``loss_fn``, else the compiled
+    loss, else the mean squared error, whose ``y`` must have the output's shape (a ``y`` of
+    shape ``(B,)`` against an output ``(B, 1)`` is a ``ValueError``, not a silent ``(B, B)``
+    broadcast); ``sample_weight`` weighs the examples as ``fit`` does. ``training=False``
+    (inference, the default) or ``True`` (dropout on). The states of stateful layers and the
+    trackers are put back afterwards. ``compiled=True`` runs the same tape inside a
     ``tf.function`` (traced once per call): faster than eager for long sequences.
     """
-    if not isinstance(model, keras.Model):
-        raise ValueError(f"model must be a keras.Model, got {type(model).__name__}")
+    core.check_model(model)
     clip = check_clip(clip)
-    x = tf.convert_to_tensor(x, dtype=tf.float32)
-    y = tf.convert_to_tensor(y, dtype=tf.float32)
-    if x.shape.rank != 3:
-        raise ValueError(f"x must have shape [batch, steps, features]; got shape {tuple(x.shape)}")
-    weights = model.trainable_weights
+    if not isinstance(compiled, bool) or not isinstance(training, bool):
+        raise ValueError(f"compiled and training must be True or False; got {compiled!r}, {training!r}")
+    loss = core.resolve_loss(model, loss_fn)
+    x, y = core.coerce_batch(model, x, y)
+    sw = core.coerce_sample_weight(sample_weight, y)
+    if not isinstance(x, tf.Tensor):
+        raise ValueError(f"x must be one [batch, steps, features] tensor for time_report; got a "
+                         f"{type(x).__name__} of inputs")
+    if not x.dtype.is_floating or x.shape.rank != 3:
+        raise ValueError(f"x must be a float tensor of shape [batch, steps, features]; got shape "
+                         f"{tuple(x.shape)} and dtype {x.dtype.name}")
+    problems = core.data_problems(x, y, sw)
+    if problems:
+        raise ValueError("the data is not finite: " + "; ".join(problems) +
+                         ". Clean the batch first (this is a data problem, not a model problem)")
+    saved = core.snapshot(model, False)
+    try:
+        if not model.built:
+            model(x)
+            core.restore(saved)
+        weights = model.trainable_weights
 
-    def grads(x, y):
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            loss = tf.reduce_mean(tf.square(model(x) - y))
-        return loss, tape.gradient(loss, [x, *weights])
+        def grads(x, y, sw):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                pred = model(x, training=training)
+                loss.check(y, pred, sw)  # at trace time when compiled: a plain ValueError
+                value = loss(x, y, pred, training, sw)
+            return value, tape.gradient(value, [x, *weights])
 
-    if compiled:
-        grads = tf.function(grads, autograph=False)
-    loss, (dx, *dw) = grads(x, y)
-    from .grads import clip_gradients, true_norm
-
+        if compiled:
+            grads = tf.function(grads, autograph=False)
+        value, (dx, *dw) = grads(x, y, sw)
+    finally:
+        core.restore(saved)
+    if dx is None:
+        raise ValueError("the loss does not depend on x (its gradient is None): time_report needs a model "
+                         "whose output depends on its input sequence")
     pairs = [(w, g) for w, g in zip(weights, dw, strict=True) if g is not None]
-    clipped = clip_gradients([g for _, g in pairs], clip)
+    clipped = core.clip_gradients([g for _w, g in pairs], clip)
     return TimeReport.from_norms(
-        loss=float(loss.numpy()),
-        time_step_norms=_per_step_norms(dx),
-        weight_names=[_weight_name(model, w) for w, _ in pairs],
-        weight_norms=[true_norm(g) for _, g in pairs],
-        clipped_weight_norms=[true_norm(g) for g in clipped],
+        loss=float(value.numpy()),
+        time_step_norms=core.step_norms(dx),
+        weight_names=[_weight_name(model, w) for w, _g in pairs],
+        weight_norms=[core.true_norm(g) for _w, g in pairs],
+        clipped_weight_norms=[core.true_norm(g) for g in clipped],
         clip=clip,
     )
-
-
-# ----------------------------------------------------------------------------- BPTT by hand
-def bptt_reference(w_rec, w_in, w_out, x, y) -> dict[str, np.ndarray]:
-    """Back-propagation through time written out by hand, in float64 NumPy (chapter 07).
-
-    The network is ``h_t = tanh(h_{t-1} @ w_rec + x_t @ w_in)`` from ``h_0 = 0``, output
-    ``h_T @ w_out`` and loss ``mean((out - y)**2)``. Going back one step multiplies the
-    gradient by ``diag(1 - h_t**2) @ w_rec.T``: the product of these Jacobians is why it
-    vanishes or explodes. Returns ``loss``, ``dx`` (``[batch, steps, features]``),
-    ``d_w_rec``, ``d_w_in``, ``d_w_out``, ``time_step_norms`` (the norm of dLoss/dx_t, earliest
-    first) and ``state_norms`` (the norm of dLoss/dh_t, earliest first: each step back multiplies
-    it by at most ``sigma_max(w_rec)``, see :func:`pascanu_bound`).
-    """
-    w_rec, w_in, w_out, x, y = (np.asarray(getattr(a, "numpy", lambda a=a: a)(), dtype=np.float64)
-                                for a in (w_rec, w_in, w_out, x, y))
-    if x.ndim != 3:
-        raise ValueError(f"x must have shape [batch, steps, features]; got shape {x.shape}")
-    batch, steps, _ = x.shape
-    units = w_rec.shape[0]
-    if w_rec.shape != (units, units) or w_in.shape != (x.shape[2], units) or w_out.shape[0] != units:
-        raise ValueError(f"shapes do not fit: w_rec {w_rec.shape}, w_in {w_in.shape}, "
-                         f"w_out {w_out.shape}, x {x.shape}")
-    hs = [np.zeros((batch, units))]
-    for t in range(steps):
-        hs.append(np.tanh(hs[-1] @ w_rec + x[:, t] @ w_in))
-    out = hs[-1] @ w_out
-    loss = float(np.mean((out - y) ** 2))
-    d_out = 2.0 * (out - y) / out.size
-    d_w_out = hs[-1].T @ d_out
-    dh = d_out @ w_out.T  # dLoss/dh_T
-    dx = np.zeros_like(x)
-    d_w_rec = np.zeros_like(w_rec)
-    d_w_in = np.zeros_like(w_in)
-    state_norms = np.zeros(steps)
-    for t in range(steps, 0, -1):
-        state_norms[t - 1] = np.sqrt(np.sum(dh ** 2))
-        dz = dh * (1.0 - hs[t] ** 2)  # through tanh
-        dx[:, t - 1] = dz @ w_in.T
-        d_w_in += x[:, t - 1].T @ dz
-        d_w_rec += hs[t - 1].T @ dz
-        dh = dz @ w_rec.T  # one step back in time
-    norms = np.sqrt(np.sum(dx ** 2, axis=(0, 2)))
-    return {"loss": loss, "dx": dx, "d_w_rec": d_w_rec, "d_w_in": d_w_in, "d_w_out": d_w_out,
-            "time_step_norms": norms, "state_norms": state_norms}
-
-
-def pascanu_bound(w_rec, *, derivative_bound: float = 1.0) -> dict[str, float]:
-    """Pascanu et al.'s (2013) condition for a ``tanh`` RNN's recurrent matrix (chapter 07).
-
-    Going back one step multiplies the gradient by ``diag(f'(z)) @ w_rec.T``, whose norm is at
-    most ``sigma_max(w_rec) · γ`` with ``γ = max|f'| = 1`` for tanh. When that bound is
-    below 1 the gradient *must* vanish, by at least that factor per step (sufficient). Above 1
-    it *may* explode (necessary, not sufficient: saturation can still kill it). Returns
-    ``sigma_max``, ``bound`` (``sigma_max · γ``) and ``spectral_radius``.
-    """
-    w = np.asarray(getattr(w_rec, "numpy", lambda: w_rec)(), dtype=np.float64)
-    if w.ndim != 2 or w.shape[0] != w.shape[1]:
-        raise ValueError(f"w_rec must be a square matrix; got shape {w.shape}")
-    derivative_bound = _check_positive("derivative_bound", derivative_bound)
-    sigma = float(np.linalg.svd(w, compute_uv=False)[0])
-    return {"sigma_max": sigma, "bound": sigma * derivative_bound,
-            "spectral_radius": float(np.max(np.abs(np.linalg.eigvals(w))))}
-
-
-# ----------------------------------------------------------------------------- training
-def train_rnn(model: keras.Model, x, y, *, train_steps: int = 200, batch_size: int = 64,
-              learning_rate: float = 1e-2, clipnorm: float | None = 1.0, seed: int = 0) -> np.ndarray:
-    """Train ``model`` with Adam on ``(x, y)`` for ``train_steps`` mini-batches; return the losses (chapter 07).
-
-    One compiled train step (``tf.function``, no retrace per step); mini-batches are drawn by
-    a seeded stateless shuffle, so the run reproduces. ``clipnorm`` is passed to the optimizer
-    (``None`` for none).
-    """
-    if not isinstance(model, keras.Model):
-        raise ValueError(f"model must be a keras.Model, got {type(model).__name__}")
-    train_steps = _check_int("train_steps", train_steps, 1, 1_000_000)
-    batch_size = _check_int("batch_size", batch_size, 1, 1_000_000)
-    learning_rate = _check_positive("learning_rate", learning_rate)
-    clipnorm = _check_positive("clipnorm", clipnorm, allow_none=True)
-    x = tf.convert_to_tensor(x, tf.float32)
-    y = tf.convert_to_tensor(y, tf.float32)
-    n = int(x.shape[0])
-    opt = keras.optimizers.Adam(learning_rate, clipnorm=clipnorm)
-    weights = model.trainable_weights
-
-    @tf.function(autograph=False, reduce_retracing=True)
-    def step(xb, yb):
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(tf.square(model(xb, training=True) - yb))
-        opt.apply_gradients(zip(tape.gradient(loss, weights), weights, strict=True))
-        return loss
-
-    losses = np.empty(train_steps)
-    per_epoch = max(1, n // batch_size)
-    order = None
-    for i in range(train_steps):
-        if i % per_epoch == 0:
-            order = tf.argsort(tf.random.stateless_uniform([n], [seed, 91 + i // per_epoch]))
-        idx = order[(i % per_epoch) * batch_size:(i % per_epoch + 1) * batch_size]
-        losses[i] = float(step(tf.gather(x, idx), tf.gather(y, idx)).numpy())
-    return losses
-
-
-# ----------------------------------------------------------------------------- the cliff
-def cliff_loss(w, b, *, steps: int = 50, x0: float = 0.5, target: float = 0.7):
-    """Pascanu et al.'s one-unit RNN ``x_t = w·sigmoid(x_{t-1}) + b``; loss ``(x_steps - target)²`` (chapter 07).
-
-    ``w`` and ``b`` may be arrays of the same shape (a grid): the loss is returned for each
-    pair, in float64. Where a small change of ``(w, b)`` moves the fixed point the sequence
-    settles in, the loss jumps: the "cliff" of their Figure 6.
-    """
-    steps = _check_int("steps", steps, 1, 100_000)
-    w = np.asarray(w, dtype=np.float64)
-    b = np.asarray(b, dtype=np.float64)
-    x = np.full(np.broadcast(w, b).shape, float(x0))
-    for _ in range(steps):
-        x = w / (1.0 + np.exp(-x)) + b
-    return (x - target) ** 2
-
-
-@tf.function(autograph=False, reduce_retracing=True)
-def _cliff_tape(p, steps, x0, target):
-    with tf.GradientTape() as tape:
-        tape.watch(p)
-        x = tf.fill(tf.shape(p[0]), x0)
-
-        def body(i, x):
-            return i + 1, p[0] * tf.sigmoid(x) + p[1]
-
-        _, x = tf.while_loop(lambda i, x: i < steps, body, (tf.constant(0), x))
-        loss = tf.square(x - target)
-    return loss, tape.gradient(loss, p)
-
-
-def _cliff_grad(w: float, b: float, steps: int, x0: float, target: float):
-    """Loss and gradient of :func:`cliff_loss` at ``(w, b)``, from a tape over the recurrence."""
-    loss, g = _cliff_tape(tf.constant([w, b], tf.float64), tf.constant(steps),
-                          tf.constant(x0, tf.float64), tf.constant(target, tf.float64))
-    return float(loss.numpy()), g.numpy()
-
-
-def descent_path(w: float, b: float, *, learning_rate: float = 0.1, iterations: int = 20,
-                 clip_norm: float | None = None, steps: int = 50, x0: float = 0.5,
-                 target: float = 0.7) -> dict[str, np.ndarray]:
-    """Gradient descent on :func:`cliff_loss` from ``(w, b)``, each gradient taken with a tape (chapter 07).
-
-    With ``clip_norm`` the gradient is rescaled to at most that norm before the step
-    (``tf.clip_by_norm``), as Pascanu et al. propose. Returns ``points`` (``[iterations+1, 2]``),
-    ``losses`` and ``grad_norms`` (before clipping).
-    """
-    iterations = _check_int("iterations", iterations, 1, 10_000)
-    learning_rate = _check_positive("learning_rate", learning_rate)
-    clip_norm = _check_positive("clip_norm", clip_norm, allow_none=True)
-    p = np.array([float(w), float(b)])
-    points, losses, norms = [p.copy()], [], []
-    for _ in range(iterations):
-        loss, g = _cliff_grad(p[0], p[1], steps, x0, target)
-        gn = float(np.linalg.norm(g))
-        losses.append(loss)
-        norms.append(gn)
-        if clip_norm is not None and gn > clip_norm:
-            g = g * (clip_norm / gn)
-        if not np.all(np.isfinite(g)):
-            break
-        p = p - learning_rate * g
-        points.append(p.copy())
-    losses.append(float(cliff_loss(p[0], p[1], steps=steps, x0=x0, target=target)))
-    return {"points": np.array(points), "losses": np.array(losses), "grad_norms": np.array(norms)}
 
 
 # ----------------------------------------------------------------------------- fast engine
@@ -520,21 +329,14 @@ def _make_engine_step(cell: str):
             tape.watch([x, k, r, b, out_k, out_b])
             hs = tf.scan(lambda c, xt: cell_step(c, xt, k, r, b), x, initializer=h0)
             out = tf.matmul(hs[0][-1], out_k) + out_b
-            loss = tf.reduce_mean(tf.square(out - y))
+            loss = core.mean_squared_error(y, out)  # the core's default loss
         grads = tape.gradient(loss, [x, k, r, b, out_k, out_b])
         dx, dw = grads[0], grads[1:]
-        per_step = tf.norm(tf.reshape(tf.cast(dx, tf.float64), [tf.shape(dx)[0], -1]), axis=1)
-
-        def n64(g):
-            return tf.norm(tf.reshape(tf.cast(g, tf.float64), [-1]))
-
-        weight = tf.stack([n64(g) for g in dw])
-        t64 = tf.cast(clip_t, tf.float64)
-        by_value = tf.stack([n64(tf.clip_by_value(g, -clip_t, clip_t)) for g in dw])
-        by_norm = tf.minimum(weight, t64)
-        global_norm = tf.cast(tf.linalg.global_norm(dw), tf.float64)
-        by_global = weight * t64 / tf.maximum(global_norm, t64)
-        return loss, per_step, weight, tf.stack([by_value, by_norm, by_global])
+        per_step = core.axis_norms64(dx, axis=0)  # time-major: one float64 norm per step
+        weight = tf.stack([core.norm64(g) for g in dw])
+        # the core's clipping in each mode, with the threshold as a tensor (no retrace)
+        clipped = [tf.stack([core.norm64(g) for g in core.clip_with(dw, mode, clip_t)]) for mode in CLIP_MODES]
+        return loss, per_step, weight, tf.stack(clipped)
 
     return tf.function(run, autograph=False, reduce_retracing=True)
 
@@ -569,6 +371,7 @@ class TimeGradientEngine:
     def weights(self, cell: str, recurrent_initializer: str = "orthogonal") -> list[tf.Tensor]:
         """``[kernel, recurrent_kernel, bias, readout kernel, readout bias]`` (cached)."""
         _check_cell(cell)
+        recurrent_initializer = _RENAMED.get(recurrent_initializer, recurrent_initializer)
         _check_choice("recurrent_initializer", recurrent_initializer, tuple(RECURRENT_INITIALIZERS))
         key = (cell, recurrent_initializer)
         if key not in self._weights:

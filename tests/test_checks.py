@@ -352,10 +352,11 @@ def test_check_trains_rejects_a_bad_threshold():
 
 def _fake_run(monkeypatch, losses):
     """Make check_trains see a training run with these losses (its decision logic alone)."""
-    import gradlab.diagnostics as diagnostics
+    import gradlab.checks as checks
+    import gradlab.training as training
 
-    run = diagnostics.TrainingRun(tuple(losses), tuple(1.0 for _ in losses), (), None, len(losses))
-    monkeypatch.setattr(diagnostics, "train_steps", lambda *a, **k: run)
+    run = training.TrainingRun(tuple(losses), tuple(1.0 for _ in losses), (), None, len(losses))
+    monkeypatch.setattr(checks, "train_steps", lambda *a, **k: run)
 
 
 def test_check_trains_fails_a_loss_that_dips_below_and_rises_again(monkeypatch):

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import gradlab as gl
-from gradlab.tracing import keras, tf
 
 
 def _model(seed: int = 0, width: int = 16):
@@ -60,7 +61,7 @@ def test_error_summary_keeps_the_message_line():
 
     with pytest.raises(tf.errors.InvalidArgumentError) as info:
         f(tf.constant([-1.0]))
-    assert gl.error_summary(info.value) == "InvalidArgumentError: log blew up : Tensor had NaN values"
+    assert gl.tracing.error_summary(info.value) == "InvalidArgumentError: log blew up : Tensor had NaN values"
 
 
 # ----------------------------------------------------------------------------- make_train_step
@@ -79,7 +80,7 @@ def test_grad_norms_per_layer_combine_to_the_global_norm():
     model = _model()
     out = gl.make_train_step(model, keras.optimizers.SGD(0.0))(*_data())
     norms = {k: float(v) for k, v in out["grad_norms"].items()}
-    assert list(norms) == ["hidden", "out"] == gl.layer_names(model)
+    assert list(norms) == ["hidden", "out"] == gl.training.layer_names(model)
     assert np.hypot(*norms.values()) == pytest.approx(float(out["global_norm"]), rel=1e-5)
 
 
@@ -127,11 +128,11 @@ def test_time_step_separates_first_call_from_steady_state():
     t = gl.time_step(fn, (1.0,), warmup=2, repeats=5, name="toy")
     assert len(calls) == 1 + 2 + 5 and t.times_s.shape == (5,)
     assert t.first_s > 0 and t.steady_s == pytest.approx(float(np.median(t.times_s)))
-    table = gl.format_timings([t, gl.StepTiming("half", t.first_s, t.steady_s / 2, t.times_s)])
+    table = gl.tracing.format_timings([t, gl.tracing.StepTiming("half", t.first_s, t.steady_s / 2, t.times_s)])
     assert "2x" in table.splitlines()[2]
     with pytest.raises(ValueError, match="repeats"):
         gl.time_step(fn, (1.0,), repeats=0)
-    assert gl.plot_step_times([t]).axes[0].get_yscale() == "log"
+    assert gl.plots.plot_step_times([t]).axes[0].get_yscale() == "log"
 
 
 # ----------------------------------------------------------------------------- Keras fit
@@ -173,7 +174,7 @@ def test_grad_norm_logger_reads_the_logs_one_entry_per_layer():
     assert list(logger.history) == ["hidden", "out"]
     assert logger.steps == [1, 2, 3]
     assert all(len(v) == 3 and np.all(np.array(v) > 0) for v in logger.history.values())
-    fig = logger.plot()
+    fig = gl.plots.plot_grad_norm_history(logger.history, steps=logger.steps)
     assert len(fig.axes[0].get_lines()) == 2
 
 

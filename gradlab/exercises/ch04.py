@@ -18,6 +18,7 @@ import numpy as np
 
 from .._env import quiet_import_tensorflow
 from ..checks import CheckResult, check_trains, step_length_advice
+from ..training import train_steps
 
 tf = quiet_import_tensorflow()
 
@@ -94,8 +95,6 @@ def check_capstone(make_model: Callable, make_optimizer: Callable, clip: float |
     run = result.details
     if not (hasattr(run, "losses") and hasattr(run, "global_norms")):
         # check_trains does not hand its run back: train a fresh copy to see what happened
-        from ..diagnostics import train_steps
-
         run = train_steps(make_model(), x, y, optimizer=make_optimizer(), steps=steps, clip_global_norm=clip)
     advice = step_length_advice(run.losses, run.global_norms, optimizer=optimizer, clip=clip, below=below)
     first_sentence = result.feedback.split(f"not below {below:g}.")[0] + f"not below {below:g}."

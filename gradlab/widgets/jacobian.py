@@ -8,7 +8,8 @@ import ipywidgets as widgets
 
 from .._validate import check_int as _check_int
 from ..i18n import _
-from ..jacobians import JACOBIAN_FUNCTIONS, JacobianBench, jacobian_function
+from ..jacobian_timing import JacobianBench
+from ..jacobians import JACOBIAN_FUNCTIONS, jacobian_function
 from ..plots.jacobians import JacobianPlot
 from .base import Explorer, css
 
