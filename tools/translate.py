@@ -43,7 +43,7 @@ def status(prefixes: list[str], verbose: bool) -> int:
         states, orphans = zh.chapter_report(stem)
         counts = {k: sum(s.status == k for s in states) for k in ("current", "stale", "untranslated")}
         print(f"{stem}: {counts['current']} current, {counts['stale']} stale, "
-              f"{counts['untranslated']} untranslated, {len(orphans)} orphaned")
+              f"{counts['untranslated']} untranslated, {sum(bool(o.zh.strip()) for o in orphans)} orphaned")
         for s in states:
             if s.status != "current":
                 bad += 1
@@ -51,7 +51,7 @@ def status(prefixes: list[str], verbose: bool) -> int:
                 if verbose and s.status == "stale" and s.entry is not None:
                     old = s.entry.was if s.entry.was is not None else s.entry.en
                     print("".join(f"        {ln}\n" for ln in zh.english_diff(old, s.english)), end="")
-        for e in orphans:
+        for e in (o for o in orphans if o.zh.strip()):
             bad += 1
             print(f"    orphan: {zh.label(e.en)!r} (its English cell is gone)")
     return 1 if bad else 0

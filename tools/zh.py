@@ -208,7 +208,13 @@ def _similarity(a: str, b: str) -> float:
 
 
 def align(english: list[tuple[int, str]], tr: Translation | None) -> tuple[list[CellState], list[Entry]]:
-    """The state of every English Markdown cell, and the entries that match none (orphans)."""
+    """The state of every English Markdown cell, and the entries that match none (orphans).
+
+    Unchanged cells match their entries exactly (difflib's longest matching blocks). Within a
+    run of changed cells, each English cell is paired, in order, with the next old entry whose
+    English is at least ``SIMILAR`` alike: it is stale if that entry was translated. Others are
+    new (untranslated); old entries left over are orphans.
+    """
     entries = tr.cells if tr else []
     orphans = list(tr.orphans) if tr else []
     a = [text for _i, text in english]
@@ -275,7 +281,7 @@ def problems(stem: str, root: Path | None = None, *, allow_untranslated: bool = 
     out = [describe(stem, s) for s in states
            if s.status == "stale" or (s.status == "untranslated" and not allow_untranslated)]
     out += [f"{stem}: translation of {label(e.en)!r} has no English cell any more (orphan)"
-            for e in orphans]
+            for e in orphans if e.zh.strip()]  # an empty entry loses nothing
     return out
 
 
