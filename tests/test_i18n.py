@@ -219,7 +219,7 @@ def test_no_module_that_translates_rebinds_underscore():
                 bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
             for t in targets:
                 if "_" in _names_bound(t):
-                    bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+                    bad.append(f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', t.lineno)}")
     assert not bad, "`_` is the translation function here; use another throwaway name at:" + listing(bad)
 
 

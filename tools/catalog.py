@@ -89,16 +89,20 @@ def compiled(catalog: Catalog) -> bytes:
     return buf.getvalue()
 
 
+def _key(value):
+    return tuple(value) if isinstance(value, list | tuple) else value
+
+
 def read_compiled(path: Path) -> dict:
-    """``{msgid: msgstr}`` of a compiled catalog (header left out)."""
+    """``{msgid: msgstr}`` of a compiled catalog (header left out; plurals as tuples)."""
     with open(path, "rb") as fh:
         mo = read_mo(fh)
-    return {m.id: m.string for m in mo if m.id}
+    return {_key(m.id): _key(m.string) for m in mo if m.id}
 
 
 def translations(catalog: Catalog) -> dict:
-    """``{msgid: msgstr}`` of the translations a ``.mo`` of ``catalog`` holds."""
-    return {m.id: m.string for m in catalog if m.id and not m.fuzzy and _translated(m)}
+    """``{msgid: msgstr}`` of the translations a ``.mo`` of ``catalog`` holds (plurals as tuples)."""
+    return {_key(m.id): _key(m.string) for m in catalog if m.id and not m.fuzzy and _translated(m)}
 
 
 def message_ids(catalog: Catalog) -> set:
