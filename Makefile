@@ -18,7 +18,7 @@ help:
 	@echo "make catalog    extract gradlab's messages, update and compile the translations (Babel)"
 	@echo "make test       the whole suite: pytest over tests/, nbval over chapters/, browser tests"
 	@echo "make notebooks  rebuild every chapter from chapters/src and Restart & Run All in place"
-	@echo "make bench      explorer latency benchmark (python -m gradlab.bench)"
+	@echo "make bench      explorer latency benchmark (python -m benchmarks.explorers)"
 	@echo "make lint       ruff over gradlab, tests, tools and the notebooks"
 
 # Re-installs only when requirements.txt or pyproject.toml change (seconds otherwise).
@@ -71,7 +71,7 @@ lint: install
 	$(VENV)/bin/ruff check gradlab tests tools chapters
 
 bench: install
-	$(PY) -m gradlab.bench
+	$(PY) -m benchmarks.explorers
 
 bench-browser: install
 	GRADLAB_BROWSER_BENCH=1 $(PY) -m pytest -s -m browser tests/browser -k bench

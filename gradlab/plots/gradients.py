@@ -72,14 +72,15 @@ def _show(fig):
     return fig
 
 
-def decade_limits(values, *, floor: float = 1e-300) -> tuple[float, float]:
+def decade_limits(values, *, floor: float = 1e-300, min_step: int = 1) -> tuple[float, float]:
     """Whole-decade y-limits around the positive finite ``values`` (5 or 10 decades per step
-    for a wide range), so a live plot's axis, and its cached background, change rarely."""
+    for a wide range, at least ``min_step``), so a live plot's axis, and its cached
+    background, change rarely."""
     v = np.asarray(values, dtype=np.float64)
     v = v[np.isfinite(v) & (v > 0)]
     lo, hi = (v.min(), v.max()) if v.size else (1e-12, 1.0)
     llo, lhi = np.log10(max(lo, floor)), np.log10(max(hi, floor))
-    step = 1 if lhi - llo < 8 else 5 if lhi - llo < 30 else 10
+    step = max(min_step, 1 if lhi - llo < 8 else 5 if lhi - llo < 30 else 10)
     lo = 10.0 ** max(np.floor(llo / step) * step, -300)
     hi = 10.0 ** min(np.ceil(lhi / step) * step, 300)
     return (lo, hi) if hi > lo else (lo, lo * 10)

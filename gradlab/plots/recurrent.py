@@ -29,6 +29,8 @@ class TimePlot(LivePlot):
     set. The legend, below the panels, lists only what is drawn; the status is the title.
     """
 
+    BACKGROUNDS = 16
+
     LABELS = {
         "band": N_("healthy band for step 1"),
         "norms": N_("‖dLoss/dx_t‖ per time step"),
@@ -93,7 +95,7 @@ class TimePlot(LivePlot):
             self.wax.set_xticks(xi, [_short(nm) for nm in report.weight_names], rotation=60, fontsize=7)
             self.wax.set_xlim(-0.6, w.size - 0.4)
         wv = np.concatenate([w, c]) if report.clip is not None else np.asarray(w)
-        self.wax.set_ylim(*decade_limits(wv))
+        self.wax.set_ylim(*decade_limits(wv, min_step=3))  # coarse: a threshold drag keeps the view
         self.title.set_color(STATUS_COLORS.get(report.status, "black"))
         self.title.set_text(title if title is not None else _(
             "{status}: step 1 / step {steps} = {ratio}").format(
