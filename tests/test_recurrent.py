@@ -118,7 +118,7 @@ def test_sequence_data_prefix_is_stable():
 
 # ----------------------------------------------------------------------------- the engine
 @pytest.mark.parametrize("cell", list(R.CELLS))
-@pytest.mark.parametrize("init", ["orthogonal", "identity", "large_normal"])
+@pytest.mark.parametrize("init", ["orthogonal", "identity", "normal_2", "large_normal"])
 def test_engine_matches_keras_layers(engine, cell, init):
     steps, scale, clip = 23, 0.7, ("global_norm", 0.05)
     rep = engine.report(cell, steps, init, scale, clip)
@@ -231,7 +231,7 @@ def test_explorer_controls_and_css_classes(ex):
         assert cls in widget._dom_classes, cls
     assert (ex.steps.min, ex.steps.max) == (5, 200)
     assert list(ex.cell.options) == ["simple_rnn", "gru", "lstm"]
-    assert {"orthogonal", "glorot_uniform", "small_normal", "large_normal", "identity"} == {
+    assert {"orthogonal", "glorot_uniform", "normal_0.5", "normal_2", "identity"} == {
         v for _, v in ex.recurrent_initializer.options}
     assert list(ex.clip_mode.options) == ["off", "value", "norm", "global_norm"]
 
@@ -278,7 +278,7 @@ def test_explorer_snapshot_and_static_bundle(ex):
     ex.set(cell="gru", steps=30, clip_mode="off", input_scale=1.0)
     snap = ex.snapshot()
     assert snap.png[:8] == b"\x89PNG\r\n\x1a\n"
-    assert snap.text == repr(ex) and "gru · 30 steps" in snap.text
+    assert repr(ex) == f"TimeExplorer({snap.text})" and "gru · 30 steps" in snap.text
     bundle = ex._repr_mimebundle_()
     assert "image/png" in bundle and bundle["text/plain"] == repr(ex)
     with pytest.raises(ValueError, match="unknown control"):
