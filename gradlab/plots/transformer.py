@@ -1,0 +1,231 @@
+"""Plots of a Transformer's per-block gradients and of its first training steps (chapter 09).
+
+matplotlib only, no widgets. :class:`TransformerPlot` is the TransformerExplorer's figure,
+built once and blitted (:class:`gradlab.plots.live.LivePlot`); the functions are one-shot
+figures for chapter cells: per-block norms under several conditions, training curves,
+the Tuning Playbook's learning-rate sweep, the distribution of gradient norms with a clip
+threshold, and a loss spike with the gradient norm around it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..i18n import _
+from .gradients import decade_limits
+from .live import LIVE_DPI, LivePlot, legend_handle, new_figure
+
+__all__ = ["TransformerPlot", "plot_block_norms", "plot_grad_norm_distribution", "plot_lr_sweep",
+           "plot_spike", "plot_training_curves"]
+
+WARMUP_COLOR, PLAIN_COLOR = "#0969da", "#bc4c00"
+
+
+def _steps(curve) -> np.ndarray:
+    return np.arange(1, curve.losses.size + 1)
+
+
+def _limits(values, pad: float = 1.15) -> tuple[float, float]:
+    v = np.asarray(values, dtype=np.float64)
+    v = v[np.isfinite(v)]
+    return (0.0, float(v.max()) * pad) if v.size else (0.0, 1.0)
+
+
+class TransformerPlot(LivePlot):
+    """Left: each block's gradient norm at initialization. Right: the first training steps.
+
+    Left, on a log scale against the block (1 = nearest the input): the norm over all of the
+    block's variables (``report.layer_grad_norms``) and of its second FFN kernel alone. Right:
+    the loss (top) and the global gradient norm (bottom, log scale) of the first steps with
+    and without warmup, once they have been run; the clip threshold as a dotted line.
+    """
+
+    BACKGROUNDS = 16
+
+    def __init__(self, report=None, *, figsize=(6.9, 3.9)):
+        self.fig = new_figure(figsize, layout=None, dpi=LIVE_DPI)[0]
+        self.fig.clear()
+        grid = self.fig.add_gridspec(2, 2, width_ratios=[1.15, 1], hspace=0.12, wspace=0.34,
+                                     left=0.1, right=0.98, bottom=0.3, top=0.9)
+        self.ax = self.fig.add_subplot(grid[:, 0])
+        self.loss_ax = self.fig.add_subplot(grid[0, 1])
+        self.norm_ax = self.fig.add_subplot(grid[1, 1], sharex=self.loss_ax)
+        ax = self.ax
+        ax.set_yscale("log")
+        ax.set_xlabel(_("block (1 = nearest the input)"))
+        ax.set_ylabel(_("gradient norm at initialization (log scale)"))
+        (self.blocks,) = ax.plot([], [], "o-", ms=4, lw=1.8, color="#0969da")
+        (self.ffn,) = ax.plot([], [], "s--", ms=3.5, lw=1.2, color="#8250df")
+        self.loss_ax.set_ylabel(_("loss"), fontsize=8)
+        self.loss_ax.tick_params(labelbottom=False, labelsize=7)
+        self.norm_ax.set_yscale("log")
+        self.norm_ax.set_ylabel(_("gradient norm"), fontsize=8)
+        self.norm_ax.set_xlabel(_("training step"), fontsize=8)
+        self.norm_ax.tick_params(labelsize=7)
+        (self.loss_warm,) = self.loss_ax.plot([], [], lw=1.3, color=WARMUP_COLOR)
+        (self.loss_plain,) = self.loss_ax.plot([], [], lw=1.3, color=PLAIN_COLOR)
+        (self.norm_warm,) = self.norm_ax.plot([], [], lw=1.0, color=WARMUP_COLOR)
+        (self.norm_plain,) = self.norm_ax.plot([], [], lw=1.0, color=PLAIN_COLOR)
+        self.clip_line = self.norm_ax.axhline(1.0, color="0.35", ls=":", lw=1.2)
+        self.hint = self.loss_ax.text(0.5, 0.5, "", transform=self.loss_ax.transAxes, ha="center",
+                                      va="center", fontsize=8, color="0.4", wrap=True)
+        self.title = ax.set_title("", fontsize=9, loc="left")
+        self.fig.legend([legend_handle(a) for a in (self.blocks, self.ffn, self.loss_warm, self.loss_plain)],
+                        [_("all of the block's variables"), _("second FFN kernel"), _("with warmup"),
+                         _("without warmup")], loc="lower center", ncol=2, fontsize=8, frameon=False)
+        self.animate(self.blocks, self.ffn, self.loss_warm, self.loss_plain, self.norm_warm, self.norm_plain,
+                     self.clip_line, self.hint, self.title)
+        if report is not None:
+            self.update(report)
+
+    def update(self, report, *, runs=None, clip_norm: float | None = None, title: str = "", hint: str = ""):
+        """Show ``report`` (a :class:`gradlab.transformer.TransformerReport`) and, when given,
+        ``runs = (with_warmup, without_warmup)`` (two :class:`gradlab.warmup.TrainingCurve`)."""
+        n = report.layer_grad_norms
+        x = np.arange(1, n.size + 1)
+        self.blocks.set_data(x, n)
+        self.ffn.set_data(x, report.ffn_grad_norms)
+        self.ax.set_xlim(0.5, max(n.size, 2) + 0.5)
+        self.ax.set_ylim(*decade_limits(np.concatenate([n, report.ffn_grad_norms])))
+        self.title.set_text(title)
+        self.hint.set_text(hint if runs is None else "")
+        lines = ((self.loss_warm, self.norm_warm), (self.loss_plain, self.norm_plain))
+        if runs is None:
+            for loss_line, norm_line in lines:
+                loss_line.set_data([], [])
+                norm_line.set_data([], [])
+            self.loss_ax.set_xlim(0, 1)
+        else:
+            for (loss_line, norm_line), curve in zip(lines, runs, strict=True):
+                loss_line.set_data(_steps(curve), curve.losses)
+                norm_line.set_data(_steps(curve), curve.grad_norms)
+            self.loss_ax.set_xlim(0, max(c.steps for c in runs))
+            self.loss_ax.set_ylim(*_limits(np.concatenate([c.losses for c in runs])))
+            norms = np.concatenate([c.grad_norms for c in runs] + ([[clip_norm]] if clip_norm else []))
+            self.norm_ax.set_ylim(*decade_limits(norms))
+        self.clip_line.set_visible(clip_norm is not None and runs is not None)
+        if clip_norm is not None:
+            self.clip_line.set_ydata([clip_norm, clip_norm])
+        return self
+
+
+def plot_block_norms(reports: dict, *, which: str = "block", title: str | None = None, figsize=(7.2, 3.4)):
+    """One line per labelled :class:`~gradlab.transformer.TransformerReport`: each block's gradient norm.
+
+    ``which="block"``: the norm over all of the block's variables; ``"ffn"``: its second FFN
+    kernel; ``"both"``: two panels. Log scale, block 1 nearest the input.
+    """
+    if which not in ("block", "ffn", "both"):
+        raise ValueError(f"which must be 'block', 'ffn' or 'both'; got {which!r}")
+    kinds = ("block", "ffn") if which == "both" else (which,)
+    fig, axes = new_figure((figsize[0] * (1.6 if which == "both" else 1), figsize[1]), ncols=len(kinds))
+    axes = np.atleast_1d(axes)
+    for ax, kind in zip(axes, kinds, strict=True):
+        for k, (label, report) in enumerate(reports.items()):
+            values = report.layer_grad_norms if kind == "block" else report.ffn_grad_norms
+            ax.plot(np.arange(1, values.size + 1), values, "o-", ms=3.5, color=f"C{k}", label=label)
+        ax.set_yscale("log")
+        ax.set_xlabel(_("block (1 = nearest the input)"))
+        ax.set_ylabel(_("gradient norm (log scale)"))
+        ax.set_title(_("all of each block's variables") if kind == "block" else _("second FFN kernel of each block"),
+                     fontsize=9)
+        ax.legend(fontsize=7.5)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def plot_training_curves(curves, *, clip_norm: float | None = None, title: str | None = None, figsize=(9.0, 3.2)):
+    """Loss (left) and global gradient norm before clipping (right, log scale) per step, one line per curve."""
+    fig, (loss_ax, norm_ax) = new_figure(figsize, ncols=2)
+    for k, curve in enumerate(curves):
+        loss_ax.plot(_steps(curve), curve.losses, lw=1.2, color=f"C{k}", label=curve.label)
+        norm_ax.plot(_steps(curve), curve.grad_norms, lw=0.9, color=f"C{k}")
+        bad = np.flatnonzero(~np.isfinite(curve.losses))
+        if bad.size:
+            loss_ax.axvline(bad[0] + 1, color=f"C{k}", ls=":", lw=1)
+    if clip_norm is not None:
+        norm_ax.axhline(clip_norm, color="0.3", ls=":", lw=1.2, label=_("clip threshold {value}").format(
+            value=f"{clip_norm:.3g}"))
+        norm_ax.legend(fontsize=7.5)
+    loss_ax.set_xlabel(_("training step"))
+    loss_ax.set_ylabel(_("loss"))
+    loss_ax.legend(fontsize=7)
+    norm_ax.set_yscale("log")
+    norm_ax.set_xlabel(_("training step"))
+    norm_ax.set_ylabel(_("global gradient norm (log scale)"))
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def plot_lr_sweep(sweeps: dict, *, title: str | None = None, figsize=(6.4, 3.4)):
+    """The Tuning Playbook's learning-rate axis plot: final loss against the peak learning rate.
+
+    ``sweeps`` maps a label (e.g. "without warmup") to ``{learning_rate: TrainingCurve}``. A
+    run that diverged (non-finite, or ending above its first loss) is drawn as a cross on the
+    top edge, where the Playbook calls a trial infeasible.
+    """
+    fig, ax = new_figure(figsize)
+    top = 1.0
+    for sweep in sweeps.values():
+        for c in sweep.values():
+            if np.isfinite(c.losses[0]):
+                top = max(top, float(c.losses[0]) * 1.1)
+    for k, (label, sweep) in enumerate(sweeps.items()):
+        lrs = np.array(sorted(sweep))
+        final = np.array([sweep[lr].final_loss for lr in lrs])
+        bad = np.array([sweep[lr].diverged for lr in lrs])
+        ax.plot(lrs, np.where(bad, np.nan, final), "o-", color=f"C{k}", label=label)
+        if bad.any():
+            ax.plot(lrs[bad], np.full(bad.sum(), top), "x", ms=9, mew=2, color=f"C{k}", clip_on=False)
+    ax.set_xscale("log")
+    ax.set_ylim(0, top)
+    ax.set_xlabel(_("peak learning rate (log scale)"))
+    ax.set_ylabel(_("loss at the end of the run"))
+    ax.set_title(title or _("a cross on the top edge: the run diverged"), fontsize=9)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def plot_grad_norm_distribution(curve, *, clip_norm: float, figsize=(9.0, 3.2)):
+    """The gradient norms of a run against the step (left) and as a histogram (right), with the threshold."""
+    norms = np.asarray(curve.grad_norms, dtype=np.float64)
+    norms = norms[np.isfinite(norms)]
+    fig, (ax, hax) = new_figure(figsize, ncols=2, width_ratios=[1.6, 1])
+    ax.plot(np.arange(1, norms.size + 1), norms, lw=0.9, color="#0969da")
+    ax.axhline(clip_norm, color="#cf222e", ls=":", lw=1.4)
+    ax.set_yscale("log")
+    ax.set_xlabel(_("training step"))
+    ax.set_ylabel(_("gradient norm before clipping (log scale)"))
+    bins = np.geomspace(norms.min(), norms.max(), 30) if norms.min() > 0 else 30
+    hax.hist(norms, bins=bins, color="#0969da", alpha=0.75)
+    hax.set_xscale("log")
+    hax.axvline(clip_norm, color="#cf222e", ls=":", lw=1.4)
+    share = float(np.mean(norms > clip_norm)) if norms.size else 0.0
+    hax.set_title(_("threshold {t}: {p}% of the steps above it").format(t=f"{clip_norm:.3g}",
+                                                                       p=f"{100 * share:.0f}"), fontsize=9)
+    hax.set_xlabel(_("gradient norm (log scale)"))
+    hax.set_ylabel(_("steps"))
+    return fig
+
+
+def plot_spike(curve, *, at: int | None = None, window: int = 40, figsize=(7.2, 4.0)):
+    """Loss (top) and gradient norm (bottom, log scale) around step ``at`` (default: the largest loss jump)."""
+    losses = np.asarray(curve.losses, dtype=np.float64)
+    if at is None:
+        jumps = np.diff(losses)
+        at = int(np.nanargmax(jumps)) + 2 if jumps.size else 1
+    lo, hi = max(1, at - window), min(losses.size, at + window)
+    steps = np.arange(lo, hi + 1)
+    fig, (ax, nax) = new_figure(figsize, nrows=2, sharex=True)
+    ax.plot(steps, losses[lo - 1:hi], lw=1.3, color="#0969da")
+    nax.plot(steps, curve.grad_norms[lo - 1:hi], lw=1.1, color="#bc4c00")
+    for a in (ax, nax):
+        a.axvline(at, color="0.4", ls=":", lw=1)
+    nax.set_yscale("log")
+    ax.set_ylabel(_("loss"))
+    nax.set_ylabel(_("gradient norm (log scale)"))
+    nax.set_xlabel(_("training step"))
+    ax.set_title(_("step {step}: the loss jumps").format(step=at), fontsize=9)
+    return fig

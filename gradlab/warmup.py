@@ -1,0 +1,215 @@
+"""Short Adam runs of a small Transformer: warmup, learning-rate sweeps and clipping (chapter 09).
+
+Pure computation. :class:`TrainingRuns` holds one :func:`gradlab.transformer.build_transformer`
+model, its initial weights and a fixed stream of :func:`gradlab.transformer.markov_tokens`
+batches (a fresh batch every step, the same stream for every run), and trains it for a few
+hundred steps with Adam from the same start each time. The learning rate of every step comes
+from Keras's own schedule (:func:`warmup_schedule`: ``CosineDecay`` with ``warmup_target`` and
+``warmup_steps``), evaluated up front and fed to the compiled step as a tensor, so runs that
+differ only in the learning rate or the warmup share one traced step. Clipping and the update
+are the core's (:func:`gradlab.core.apply_update`). Each step records the loss, the global
+gradient norm before clipping (float64) and the learning rate it used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from . import core
+from ._env import quiet_import_tensorflow
+from ._validate import check_choice, check_int, check_positive
+from .i18n import _
+from .transformer import NORM_POSITIONS, build_transformer, markov_tokens
+
+tf = quiet_import_tensorflow()
+import keras  # noqa: E402
+
+__all__ = ["TrainingCurve", "TrainingRuns", "clip_threshold", "warmup_schedule"]
+
+
+def warmup_schedule(learning_rate: float, warmup_steps: int, total_steps: int):
+    """Keras's ``CosineDecay`` used as a warmup: a linear ramp from 0 to ``learning_rate`` over
+    ``warmup_steps``, then constant (``alpha=1.0``), as in the Tuning Playbook's warmup protocol.
+
+    ``warmup_steps=0`` is the constant rate without warmup. Chapter 09.
+    """
+    learning_rate = check_positive("learning_rate", learning_rate)
+    total_steps = check_int("total_steps", total_steps, 1)
+    warmup_steps = check_int("warmup_steps", warmup_steps, 0, total_steps)
+    if warmup_steps == 0:
+        return keras.optimizers.schedules.CosineDecay(learning_rate, decay_steps=total_steps, alpha=1.0)
+    return keras.optimizers.schedules.CosineDecay(0.0, decay_steps=max(1, total_steps - warmup_steps), alpha=1.0,
+                                                  warmup_target=learning_rate, warmup_steps=warmup_steps)
+
+
+def clip_threshold(grad_norms, percentile: float = 90.0) -> float:
+    """The Tuning Playbook's starting clip threshold: the ``percentile`` of the gradient norms seen."""
+    a = np.asarray(grad_norms, dtype=np.float64)
+    a = a[np.isfinite(a)]
+    if a.size == 0:
+        raise ValueError("grad_norms holds no finite gradient norm to take a percentile of")
+    if not 0 < percentile < 100:
+        raise ValueError(f"percentile must be between 0 and 100; got {percentile!r}")
+    return float(np.percentile(a, percentile))
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingCurve:
+    """One run, one entry per step taken (chapter 09)."""
+
+    label: str
+    losses: np.ndarray
+    grad_norms: np.ndarray
+    learning_rates: np.ndarray
+    clip: tuple | None = None
+
+    @property
+    def clip_norm(self) -> float | None:
+        """The threshold of a ``("global_norm", t)`` clip, else ``None``."""
+        return self.clip[1] if self.clip is not None and self.clip[0] == "global_norm" else None
+
+    @property
+    def steps(self) -> int:
+        return int(self.losses.size)
+
+    @property
+    def diverged(self) -> bool:
+        """A non-finite loss, or a loss that ends above where it started."""
+        return not bool(np.all(np.isfinite(self.losses))) or self.final_loss > self.losses[0]
+
+    @property
+    def final_loss(self) -> float:
+        """The mean loss over the last tenth of the steps (NaN if any of them is NaN)."""
+        k = max(1, self.steps // 10)
+        return float(np.mean(self.losses[-k:]))
+
+    @property
+    def clipped_fraction(self) -> float:
+        """The fraction of steps whose global gradient norm was above a global-norm clip threshold
+        (0 without clipping, NaN for the value and norm modes, which clip tensor by tensor)."""
+        if self.clip is None:
+            return 0.0
+        if self.clip_norm is None:
+            return math.nan
+        norms = self.grad_norms[np.isfinite(self.grad_norms)]
+        return float(np.mean(norms > self.clip_norm)) if norms.size else math.nan
+
+    def summary(self) -> str:
+        text = _("{label}: loss {first} → {final} after {steps} steps; gradient norm median {median}, "
+                 "max {max}").format(label=self.label, first=f"{self.losses[0]:.3g}", final=f"{self.final_loss:.3g}",
+                                     steps=self.steps, median=f"{np.nanmedian(self.grad_norms):.3g}",
+                                     max=f"{np.nanmax(self.grad_norms):.3g}")
+        if self.clip_norm is not None:
+            text += "; " + _("clipped at {t} on {p}% of the steps").format(
+                t=f"{self.clip_norm:.3g}", p=f"{100 * self.clipped_fraction:.0f}")
+        elif self.clip is not None:
+            text += "; " + _("clip {mode} at {t}").format(mode=self.clip[0], t=f"{self.clip[1]:.3g}")
+        return text
+
+    def __str__(self) -> str:
+        return self.summary()
+
+
+class TrainingRuns:
+    """Adam runs of one Transformer from the same initial weights on the same batches (chapter 09).
+
+    ``runs.run(learning_rate, warmup_steps=..., clip_norm=...)`` restores the initial weights,
+    resets Adam and trains ``steps`` steps (each on the next batch of the stream). Results are
+    cached per setting. A run that meets a non-finite loss or gradient stops there (the step
+    is not applied) and the rest of its curve is NaN.
+    """
+
+    def __init__(self, num_layers: int = 6, norm_position: str = "pre", *, steps: int = 200,
+                 batch_size: int = 16, seed: int = 0, **model_kwargs):
+        check_choice("norm_position", norm_position, NORM_POSITIONS)
+        self.steps = check_int("steps", steps, 1, 100_000)
+        self.batch_size = check_int("batch_size", batch_size, 1, 100_000)
+        self.model = build_transformer(num_layers, norm_position=norm_position, seed=seed, **model_kwargs)
+        self.model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        seq_len, vocab = self.model.input_shape[1], self.model.output_shape[-1]
+        x, y = markov_tokens(self.steps * self.batch_size, seq_len, vocab, seed=seed + 1)
+        self.x = tf.constant(x.reshape(self.steps, self.batch_size, seq_len))
+        self.y = tf.constant(y.reshape(self.steps, self.batch_size, seq_len))
+        self.name = _("{position}-LN, {blocks} blocks").format(position=norm_position, blocks=num_layers)
+        self.optimizer = keras.optimizers.Adam(0.0)
+        self.optimizer.build(self.model.trainable_variables)
+        self._initial = core.snapshot(self.model)
+        self._steps: dict = {}
+        self._cache: dict = {}
+
+    def _step(self, clip):
+        if clip not in self._steps:
+            model, optimizer, variables = self.model, self.optimizer, self.model.trainable_variables
+            loss = core.resolve_loss(model)
+
+            @tf.function
+            def step(x, y, learning_rate):
+                optimizer.learning_rate = learning_rate
+                with tf.GradientTape() as tape:
+                    value = loss(x, y, model(x, training=True), True)
+                grads = core.compute_gradients(tape, value, variables, optimizer)
+                out = core.apply_update(optimizer, grads, variables, clip=clip, check_finite=True)
+                return value, out["global_norm"], out["finite"]
+
+            self._steps[clip] = step
+        return self._steps[clip]
+
+    def tracing_count(self) -> int:
+        return sum(int(f.experimental_get_tracing_count()) for f in self._steps.values())
+
+    def _key(self, learning_rate, warmup_steps, clip_norm, clip, steps):
+        learning_rate = check_positive("learning_rate", learning_rate)
+        steps = self.steps if steps is None else check_int("steps", steps, 1, self.steps)
+        warmup_steps = check_int("warmup_steps", warmup_steps, 0, steps)
+        clip_norm = check_positive("clip_norm", clip_norm, allow_none=True)
+        clip = core.check_clip(clip)
+        if clip_norm is not None:
+            if clip is not None:
+                raise ValueError("give clip_norm or clip, not both")
+            clip = ("global_norm", clip_norm)
+        return (learning_rate, warmup_steps, clip, steps)
+
+    def cached(self, learning_rate: float = 1e-3, warmup_steps: int = 0, clip_norm: float | None = None, *,
+               clip=None, steps: int | None = None) -> TrainingCurve | None:
+        """The run of :meth:`run` with these arguments if it has been run, else ``None``."""
+        return self._cache.get(self._key(learning_rate, warmup_steps, clip_norm, clip, steps))
+
+    def run(self, learning_rate: float = 1e-3, warmup_steps: int = 0, clip_norm: float | None = None, *,
+            clip=None, steps: int | None = None,
+            progress: Callable[[int, int], None] | None = None) -> TrainingCurve:
+        """Train from the initial weights; ``progress(step, steps)`` is called after each step.
+
+        ``clip_norm=t`` clips the global norm at ``t`` (``clip=("global_norm", t)``); ``clip``
+        takes any mode of :func:`gradlab.clip_gradients`.
+        """
+        key = self._key(learning_rate, warmup_steps, clip_norm, clip, steps)
+        learning_rate, warmup_steps, clip, steps = key
+        if key in self._cache:
+            if progress is not None:
+                progress(steps, steps)
+            return self._cache[key]
+        schedule = warmup_schedule(learning_rate, warmup_steps, steps)
+        rates = np.array([float(schedule(i)) for i in range(steps)], dtype=np.float64)
+        core.restore(self._initial)
+        for v in self.optimizer.variables:
+            v.assign(tf.zeros_like(v))
+        step = self._step(clip)
+        losses = np.full(steps, np.nan)
+        norms = np.full(steps, np.nan)
+        for i in range(steps):
+            loss, norm, finite = step(self.x[i], self.y[i], tf.constant(rates[i], tf.float32))
+            losses[i], norms[i] = float(loss.numpy()), float(norm.numpy())
+            if progress is not None:
+                progress(i + 1, steps)
+            if not (bool(finite.numpy()) and math.isfinite(losses[i])):
+                break
+        label = (_("{name}, lr {lr}, warmup {warmup}") if warmup_steps else _("{name}, lr {lr}")).format(
+            name=self.name, lr=f"{learning_rate:.3g}", warmup=warmup_steps)
+        curve = TrainingCurve(label, losses, norms, rates, clip)
+        self._cache[key] = curve
+        core.restore(self._initial)
+        return curve
