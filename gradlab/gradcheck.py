@@ -328,8 +328,8 @@ def check_gradient(f: Callable, *xs, delta: float | None = None, progress: bool 
         else:
             work_inputs, cast = up, True
             names = ", ".join(f"xs[{i}]" for i in low)
-            cast_note = _("{names} ({dtype}) cast to float64 for the check: finite differences in {dtype} lose "
-                          "about a third of its digits (their error is about ε^(2/3)).").format(
+            cast_note = _("{names} ({dtype}) cast to float64 for the check: in {dtype}, finite differences would "
+                          "lose about a third of the digits (their error is about ε^(2/3)).").format(
                 names=names, dtype=original[low[0]])
             notes.append(cast_note)
     y0_struct = f(*work_inputs)

@@ -92,27 +92,6 @@ def _check_method(method) -> str:
     return method
 
 
-def _coerce_weight(sample_weight, n: int):
-    if sample_weight is None:
-        return None
-    if isinstance(sample_weight, (bool, str, bytes)):
-        raise ValueError(f"sample_weight must be None or one number per example, shape ({n},); got {sample_weight!r}")
-    try:
-        w = tf.convert_to_tensor(sample_weight)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"sample_weight must be None or one number per example, shape ({n},); got "
-                         f"{type(sample_weight).__name__}") from err
-    if not (w.dtype.is_floating or w.dtype.is_integer):
-        raise ValueError(f"sample_weight must hold numbers; got dtype {w.dtype.name}")
-    shape = tuple(w.shape)
-    if shape not in ((n,), (n, 1)):
-        raise ValueError(f"sample_weight must have one weight per example, shape ({n},) or ({n}, 1); got shape {shape}")
-    w = tf.reshape(tf.cast(w, tf.float32), [n])
-    if not bool(tf.reduce_all(tf.math.is_finite(w))):
-        raise ValueError("sample_weight holds NaN or inf; every weight must be a finite number")
-    return w
-
-
 def _check_training(training) -> bool:
     if not isinstance(training, bool):
         raise ValueError(f"training must be True or False; got {training!r}")
@@ -125,14 +104,8 @@ def _has_batch_norm(model) -> bool:
 
 # ----------------------------------------------------------------------------- the per-example loss
 def _example_loss(loss: core.Loss, model, x1, y1, w1, training: bool):
-    """The loss of the batch holding one example (``x1``, ``y1`` with a batch axis of 1)."""
-    pred = model(x1, training=training)
-    value = loss(x1, y1, pred, training)
-    if w1 is None:
-        return value
-    # the weight multiplies the data term only; model.losses (regularizers) count once, as in compute_loss
-    extra = tf.add_n([tf.cast(v, tf.float32) for v in model.losses]) if model.losses else 0.0
-    return w1 * (value - extra) + extra
+    """The loss of the batch holding one example (``x1``, ``y1``, ``w1`` with a batch axis of 1)."""
+    return loss(x1, y1, model(x1, training=training), training, sample_weight=w1)
 
 
 def _dense(g, v):
@@ -142,7 +115,16 @@ def _dense(g, v):
 
 
 def _one(xs, i):
-    return tf.nest.map_structure(lambda t: t[i][None], xs)
+    return None if xs is None else tf.nest.map_structure(lambda t: t[i][None], xs)
+
+
+def _add_batch_axis(xs):
+    return None if xs is None else tf.nest.map_structure(lambda t: t[None], xs)
+
+
+def _placeholder(x):
+    """What ``tf.vectorized_map`` maps over in place of a missing ``sample_weight``."""
+    return tf.zeros([tf.shape(tf.nest.flatten(x)[0])[0]])
 
 
 class _Compiled:
@@ -168,13 +150,10 @@ class _Compiled:
             def vmap(x, y, w):
                 def one(args):
                     xi, yi, wi = args
-                    add = lambda t: t[None]  # noqa: E731
-                    grads, value = grads_of_one(tf.nest.map_structure(add, xi), tf.nest.map_structure(add, yi),
-                                                None if w is None else wi)
-                    return grads, value
+                    return grads_of_one(_add_batch_axis(xi), _add_batch_axis(yi),
+                                        None if w is None else _add_batch_axis(wi))
 
-                wi = w if w is not None else tf.zeros([tf.shape(tf.nest.flatten(x)[0])[0]])
-                return tf.vectorized_map(one, (x, y, wi))
+                return tf.vectorized_map(one, (x, y, _placeholder(x) if w is None else w))
 
             self.fn = tf.function(vmap, reduce_retracing=True)
         else:
@@ -184,16 +163,10 @@ class _Compiled:
 
                     def one(args):
                         xi, yi, pi, wi = args
-                        add = lambda t: t[None]  # noqa: E731
-                        x1, y1, p1 = (tf.nest.map_structure(add, s) for s in (xi, yi, pi))
-                        value = loss(x1, y1, p1, training)
-                        if w is None:
-                            return value
-                        extra = tf.add_n([tf.cast(v, tf.float32) for v in model.losses]) if model.losses else 0.0
-                        return wi * (value - extra) + extra
+                        return loss(_add_batch_axis(xi), _add_batch_axis(yi), _add_batch_axis(pi), training,
+                                    sample_weight=None if w is None else _add_batch_axis(wi))
 
-                    wi = w if w is not None else tf.zeros([tf.shape(tf.nest.flatten(x)[0])[0]])
-                    values = tf.vectorized_map(one, (x, y, pred, wi))
+                    values = tf.vectorized_map(one, (x, y, pred, _placeholder(x) if w is None else w))
                 jac = tape.jacobian(values, variables)
                 self.connected = [g is not None for g in jac]
                 n = tf.shape(values)[0]
@@ -211,7 +184,7 @@ class _Compiled:
         n = int(tf.nest.flatten(x)[0].shape[0])
         rows, values = [], []
         for i in range(n):
-            grads, value = self.fn(_one(x, i), _one(y, i), None if w is None else w[i])
+            grads, value = self.fn(_one(x, i), _one(y, i), _one(w, i))
             rows.append(grads)
             values.append(value)
         return [tf.stack(c) for c in zip(*rows, strict=True)], tf.stack(values)
@@ -260,8 +233,7 @@ def per_example_gradients(model, x, y, *, loss: Callable | None = None, sample_w
     method = _check_method(method)
     training = _check_training(training)
     x, y = core.coerce_batch(model, x, y)
-    n = int(tf.nest.flatten(x)[0].shape[0])
-    w = _coerce_weight(sample_weight, n)
+    w = core.coerce_sample_weight(sample_weight, y)
     if training and _has_batch_norm(model):
         raise ValueError(
             "training=True with a BatchNormalization layer: in training mode BatchNorm normalizes each example "
@@ -269,7 +241,7 @@ def per_example_gradients(model, x, y, *, loss: Callable | None = None, sample_w
             "implementations replace BatchNorm by GroupNorm or LayerNorm). Use training=False (the moving "
             "statistics), or a model without BatchNorm"
         )
-    stateful = [layer.name for layer in core.leaf_layers(model) if getattr(layer, "stateful", False)]
+    stateful = [layer.name for layer in core.stateful_rnn_layers(model)]
     if stateful:
         raise ValueError(
             f"model has stateful recurrent layers ({', '.join(stateful)}): their state carries over from batch to "
@@ -283,7 +255,7 @@ def per_example_gradients(model, x, y, *, loss: Callable | None = None, sample_w
         raise ValueError("model has no trainable variables, so there is no gradient to take")
     resolved = core.resolve_loss(model, loss)
     x1, y1 = _one(x, 0), _one(y, 0)  # the loss's own checks (shapes, labels), eagerly, on one example
-    resolved.check(y1, model(x1, training=False))
+    resolved.check(y1, model(x1, training=False), _one(w, 0))
     saved = core.snapshot(model)
     weighted = w is not None
     try:

@@ -193,6 +193,29 @@ def test_model_is_unchanged_and_batch_norm_statistics_stay():
         per_example_gradients(model, x, y, training=True)
 
 
+def test_multi_output_compiled_loss_leaves_the_loss_trackers_alone():
+    keras.utils.set_random_seed(5)
+    inputs = keras.Input((4,))
+    hidden = keras.layers.Dense(5, activation="relu")(inputs)
+    model = keras.Model(inputs, {"a": keras.layers.Dense(1, name="a")(hidden), "b": keras.layers.Dense(2, name="b")(hidden)})
+    model.compile(loss={"a": "mse", "b": "mae"}, loss_weights={"a": 1.0, "b": 0.5}, optimizer="sgd")
+    rng = np.random.default_rng(6)
+    x, y = rng.normal(size=(6, 4)), {"a": rng.normal(size=(6, 1)), "b": rng.normal(size=(6, 2))}
+    model.fit(x, y, epochs=1, verbose=0)  # the trackers hold values now
+    before = [v.numpy().copy() for v in model.metrics_variables]
+    got = per_example_gradients(model, x, y)
+    for a, v in zip(before, model.metrics_variables, strict=True):
+        np.testing.assert_array_equal(a, v.numpy())
+    # example 4's gradient is that of Keras's own loss on a batch of one
+    xs = tf.constant(x[4:5], tf.float32)
+    ys = {k: tf.constant(v[4:5], tf.float32) for k, v in y.items()}
+    with tf.GradientTape() as tape:
+        pred = model(xs, training=False)
+        loss = (tf.reduce_mean(tf.square(ys["a"] - pred["a"])) + 0.5 * tf.reduce_mean(tf.abs(ys["b"] - pred["b"])))
+    for g, r in zip(got, tape.gradient(loss, model.trainable_variables), strict=True):
+        np.testing.assert_allclose(np.asarray(g)[4], r.numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_unconnected_variable_is_none_like_the_tape():
     class Unused(keras.Model):
         def __init__(self):
@@ -226,7 +249,7 @@ def test_bad_arguments_are_clear_value_errors():
     model, x, y = shared("dense")
     with pytest.raises(ValueError, match="method must be one of"):
         per_example_gradients(model, x, y, method="fast")
-    with pytest.raises(ValueError, match="sample_weight must have one weight per example"):
+    with pytest.raises(ValueError, match="sample_weight must hold one weight per example"):
         per_example_gradients(model, x, y, sample_weight=np.ones(B + 1))
     with pytest.raises(ValueError, match="sample_weight holds NaN"):
         per_example_gradients(model, x, y, sample_weight=np.full(B, np.nan))

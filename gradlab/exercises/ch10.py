@@ -1,0 +1,248 @@
+"""Self-checks for chapter 10's exercises (check, bend and budget gradients).
+
+* exercise 1: :func:`check_central_difference`, ``(f(x + h) - f(x - h)) / (2h)``;
+* exercise 2: :func:`check_cube_gradient`, a ``tf.custom_gradient`` for ``x³`` that
+  :func:`gradlab.check_gradient` accepts;
+* exercise 3: :func:`check_clip_per_example`, each example's gradient clipped to a global
+  norm, as DP-SGD clips (not the batch's, not each variable's);
+* exercise 4: :func:`check_gradient_penalty`, the WGAN-GP penalty with a gradient that
+  reaches the critic's weights;
+* exercise 5: :func:`check_accumulate`, the mean of k micro-batch gradients, equal to the
+  gradient of the whole batch.
+
+Every check returns a :class:`~gradlab.checks.CheckResult` and never raises on a wrong answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from .._env import quiet_import_tensorflow
+from ..checks import CheckResult, call_answer, check_array, check_arrays
+from ..gradcheck import check_gradient
+from ..i18n import _
+
+tf = quiet_import_tensorflow()
+import keras  # noqa: E402
+
+__all__ = [
+    "check_accumulate",
+    "check_central_difference",
+    "check_clip_per_example",
+    "check_cube_gradient",
+    "check_gradient_penalty",
+    "critic_and_batch",
+    "per_example_batch",
+    "regression_model_and_batch",
+]
+
+
+def _tensor_or_feedback(name: str, value, what: str):
+    if value is None:
+        return None, CheckResult(name, False, _("{what} returned None: did you forget the return statement?").format(
+            what=what))
+    if isinstance(value, (str, bytes)):
+        return None, CheckResult(name, False, _("{what} returned a {kind}: return a tensor").format(
+            what=what, kind=type(value).__name__))
+    return value, None
+
+
+# ----------------------------------------------------------------------------- exercise 1
+def check_central_difference(central_difference: Callable) -> CheckResult:
+    """Exercise 1: ``central_difference(f, x, h)`` is ``(f(x + h) - f(x - h)) / (2h)``."""
+    name = "central difference"
+
+    def cube(t):
+        return t ** 3
+
+    cases = [(cube, 2.0, 1e-3), (cube, 2.0, 0.1), (np.sin, 1.0, 1e-4)]
+    for f, x, h in cases:
+        got, problem = call_answer(name, central_difference, f, x, h, what="central_difference")
+        if problem is not None:
+            return problem
+        got, problem = _tensor_or_feedback(name, got, "central_difference")
+        if problem is not None:
+            return problem
+        expected = (f(x + h) - f(x - h)) / (2 * h)
+        forward = (f(x + h) - f(x)) / h
+        hints = [(forward, _("that is the forward difference (f(x + h) - f(x)) / h, whose error falls only as h; "
+                             "step to both sides")),
+                 (2 * expected, _("twice the expected value: divide by 2h, the distance between x - h and x + h")),
+                 ((f(x + h) - f(x - h)) / h, _("the distance between x - h and x + h is 2h")),
+                 (expected * h, _("divide the difference by the step"))]
+        result = check_array(name, got, expected, rtol=1e-9, atol=1e-12, hints=hints)
+        if not result:
+            return CheckResult(name, False, _("for f = {f}, x = {x}, h = {h}: {feedback}").format(
+                f=getattr(f, "__name__", "f"), x=x, h=h, feedback=result.feedback))
+    return CheckResult(name, True, _("(f(x + h) - f(x - h)) / 2h for three functions and steps; for x³ at 2 with "
+                                     "h = 0.1 it gives 12.01, the exact 12 plus the truncation error h² = 0.01"))
+
+
+# ----------------------------------------------------------------------------- exercise 2
+def check_cube_gradient(cube: Callable) -> CheckResult:
+    """Exercise 2: ``cube(x) = x**3`` whose gradient :func:`gradlab.check_gradient` accepts."""
+    name = "custom gradient of x³"
+    x = tf.constant([-1.5, 0.5, 2.0], tf.float64)
+    out, problem = call_answer(name, cube, x, what="cube")
+    if problem is not None:
+        return problem
+    out, problem = _tensor_or_feedback(name, out, "cube")
+    if problem is not None:
+        return problem
+    forward = check_array(name, out, x.numpy() ** 3, rtol=1e-12, atol=1e-12)
+    if not forward:
+        return CheckResult(name, False, _("the forward pass must stay x³: {feedback}").format(
+            feedback=forward.feedback))
+    try:
+        result = check_gradient(cube, x)
+    except Exception as err:  # noqa: BLE001 - the learner's grad function failed
+        return CheckResult(name, False, _("the gradient check could not run cube's backward pass: {error}").format(
+            error=f"{type(err).__name__}: {str(err).strip().splitlines()[0][:160]}"))
+    if not result.ok:
+        w = result.worst
+        hint = ""
+        if w is not None and abs(w.numerical) > 0 and abs(w.theoretical / w.numerical - 1 / x.numpy()[w.input[0]]) < 1e-6:
+            hint = " " + _("The backward pass returns 3x·dy: the derivative of x³ is 3x².")
+        return CheckResult(name, False, _("check_gradient says the backward pass is wrong: at {entry} the tape gives "
+                                          "{tape}, finite differences {fd}.{hint}").format(
+            entry=w.label if w else "?", tape=f"{w.theoretical:.6g}" if w else "?",
+            fd=f"{w.numerical:.6g}" if w else "?", hint=hint))
+    return CheckResult(name, True, _("check_gradient accepts it: largest error {err} of the largest entry").format(
+        err=f"{result.max_rel_error:.1g}"))
+
+
+# ----------------------------------------------------------------------------- exercise 3
+def per_example_batch() -> list:
+    """Exercise 3's per-example gradients: two variables, a batch of 4, one example far larger."""
+    rng = np.random.default_rng(10)
+    kernel = rng.normal(size=(4, 3, 2)) * np.array([1.0, 0.2, 5.0, 0.5])[:, None, None]
+    bias = rng.normal(size=(4, 2)) * np.array([1.0, 0.2, 5.0, 0.5])[:, None]
+    return [tf.constant(kernel, tf.float32), tf.constant(bias, tf.float32)]
+
+
+def _clip_reference(grads, c: float) -> list[np.ndarray]:
+    arrays = [np.asarray(g, dtype=np.float64) for g in grads]
+    n = arrays[0].shape[0]
+    norms = np.sqrt(sum(np.sum(a.reshape(n, -1) ** 2, axis=1) for a in arrays))
+    scale = np.minimum(1.0, c / np.maximum(norms, 1e-300))
+    return [a * scale.reshape((n,) + (1,) * (a.ndim - 1)) for a in arrays]
+
+
+def check_clip_per_example(clip_per_example: Callable, clip_norm: float = 1.0) -> CheckResult:
+    """Exercise 3: each example's gradient (over all variables together) scaled to norm <= ``clip_norm``."""
+    name = "per-example clipping"
+    grads = per_example_batch()
+    got, problem = call_answer(name, clip_per_example, list(grads), clip_norm, what="clip_per_example")
+    if problem is not None:
+        return problem
+    expected = _clip_reference(grads, clip_norm)
+    arrays = [np.asarray(g, dtype=np.float64) for g in grads]
+    batch_clipped = [np.asarray(g) for g in tf.clip_by_global_norm([tf.cast(a, tf.float64) for a in arrays],
+                                                                   clip_norm)[0]]
+    per_variable = [np.stack([np.asarray(tf.clip_by_norm(tf.constant(a[i]), clip_norm)) for i in range(a.shape[0])])
+                    for a in arrays]
+    hints = [(batch_clipped, _("that clips the whole batch to one global norm (tf.clip_by_global_norm): DP-SGD "
+                               "clips each example, over all of its variables together")),
+             (per_variable, _("that clips each variable of each example separately: an example's norm is taken "
+                              "over all of its variables together")),
+             (arrays, _("nothing was clipped: example 2's norm is far above the bound"))]
+    if isinstance(got, tuple) and len(got) == 2 and not hasattr(got[0], "shape"):
+        got = got[0]
+    return check_arrays(name, got, expected, labels=["kernel", "bias"], what="one per variable", hints=hints,
+                        rtol=1e-5, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- exercise 4
+def critic_and_batch():
+    """Exercise 4's critic (two tanh layers) and a batch of interpolated inputs."""
+    keras.utils.set_random_seed(4)
+    critic = keras.Sequential([keras.Input((3,)), keras.layers.Dense(8, activation="tanh"),
+                               keras.layers.Dense(1)])
+    x = tf.random.stateless_normal([6, 3], seed=[4, 4])
+    return critic, x
+
+
+def _penalty_reference(critic, x):
+    with tf.GradientTape() as outer:
+        with tf.GradientTape() as inner:
+            inner.watch(x)
+            d = critic(x)
+        g = inner.gradient(d, x)
+        norm = tf.sqrt(tf.reduce_sum(tf.square(g), axis=1) + 1e-12)
+        penalty = tf.reduce_mean(tf.square(norm - 1.0))
+    return penalty, outer.gradient(penalty, critic.trainable_variables)
+
+
+def check_gradient_penalty(gradient_penalty: Callable) -> CheckResult:
+    """Exercise 4: ``gradient_penalty(critic, x)``, the mean over the batch of
+    ``(||∇ₓ D(x_i)|| - 1)²``, differentiable with respect to the critic's weights."""
+    name = "gradient penalty"
+    critic, x = critic_and_batch()
+    expected, expected_grads = _penalty_reference(critic, x)
+    with tf.GradientTape() as tape:
+        got, problem = call_answer(name, gradient_penalty, critic, x, what="gradient_penalty")
+        if problem is not None:
+            return problem
+        got, problem = _tensor_or_feedback(name, got, "gradient_penalty")
+        if problem is not None:
+            return problem
+    with tf.GradientTape() as t2:
+        t2.watch(x)
+        d = critic(x)
+    g = t2.gradient(d, x).numpy().astype(np.float64)
+    whole_batch = (np.linalg.norm(g) - 1.0) ** 2
+    no_square = float(np.mean(np.linalg.norm(g, axis=1) - 1.0))
+    value = check_array(name, got, float(expected), rtol=1e-4, atol=1e-6, hints=[
+        (whole_batch, _("that takes one norm over the whole batch: take one norm per example (axis=1), then the "
+                        "mean of (norm - 1)²")),
+        (no_square, _("square (norm - 1) before the mean"))])
+    if not value:
+        return value
+    try:
+        grads = tape.gradient(got, critic.trainable_variables)
+    except Exception as err:  # noqa: BLE001
+        return CheckResult(name, False, _("the penalty cannot be differentiated: {error}").format(
+            error=f"{type(err).__name__}: {str(err).strip().splitlines()[0][:160]}"))
+    if all(gr is None for gr in grads):
+        return CheckResult(name, False, _("the value is right but its gradient with respect to the critic's weights "
+                                          "is None: the penalty left TensorFlow (NumPy, float(), .numpy()) or was "
+                                          "computed from a stopped gradient, so the update cannot lower it"))
+    result = check_arrays(name, grads, expected_grads, labels=[v.path for v in critic.trainable_variables],
+                          what="one per variable", rtol=1e-4, atol=1e-6)
+    if not result:
+        return result
+    return CheckResult(name, True, _("penalty {value} and its gradient for all {n} critic variables, by double "
+                                     "backprop").format(value=f"{float(expected):.4g}",
+                                                        n=len(critic.trainable_variables)))
+
+
+# ----------------------------------------------------------------------------- exercise 5
+def regression_model_and_batch():
+    """Exercise 5's model (no BatchNorm) and a batch of 12 examples."""
+    keras.utils.set_random_seed(5)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(6, activation="tanh"), keras.layers.Dense(1)])
+    x = tf.random.stateless_normal([12, 4], seed=[5, 1])
+    y = tf.random.stateless_normal([12, 1], seed=[5, 2])
+    return model, x, y
+
+
+def check_accumulate(accumulate: Callable, k: int = 3) -> CheckResult:
+    """Exercise 5: ``accumulate(model, x, y, k)`` returns the mean of the gradients of the mean
+    squared error over ``k`` equal micro-batches, one per trainable variable."""
+    name = "gradient accumulation"
+    model, x, y = regression_model_and_batch()
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(y - model(x)))
+    expected = [g.numpy() for g in tape.gradient(loss, model.trainable_variables)]
+    got, problem = call_answer(name, accumulate, model, x, y, k, what="accumulate")
+    if problem is not None:
+        return problem
+    hints = [([g * k for g in expected], _("k times too large: divide the sum of the micro-batch gradients by k"))]
+    result = check_arrays(name, got, expected, labels=[v.path for v in model.trainable_variables],
+                          what="one per variable", hints=hints, rtol=1e-4, atol=1e-6)
+    if not result:
+        return result
+    return CheckResult(name, True, _("the mean of {k} micro-batch gradients equals the gradient of the whole batch "
+                                     "of {n}").format(k=k, n=int(x.shape[0])))
