@@ -7,10 +7,14 @@ draws a logger's history).
   ``Model.train_step`` override, so that ``model.fit`` clips, skips non-finite steps and logs
   per-layer gradient norms; :class:`GradNormSequential` is a ready Sequential with it.
 * :class:`GradNormLogger` is a Keras callback that records per-layer gradient norms during
-  ``fit``, from a fixed probe batch or from a :class:`GradNormTrainStep` model's logs.
+  ``fit``, from a fixed probe batch or from a :class:`GradNormTrainStep` model's logs; with
+  ``log_dir`` it also writes them for TensorBoard (chapter 09), and
+  :meth:`GradNormLogger.log_gradients` does the same from a custom training loop.
 """
 
 from __future__ import annotations
+
+import os
 
 from . import core
 from ._env import quiet_import_tensorflow
@@ -99,10 +103,21 @@ class GradNormLogger(keras.callbacks.Callback):
     :attr:`history` maps each layer name to its list of norms, :attr:`steps` holds the epoch
     (1-based) or global batch number of each entry; ``gl.plots.plot_grad_norm_history(logger.history,
     steps=logger.steps)`` draws them.
+
+    ``log_dir`` (chapter 09): every entry is also written with ``tf.summary`` to an event file
+    in ``log_dir`` for TensorBoard (``tensorboard --logdir <log_dir>``): each layer's gradient
+    norm as the scalar ``grad_norm/<layer>`` and, where the gradient itself is known (a probe,
+    or :meth:`log_gradients`), its values as the histogram ``gradients/<layer>``, at the step
+    of :attr:`steps`. The file is flushed after every entry and closed when training ends.
+    In a custom loop, call :meth:`log_gradients` with the model, its gradients and the step.
     """
 
-    def __init__(self, probe=None, *, every: str = "epoch", every_n: int = 1):
+    def __init__(self, probe=None, *, every: str = "epoch", every_n: int = 1, log_dir=None):
         super().__init__()
+        if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
+            raise ValueError(f"log_dir must be None or a directory path; got {type(log_dir).__name__}")
+        self.log_dir = None if log_dir is None else os.fspath(log_dir)
+        self._writer = None
         if every not in ("epoch", "batch"):
             raise ValueError(f"every must be 'epoch' or 'batch'; got {every!r}")
         self.every = every
@@ -135,6 +150,53 @@ class GradNormLogger(keras.callbacks.Callback):
         if self.every == "batch" and self._batches % self.every_n == 0:
             self._record(self._batches, logs)
 
+    def on_train_end(self, logs=None):
+        self.close()
+
+    # ------------------------------------------------------------------ TensorBoard
+    def log_gradients(self, model, grads, step: int) -> dict:
+        """Record (and with ``log_dir`` write) per-layer norms of ``grads`` at ``step``; a custom loop's hook.
+
+        ``grads`` are the gradients of ``model.trainable_variables`` in that order (``None``
+        for a variable the loss does not reach), as ``tape.gradient(loss,
+        model.trainable_variables)`` returns them. Returns ``{layer: norm}`` (float64). Chapter 09.
+        """
+        core.check_model(model, built=True)
+        grads = list(grads)
+        variables = model.trainable_variables
+        if len(grads) != len(variables):
+            raise ValueError(f"grads holds {len(grads)} gradients but model {model.name!r} has {len(variables)} "
+                             "trainable variables: pass tape.gradient(loss, model.trainable_variables)")
+        step = check_int("step", step, 0)
+        groups = core.layer_groups(model)
+        norms = {k: float(v) for k, v in core.group_norms(grads, groups).items()}
+        self._store(step, norms, _layer_values(grads, groups))
+        return norms
+
+    def _layer_values(self, grads, groups):
+        return _layer_values(grads, groups) if self.log_dir is not None else None
+
+    def _store(self, step: int, norms: dict, values: dict | None) -> None:
+        for name, value in norms.items():
+            self.history.setdefault(name, []).append(value)
+        self.steps.append(step)
+        if self.log_dir is None:
+            return
+        if self._writer is None:
+            self._writer = tf.summary.create_file_writer(self.log_dir)
+        with self._writer.as_default():
+            for name, value in norms.items():
+                tf.summary.scalar(f"grad_norm/{name}", value, step=step)
+            for name, value in (values or {}).items():
+                tf.summary.histogram(f"gradients/{name}", value, step=step)
+        self._writer.flush()
+
+    def close(self) -> None:
+        """Close the event file (a later entry opens a new one in the same ``log_dir``)."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
     # ------------------------------------------------------------------ internals
     def _make_probe_fn(self):
         model = self.model
@@ -163,7 +225,8 @@ class GradNormLogger(keras.callbacks.Callback):
                 value = loss(x, y, y_pred, False, sw)
             # mixed precision: the loss scaled by the optimizer's loss scale, the gradients
             # unscaled, so float16 gradients do not underflow (as fit takes them)
-            return core.group_norms(core.compute_gradients(tape, value, variables, optimizer), groups)
+            grads = core.compute_gradients(tape, value, variables, optimizer)
+            return core.group_norms(grads, groups), self._layer_values(grads, groups)
 
         x, y, sw = self._probe_data
         # eagerly first: a y that does not fit the loss, or a loss that is not a scalar, is a
@@ -184,13 +247,15 @@ class GradNormLogger(keras.callbacks.Callback):
             # the probe must not move what fit reports: loss trackers, stateful RNN states
             saved = core.snapshot(self.model, False, weights=False)
             try:
-                norms = {k: float(v) for k, v in self._probe_fn(*self._probe_data).items()}
+                norms, values = self._probe_fn(*self._probe_data)
+                norms = {k: float(v) for k, v in norms.items()}
             finally:
                 core.restore(saved)
         else:
             logs = logs or {}
             norms = {k[len("grad_norm/"):]: float(v) for k, v in logs.items()
                      if k.startswith("grad_norm/")}
+            values = None  # the logs hold norms only: no histograms
             if not norms:
                 raise ValueError(
                     "GradNormLogger found no 'grad_norm/<layer>' entries in the logs: pass "
@@ -198,6 +263,14 @@ class GradNormLogger(keras.callbacks.Callback):
                 )
         if not norms:
             raise ValueError(f"GradNormLogger: model {self.model.name!r} has no layer with trainable weights")
-        for name, value in norms.items():
-            self.history.setdefault(name, []).append(value)
-        self.steps.append(step)
+        self._store(step, norms, values)
+
+
+def _layer_values(grads, groups) -> dict:
+    """``{layer: every gradient value of the layer, flattened}`` (``IndexedSlices`` made dense)."""
+    out = {}
+    for name, idx in groups:
+        parts = [tf.reshape(tf.convert_to_tensor(grads[i]), [-1]) for i in idx if grads[i] is not None]
+        if parts:
+            out[name] = tf.concat([tf.cast(p, tf.float32) for p in parts], axis=0)
+    return out
