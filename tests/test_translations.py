@@ -195,3 +195,27 @@ def test_translated_twin_uses_the_glossary_terms(stem):
             if not any(norm(t) and norm(t) in text for t in zh_term.split(" / ")):
                 missing.append(f"{en} -> {zh_term}")
     assert not missing, f"{stem}: glossary terms taught in English but not used in Chinese: {missing}"
+
+
+# ----------------------------------------------------------------------------- make lab-zh
+def test_lab_zh_opens_the_chinese_chapter_00_in_chinese(tmp_path):
+    """`make lab-zh`: the language pack is installed, the override selects it, the URL exists."""
+    import importlib.metadata
+    import json
+    import subprocess
+
+    from tools import lab_zh
+
+    pack = importlib.metadata.version("jupyterlab-language-pack-zh-cn")
+    lab = importlib.metadata.version("jupyterlab")
+    assert pack.split(".")[0] == lab.split(".")[0] == "4", (pack, lab)
+    kept = lab_zh.overrides({"@jupyterlab/notebook-extension:tracker": {"windowingMode": "none"}})
+    assert kept["@jupyterlab/translation-extension:plugin"] == {"locale": "zh_CN"}
+    assert kept["@jupyterlab/notebook-extension:tracker"] == {"windowingMode": "none"}
+    written = json.loads((lab_zh.write_settings(tmp_path) / "overrides.json").read_text())
+    assert written["@jupyterlab/translation-extension:plugin"]["locale"] == "zh_CN"
+    dry = subprocess.run(["make", "-n", "lab-zh"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert dry.returncode == 0, dry.stderr
+    assert "--LabApp.app_settings_dir=" in dry.stdout
+    url = re.search(r"default_url=/lab/tree/(\S+\.ipynb)", dry.stdout).group(1)
+    assert url == "chapters/zh/00-introduction.ipynb" and (ROOT / url).exists()
