@@ -106,29 +106,11 @@ class _Picker:
 
 
 def _finding(report) -> str:
-    verdict = getattr(report, "verdict", None)
-    return verdict.finding if verdict is not None else report.message
+    return report.verdict.finding
 
 
-def _causes(report, settings: Mapping) -> tuple[str, ...]:
-    verdict = getattr(report, "verdict", None)
-    if verdict is not None:
-        return tuple(verdict.causes)
-    # Until every report carries a verdict: the same kinds of cause, from the report alone.
-    s = np.asarray(getattr(report, "signal_norms", getattr(report, "time_step_norms", [])))
-    if report.status == "healthy":
-        return ()
-    if report.status == "non-finite":
-        return ("overflow",)
-    if report.status == "exploding":
-        return ("initializer-scale",)
-    if s.size and np.all(s == 0):
-        return ("dead-units",)
-    if s.size and np.any(s == 0):
-        return ("underflow",)
-    if settings.get("activation") in _SATURATING or settings.get("cell") == "simple_rnn":
-        return ("saturating-activation", "initializer-scale")
-    return ("initializer-scale",)
+def _causes(report) -> tuple[str, ...]:
+    return tuple(report.verdict.causes)
 
 
 def _scale_label(labels: Mapping, scale: float) -> str:
@@ -157,7 +139,7 @@ def gradient_advice(report, settings: Mapping, labels: Mapping | None = None,
     s = np.asarray(report.signal_norms, dtype=np.float64)
     finding = _finding(report)
     status = report.status
-    causes = _causes(report, settings)
+    causes = _causes(report)
     if dtype == "float16" and scale > 1 and s.size and np.all(np.isfinite(s)) and np.all(s > 0):
         finding += " " + _(
             "The loss scale {scale} worked: no layer's float16 gradient underflowed to 0 "

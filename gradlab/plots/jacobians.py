@@ -179,7 +179,7 @@ def plot_block_diagonals(full, blocks: dict, *, annotate: bool = True, figsize=N
         raise ValueError(f"full must have shape (B, out, B, in); got shape {full.shape}")
     if not blocks:
         raise ValueError("blocks must map at least one title to a (B, out, in) array; got an empty dict")
-    nb, r, _, c = full.shape
+    nb, r, __, c = full.shape
     mats = {f"full Jacobian, shape {full.shape}\ndrawn as {nb * r} × {nb * c}": full.reshape(nb * r, nb * c)}
     for name, b in blocks.items():
         if np.shape(b) != (nb, r, c):
