@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from ._env import quiet_import_tensorflow
-from .i18n import _
+from .i18n import N_, _
 from .training import train_steps
 
 tf = quiet_import_tensorflow()
@@ -54,7 +54,7 @@ __all__ = [
 
 Hint = tuple[Any, str]
 
-NONE_TEXT = (
+NONE_TEXT = N_(
     "nothing is returned or assigned yet? If it is a gradient, it is None because the target "
     "does not depend on the source through operations the tape recorded (chapter 02's gallery "
     "of None gradients)"
@@ -200,70 +200,82 @@ def _to_numpy(value):
     """``(array, problem, note)``: problem is None when ``value`` converted cleanly.
 
     ``note`` says how the value was read when that is worth knowing (a number written as a
-    string, an IndexedSlices turned dense).
+    string, an IndexedSlices turned dense); it is a sentence of its own.
     """
     if value is None:
-        return None, f"got None: {NONE_TEXT}.", ""
+        return None, _("got None: {none}.").format(none=_(NONE_TEXT)), ""
     if isinstance(value, (str, bytes)):
         text = value.decode(errors="replace") if isinstance(value, bytes) else value
         try:
             number = float(text.strip())
         except ValueError:
-            return None, (f"got a {type(value).__name__} ({_short(value)}), expected numbers: return the "
-                          "number or array itself, not its printed text"), ""
-        return np.asarray(number), None, f" (the string {_short(value)} was read as the number {number:g}: " \
-            "a number is what is expected, not its text)"
+            return None, _("got a {kind} ({value}), expected numbers: return the number or array itself, not its "
+                           "printed text").format(kind=type(value).__name__, value=_short(value)), ""
+        return np.asarray(number), None, " " + _("(The string {value} was read as the number {number}: a number is "
+                                                 "what is expected, not its text.)").format(
+                                                     value=_short(value), number=f"{number:g}")
     if isinstance(value, dict):
-        return None, (f"got a dict with keys {_short(list(value))}, expected numbers (an array or a "
-                      "tensor); a dict has no order or shape to compare"), ""
+        return None, _("got a dict with keys {keys}, expected numbers (an array or a tensor); a dict has no order or "
+                       "shape to compare").format(keys=_short(list(value))), ""
     note = ""
     if _is_sparse(value):
         value = tf.convert_to_tensor(value)
-        note = " (an IndexedSlices, compared as the dense tensor it stands for)"
+        note = " " + _("(An IndexedSlices, compared as the dense tensor it stands for.)")
     where = _find_none(value) if isinstance(value, (list, tuple)) else None
     if where is not None:
         index = "".join(f"[{i}]" for i in where)
-        return None, f"it holds None at {type(value).__name__}{index}: a None there means {NONE_TEXT}.", ""
+        return None, _("it holds None at {where}: a None there means {none}.").format(
+            where=f"{type(value).__name__}{index}", none=_(NONE_TEXT)), ""
     try:
         arr = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
     except Exception as err:  # noqa: BLE001 - any conversion failure is feedback
         if isinstance(value, (list, tuple)) and "inhomogeneous" in str(err):
             shapes = ", ".join(_item_shape(v) for v in value[:6]) + (", ..." if len(value) > 6 else "")
-            return None, (f"got a ragged {type(value).__name__}: its items have different shapes ({shapes}), "
-                          "so it is not one rectangular array. Are some items missing a value, or is this "
-                          "a list of several arrays where one was expected?"), ""
-        return None, f"could not turn a {type(value).__name__} into an array ({err})", ""
+            return None, _("got a ragged {kind}: its items have different shapes ({shapes}), so it is not one "
+                           "rectangular array. Are some items missing a value, or is this a list of several arrays "
+                           "where one was expected?").format(kind=type(value).__name__, shapes=shapes), ""
+        return None, _("could not turn a {kind} into an array ({error})").format(
+            kind=type(value).__name__, error=clean_message(err, 120)), ""
     if arr.dtype == object:
         nones = [i for i, v in enumerate(arr.ravel()) if v is None]
         if nones:
             index = tuple(int(i) for i in np.unravel_index(nones[0], arr.shape))
-            return None, f"it holds None at index {index}: a None there means {NONE_TEXT}.", ""
-        return None, f"got a {type(value).__name__} that is not a rectangular array of numbers", ""
+            return None, _("it holds None at index {index}: a None there means {none}.").format(
+                index=index, none=_(NONE_TEXT)), ""
+        return None, _("got a {kind} that is not a rectangular array of numbers").format(
+            kind=type(value).__name__), ""
     return arr, None, note
 
 
 def _shape_feedback(arr: np.ndarray, exp: np.ndarray) -> str:
-    got_s, exp_s = arr.shape, exp.shape
-    text = f"shape {got_s}, expected {exp_s}"
+    got, want = arr.shape, exp.shape
     if arr.ndim == 0:
-        return (f"got a single number ({float(arr):.4g}), expected an array of shape {exp_s}: did you reduce "
-                "it (a sum, a mean, a loss) where the whole array was wanted?")
+        return _("got a single number ({value}), expected an array of shape {want}: did you reduce it (a sum, a "
+                 "mean, a loss) where the whole array was wanted?").format(value=f"{float(arr):.4g}", want=want)
     if exp.ndim == 0:
         if arr.size == 1:
-            return f"{text}: one number wrapped in an array; take it out (float(...) or tf.squeeze)"
-        return f"{text}, a single number: did you return a whole array where one value was wanted?"
-    if arr.ndim != exp.ndim and arr.size == exp.size and tuple(d for d in got_s if d != 1) == tuple(d for d in exp_s if d != 1):
-        which = "an extra" if arr.ndim > exp.ndim else "a missing"
-        return (f"{text}: {which} axis of length 1. Careful: subtracting a (n, 1) array from a (n,) one "
-                "broadcasts to (n, n) without an error; use keepdims=True, tf.squeeze or tf.reshape so both "
-                "sides have the same shape")
+            return _("shape {got}, expected {want}: one number wrapped in an array; take it out (float(...) or "
+                     "tf.squeeze)").format(got=got, want=want)
+        return _("shape {got}, expected {want}, a single number: did you return a whole array where one value was "
+                 "wanted?").format(got=got, want=want)
+    if arr.ndim != exp.ndim and arr.size == exp.size and tuple(d for d in got if d != 1) == tuple(d for d in want if d != 1):
+        if arr.ndim > exp.ndim:
+            text = _("shape {got}, expected {want}: an extra axis of length 1.")
+        else:
+            text = _("shape {got}, expected {want}: a missing axis of length 1.")
+        return text.format(got=got, want=want) + " " + _(
+            "Careful: subtracting a (n, 1) array from a (n,) one broadcasts to (n, n) without an error; use "
+            "keepdims=True, tf.squeeze or tf.reshape so both sides have the same shape")
     if arr.size == exp.size:
-        return f"{text} (same number of elements: a transpose or reshape away)"
+        return _("shape {got}, expected {want} (same number of elements: a transpose or reshape away)").format(
+            got=got, want=want)
     if arr.ndim < exp.ndim:
-        return f"{text} (fewer dimensions: did you sum over an axis, or use gradient instead of jacobian?)"
+        return _("shape {got}, expected {want} (fewer dimensions: did you sum over an axis, or use gradient instead "
+                 "of jacobian?)").format(got=got, want=want)
     if arr.ndim > exp.ndim:
-        return f"{text} (more dimensions: did you stack several results, or use jacobian instead of gradient?)"
-    return text
+        return _("shape {got}, expected {want} (more dimensions: did you stack several results, or use jacobian "
+                 "instead of gradient?)").format(got=got, want=want)
+    return _("shape {got}, expected {want}").format(got=got, want=want)
 
 
 def _common_ratio(arrs: Sequence[np.ndarray], exps: Sequence[np.ndarray]) -> float | None:
@@ -279,21 +291,49 @@ def _common_ratio(arrs: Sequence[np.ndarray], exps: Sequence[np.ndarray]) -> flo
     return r if np.allclose(a, r * e, rtol=1e-3, atol=1e-12) else None
 
 
-def _ratio_text(r: float, single: bool = False) -> str:
-    """What a common factor between the answer and the expected values suggests.
+def _ratio_text(r: float, single: bool = False, *, across: bool = False, explain: bool = True) -> str:
+    """What a common factor between the answer and the expected values suggests (one sentence).
 
     For a ``single`` number any answer is some multiple of the expected one, so only the
-    telling factors (-1, a whole number, 1/n) are mentioned.
+    telling factors (-1, a whole number, 1/n) are mentioned. ``across`` words it for all items
+    of a list; ``explain=False`` states the factor without guessing its cause.
     """
-    text = f" Every value is {r:.4g}× the expected one" if not single else f" That is {r:.4g}× the expected value"
+    factor = f"{r:.4g}"
     if abs(r + 1.0) < 1e-3:
-        return text + ": the sign is flipped."
-    if abs(r) >= 2 and abs(r - round(r)) < 1e-3 * abs(r):
-        return text + (": a whole number, as when a sum is taken where a mean was wanted "
-                       "(the ratio is then the number of items averaged, such as the batch size).")
-    if abs(r) < 0.5 and abs(1 / r - round(1 / r)) < 1e-3 / abs(r):
-        return text + f" (1/{round(1 / r)}): a mean where a sum was wanted, or a factor divided twice?"
-    return "" if single else text + "."
+        kind = "sign"
+    elif abs(r) >= 2 and abs(r - round(r)) < 1e-3 * abs(r):
+        kind = "whole"
+    elif abs(r) < 0.5 and abs(1 / r - round(1 / r)) < 1e-3 / abs(r):
+        kind = "fraction"
+    else:
+        kind = "plain"
+    if single and kind == "plain":
+        return ""
+    if not explain or kind == "plain":
+        text = (_("Across all items every value is {factor}× the expected one.") if across else
+                _("That is {factor}× the expected value.") if single else
+                _("Every value is {factor}× the expected one."))
+        return " " + text.format(factor=factor)
+    if kind == "sign":
+        text = (_("Across all items every value is {factor}× the expected one: the sign is flipped.") if across else
+                _("That is {factor}× the expected value: the sign is flipped.") if single else
+                _("Every value is {factor}× the expected one: the sign is flipped."))
+    elif kind == "whole":
+        text = (_("Across all items every value is {factor}× the expected one: a whole number, as when a sum is "
+                  "taken where a mean was wanted (the ratio is then the number of items averaged, such as the batch "
+                  "size).") if across else
+                _("That is {factor}× the expected value: a whole number, as when a sum is taken where a mean was "
+                  "wanted (the ratio is then the number of items averaged, such as the batch size).") if single else
+                _("Every value is {factor}× the expected one: a whole number, as when a sum is taken where a mean "
+                  "was wanted (the ratio is then the number of items averaged, such as the batch size)."))
+    else:
+        text = (_("Across all items every value is {factor}× the expected one (1/{n}): a mean where a sum was "
+                  "wanted, or a factor divided twice?") if across else
+                _("That is {factor}× the expected value (1/{n}): a mean where a sum was wanted, or a factor divided "
+                  "twice?") if single else
+                _("Every value is {factor}× the expected one (1/{n}): a mean where a sum was wanted, or a factor "
+                  "divided twice?"))
+    return " " + text.format(factor=factor, n=round(1 / r) if kind == "fraction" else "")
 
 
 def _matches(match, arrs) -> bool:
@@ -313,7 +353,7 @@ def _matches(match, arrs) -> bool:
 
 def _hint_text(hints: Iterable[Hint], arrs) -> str:
     found = [text for match, text in hints if _matches(match, arrs)]
-    return "".join(f" Hint: {t}" for t in found)
+    return "".join(" " + _("Hint: {hint}").format(hint=t) for t in found)
 
 
 def _expected_array(expected) -> np.ndarray:
@@ -333,132 +373,147 @@ def check_array(name: str, got, expected, *, rtol: float = 1e-4, atol: float = 1
     docstring); ``if_none`` is appended when the answer is or holds ``None``. Used by the
     exercises of every chapter.
     """
-    exp = _expected_array(expected)
+    return _check_array(name, got, _expected_array(expected), rtol=rtol, atol=atol, hints=hints, if_none=if_none)
+
+
+def _check_array(name: str, got, exp: np.ndarray, *, rtol: float, atol: float, hints: Sequence[Hint] = (),
+                 if_none: str = "", ratio: bool = True) -> CheckResult:
     if isinstance(got, (bool, np.bool_)):
-        return CheckResult(name, False, f"got the bool {bool(got)!r}, expected numbers (a comparison or a "
-                                        "check result where the value itself was wanted?)")
+        return CheckResult(name, False, _("got the bool {value!r}, expected numbers (a comparison or a check result "
+                                          "where the value itself was wanted?)").format(value=bool(got)))
     arr, problem, note = _to_numpy(got)
     if problem:
         extra = f" {if_none}" if if_none and _find_none(got) is not None else ""
         return CheckResult(name, False, problem + extra)
     if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
-        return CheckResult(name, False, f"dtype {arr.dtype} is not numeric: expected numbers")
+        return CheckResult(name, False, _("dtype {dtype} is not numeric: expected numbers").format(dtype=arr.dtype))
     if np.iscomplexobj(arr):
-        return CheckResult(name, False, f"dtype {arr.dtype} is complex: expected real numbers")
+        return CheckResult(name, False, _("dtype {dtype} is complex: expected real numbers").format(dtype=arr.dtype))
     arr = arr.astype(np.float64)
     if arr.shape != exp.shape:
         return CheckResult(name, False, _shape_feedback(arr, exp) + note + _hint_text(hints, arr))
     if not np.all(np.isfinite(arr)):
         bad = int(np.sum(~np.isfinite(arr)))
-        return CheckResult(name, False, f"{bad} of {arr.size} values are NaN or inf" + _hint_text(hints, arr))
+        return CheckResult(name, False, _("{bad} of {n} values are NaN or inf").format(bad=bad, n=arr.size)
+                           + _hint_text(hints, arr))
     if not np.allclose(arr, exp, rtol=rtol, atol=atol):
         diff = np.abs(arr - exp)
         idx = np.unravel_index(int(np.argmax(diff)), diff.shape) if diff.ndim else ()
-        where = f" at index {tuple(int(i) for i in idx)}" if idx else ""
         got_v = float(arr[idx] if idx else arr)
         exp_v = float(exp[idx] if idx else exp)
         digits, rounded = 4, ""
         while f"{got_v:.{digits}g}" == f"{exp_v:.{digits}g}" and digits < 17:
             digits += 1  # show enough digits that the two numbers look different
         if digits > 4:
-            rounded = (" These agree to the digits usually printed: was the answer typed in, or copied from a "
-                       "rounded printout? Pass the computed value itself (the tensor or float), not a rounded copy.")
-        r = _common_ratio([arr], [exp])
-        return CheckResult(
-            name,
-            False,
-            f"values differ: largest gap {float(diff.max()):.3g}{where} "
-            f"(got {got_v:.{digits}g}, expected {exp_v:.{digits}g}){note}.{rounded}"
-            + (_ratio_text(r, single=exp.size == 1) if r is not None else "") + _hint_text(hints, arr),
-        )
-    return CheckResult(name, True, f"shape {arr.shape} and values match{note}")
+            rounded = " " + _("These agree to the digits usually printed: was the answer typed in, or copied from a "
+                              "rounded printout? Pass the computed value itself (the tensor or float), not a rounded "
+                              "copy.")
+        values = dict(gap=f"{float(diff.max()):.3g}", got=f"{got_v:.{digits}g}", want=f"{exp_v:.{digits}g}")
+        if idx:
+            text = _("values differ: largest gap {gap} at index {index} (got {got}, expected {want}).").format(
+                index=tuple(int(i) for i in idx), **values)
+        else:
+            text = _("values differ: largest gap {gap} (got {got}, expected {want}).").format(**values)
+        r = _common_ratio([arr], [exp]) if ratio else None
+        return CheckResult(name, False, text + note + rounded
+                           + (_ratio_text(r, single=exp.size == 1) if r is not None else "") + _hint_text(hints, arr))
+    if note:
+        return CheckResult(name, True, _("shape {shape} and values match.").format(shape=arr.shape) + note)
+    return CheckResult(name, True, _("shape {shape} and values match").format(shape=arr.shape))
 
 
 def _want_list(n: int, what: str) -> str:
     """How :func:`check_arrays` names what it expects: ``a list of 4 arrays (one per variable)``."""
-    return f"a list of {n} arrays ({what})"
+    return _("a list of {n} arrays ({what})").format(n=n, what=what)
 
 
-def _as_list(got, n: int, what: str):
-    """``(items, problem)``: the answer as a list of items, or why it is not a list of ``n`` arrays."""
+def _as_list(got, exps: list, what: str):
+    """``(items, problem)``: the answer as a list of items, or why it is not a list of ``len(exps)`` arrays."""
+    n = len(exps)
     want = _want_list(n, what)
     if got is None:
-        return None, f"got None, expected {want}: {NONE_TEXT}."
+        return None, _("got None, expected {want}: {none}.").format(want=want, none=_(NONE_TEXT))
     if isinstance(got, (str, bytes)):
-        return None, f"got a {type(got).__name__} ({_short(got)}), expected {want}"
+        return None, _("got a {kind} ({value}), expected {want}").format(kind=type(got).__name__, value=_short(got),
+                                                                          want=want)
     if isinstance(got, dict):
-        return None, (f"got a dict with keys {_short(list(got))}, expected {want}: return the values as a list "
-                      "in the order of the sources")
+        return None, _("got a dict with keys {keys}, expected {want}: return the values as a list in the order of "
+                       "the sources").format(keys=_short(list(got)), want=want)
     if (isinstance(got, tuple) and len(got) == 2 and isinstance(got[0], (list, tuple)) and got[0]
             and any(_is_array_like(a) for a in got[0]) and np.ndim(got[1]) == 0):
-        return None, (f"got a pair (a list of {len(got[0])} arrays, one number), expected {want}. "
-                      "tf.clip_by_global_norm returns such a pair, (clipped list, global norm before clipping): "
-                      "keep its first item, `clipped, norm = tf.clip_by_global_norm(grads, c)`")
+        return None, _("got a pair (a list of {k} arrays, one number), expected {want}. tf.clip_by_global_norm "
+                       "returns such a pair, (clipped list, global norm before clipping): keep its first item, "
+                       "`clipped, norm = tf.clip_by_global_norm(grads, c)`").format(k=len(got[0]), want=want)
     if _is_array_like(got) or isinstance(got, (int, float, np.number)):
-        arr, problem, _ = _to_numpy(got)
+        arr, problem, _note = _to_numpy(got)
         if problem:
-            return None, f"expected {want}; {problem}"
+            return None, _("expected {want}; {problem}").format(want=want, problem=problem)
         if arr.ndim == 0 or arr.size == 1:
-            return None, (f"got a single number ({float(arr.ravel()[0]):.4g}), expected {want}. A single number "
-                          "is what a loss or a norm looks like: return the gradients, "
-                          "tape.gradient(loss, variables), which is a list with one tensor per variable")
-        return None, f"got one array of shape {arr.shape}, expected {want}"
+            return None, _("got a single number ({value}), expected {want}. A single number is what a loss or a norm "
+                           "looks like: return the gradients, tape.gradient(loss, variables), which is a list with "
+                           "one tensor per variable").format(value=f"{float(arr.ravel()[0]):.4g}", want=want)
+        if arr.size == sum(e.size for e in exps) and n > 1:
+            return None, _("got one array of shape {shape}, expected {want}, with as many numbers as all of them "
+                           "together: were they concatenated, flattened or summed into one? Return the list "
+                           "itself").format(shape=arr.shape, want=want)
+        if arr.ndim >= 1 and arr.shape[0] == n:
+            return None, _("got one array of shape {shape}, expected {want}, whose first axis has length {n}: was "
+                           "the list stacked? Return the list itself").format(shape=arr.shape, want=want, n=n)
+        return None, _("got one array of shape {shape}, expected {want} (with shapes {shapes})").format(
+            shape=arr.shape, want=want, shapes=", ".join(str(e.shape) for e in exps))
     if not isinstance(got, (list, tuple)):
         if not isinstance(got, Iterable):
-            return None, f"got a {type(got).__name__}, expected {want}"
+            return None, _("got a {kind}, expected {want}").format(kind=type(got).__name__, want=want)
         try:
             got = list(got)  # zip, map, a generator: read it once
         except Exception as err:  # noqa: BLE001
-            return None, f"could not read the {type(got).__name__} as a list ({err}), expected {want}"
+            return None, _("could not read the {kind} as a list ({error}), expected {want}").format(
+                kind=type(got).__name__, error=clean_message(err, 120), want=want)
     return list(got), None
 
 
 def check_arrays(name: str, got: Sequence, expected: Sequence, *, labels: Sequence[str] | None = None,
-                 what: str = "one per source", hints: Sequence[Hint] = (), **kw) -> CheckResult:
+                 what: str | None = None, hints: Sequence[Hint] = (), **kw) -> CheckResult:
     """Check a list of arrays (e.g. one gradient per variable) element by element.
 
     The feedback names the first item that is wrong (by ``labels``, such as variable paths,
     when given) and how many others are wrong too; when every item has its shape but all of
     them are off by one common factor, it says so (a sum instead of a mean gives the batch
     size). A single tensor, a number, a ``(list, norm)`` pair, a dict or ``None`` in place of
-    the list are feedback, not errors. ``what`` says what the items are ("one per variable").
-    ``kw`` goes to :func:`check_array` (``rtol``, ``atol``). Used by chapters 00 to 03.
+    the list are feedback, not errors. ``what`` says what the items are ("one per variable",
+    translated by the caller). ``kw`` goes to :func:`check_array` (``rtol``, ``atol``). Used
+    by chapters 00 to 03 and 08.
     """
-    expected = list(expected)
-    n = len(expected)
-    items, problem = _as_list(got, n, what)
+    what = what or _("one per source")
+    rtol, atol = kw.pop("rtol", 1e-4), kw.pop("atol", 1e-6)
+    if kw:
+        raise TypeError(f"check_arrays got unexpected keyword arguments {sorted(kw)}")
     exps = [_expected_array(e) for e in expected]
+    n = len(exps)
+    items, problem = _as_list(got, exps, what)
     if problem:
-        if "got one array of shape" in problem:
-            arr = _to_numpy(got)[0]
-            if arr.size == sum(e.size for e in exps) and n > 1:
-                problem += (" with as many numbers as all of them together: were they concatenated, flattened or "
-                            "summed into one? Return the list itself")
-            elif arr.ndim >= 1 and arr.shape[0] == n:
-                problem += f" whose first axis has length {n}: was the list stacked? Return the list itself"
-            else:
-                problem += f" (with shapes {', '.join(str(e.shape) for e in exps)})"
         return CheckResult(name, False, problem)
     if items and all(isinstance(it, (list, tuple)) and len(it) == 2 and hasattr(it[1], "assign")
                      for it in items):
-        return CheckResult(name, False, (f"got {len(items)} (gradient, variable) pairs, expected {_want_list(n, what)}: "
-                                         "return only the gradients, without zipping them with the variables"))
+        return CheckResult(name, False, _("got {k} (gradient, variable) pairs, expected {want}: return only the "
+                                          "gradients, without zipping them with the variables").format(
+                                              k=len(items), want=_want_list(n, what)))
     if len(items) != n:
-        shapes = ", ".join(str(e.shape) for e in exps)
-        hint = f" ({what}, with shapes {shapes})" if n <= 8 else f" ({what})"
-        return CheckResult(name, False, f"got {len(items)} arrays, expected {n}{hint}")
+        if n <= 8:
+            return CheckResult(name, False, _("got {k} arrays, expected {n} ({what}, with shapes {shapes})").format(
+                k=len(items), n=n, what=what, shapes=", ".join(str(e.shape) for e in exps)))
+        return CheckResult(name, False, _("got {k} arrays, expected {n} ({what})").format(k=len(items), n=n, what=what))
     labels = list(labels) if labels is not None else [f"{name}[{i}]" for i in range(n)]
-    results = [check_array(labels[i], g, e, **kw) for i, (g, e) in enumerate(zip(items, exps, strict=True))]
+    results = [_check_array(labels[i], g, e, rtol=rtol, atol=atol) for i, (g, e) in enumerate(zip(items, exps, strict=True))]
     bad = [i for i, r in enumerate(results) if not r]
     if not bad:
-        return CheckResult(name, True, f"all {n} arrays match")
+        return CheckResult(name, True, _("all {n} arrays match").format(n=n))
     nones = [i for i in bad if items[i] is None]
     if len(nones) == n:
-        return CheckResult(name, False, (f"every item is None: the tape recorded nothing that connects the target "
-                                         f"to these sources. Was the loss computed inside the `with` block, from the "
-                                         f"sources themselves? ({NONE_TEXT})"))
+        return CheckResult(name, False, _("every item is None: the tape recorded nothing that connects the target to "
+                                          "these sources. Was the loss computed inside the `with` block, from the "
+                                          "sources themselves? ({none})").format(none=_(NONE_TEXT)))
     first = bad[0]
-    label = f" ({labels[first]})" if labels[first] != f"{name}[{first}]" else ""
     item_text = results[first].feedback
     arrs = [_to_numpy(g)[0] for g in items]
     tail = ""
@@ -466,41 +521,49 @@ def check_arrays(name: str, got: Sequence, expected: Sequence, *, labels: Sequen
         arrs = [a.astype(np.float64) for a in arrs]
         hint = _hint_text(hints, arrs)
         r = _common_ratio(arrs, exps) if all(np.all(np.isfinite(a)) for a in arrs) else None
-        if r is not None and len(bad) > 1:
-            item_text = item_text.split(" Every value is")[0]  # said once, for all items, below
-            ratio = _ratio_text(r).replace("Every value is", "Across all items every value is")
-            tail = (ratio.split(":")[0].rstrip(".") + "." if hint else ratio)
+        if r is not None and len(bad) > 1:  # the factor is said once, for all items, below
+            item_text = _check_array(labels[first], items[first], exps[first], rtol=rtol, atol=atol,
+                                     ratio=False).feedback
+            tail = _ratio_text(r, across=True, explain=not hint)
         tail += hint
-    text = f"item {first}{label}: {item_text.rstrip('.')}"
+    item_text = item_text.rstrip(".")
+    if labels[first] != f"{name}[{first}]":
+        text = _("item {i} ({label}): {feedback}").format(i=first, label=labels[first], feedback=item_text)
+    else:
+        text = _("item {i}: {feedback}").format(i=first, feedback=item_text)
     if len(bad) > 1:
         others = len(bad) - 1
-        text += f"; {others} more item{'s are' if others > 1 else ' is'} wrong ({', '.join(map(str, bad[1:]))})"
+        rest = ", ".join(map(str, bad[1:]))
+        text += (_("; {k} more items are wrong ({which})") if others > 1 else
+                 _("; {k} more item is wrong ({which})")).format(k=others, which=rest)
     return CheckResult(name, False, text + "." + tail)
 
 
 def check_status(name: str, got: str, expected: str, *, allowed: Sequence[str] = ()) -> CheckResult:
     """Check a diagnosis word such as ``"vanishing"``; ``allowed`` lists the words that exist."""
     if isinstance(got, str) and got == expected:
-        return CheckResult(name, True, f"status is {expected!r}")
+        return CheckResult(name, True, _("status is {status!r}").format(status=expected))
     if not isinstance(got, str) and isinstance(getattr(got, "status", None), str):
-        return CheckResult(name, False, (f"got a {type(got).__name__}, expected its status word such as "
-                                         f"{expected!r}: pass its .status (here {got.status!r})"))
+        return CheckResult(name, False, _("got a {kind}, expected its status word such as {want!r}: pass its .status "
+                                          "(here {status!r})").format(kind=type(got).__name__, want=expected,
+                                                                      status=got.status))
     if isinstance(got, str) and got.strip().lower() == expected.lower():
-        return CheckResult(name, False, f"status is {got!r}, expected {expected!r}: same word, but spelled "
-                                        "differently (statuses are lower-case, no spaces)")
+        return CheckResult(name, False, _("status is {got!r}, expected {want!r}: same word, but spelled differently "
+                                          "(statuses are lower-case, no spaces)").format(got=got, want=expected))
     if isinstance(got, str) and allowed and got not in allowed:
-        return CheckResult(name, False, f"status is {got!r}, which is not one of {', '.join(map(repr, allowed))}")
-    return CheckResult(name, False, f"status is {got!r}, expected {expected!r}")
+        return CheckResult(name, False, _("status is {got!r}, which is not one of {allowed}").format(
+            got=got, allowed=", ".join(map(repr, allowed))))
+    return CheckResult(name, False, _("status is {got!r}, expected {want!r}").format(got=got, want=expected))
 
 
 def check_true(name: str, condition: bool | Callable[[], bool], if_false: str,
-               if_true: str = "as expected") -> CheckResult:
-    """A yes/no check with the feedback to show when it fails."""
+               if_true: str | None = None) -> CheckResult:
+    """A yes/no check with the feedback to show when it fails (texts translated by the caller)."""
     try:
         ok = bool(condition() if callable(condition) else condition)
     except Exception as err:  # noqa: BLE001
-        return CheckResult(name, False, f"raised {type(err).__name__}: {err}")
-    return CheckResult(name, ok, if_true if ok else if_false)
+        return CheckResult(name, False, _("raised {error}").format(error=describe_error(err)))
+    return CheckResult(name, ok, (if_true or _("as expected")) if ok else if_false)
 
 
 # ----------------------------------------------------------------------------- training advice
@@ -532,28 +595,40 @@ def step_length_advice(losses, global_norms, *, optimizer, clip: float | None, b
     clipped = int(np.sum(norms > clip)) if clip is not None else 0
     clip_text = ""
     if clip is not None:
-        clip_text = f" {clipped} of {len(norms)} steps were clipped (gradient norm above {clip:g})"
         if plain_sgd and lr is not None and clipped >= len(norms) / 2:
-            clip_text += f", and each clipped {name} step moves the weights by exactly {lr:g} × {clip:g} = {lr * clip:.3g}"
-        clip_text += "."
+            clip_text = " " + _("{k} of {n} steps were clipped (gradient norm above {clip}), and each clipped {name} "
+                                "step moves the weights by exactly {lr} × {clip} = {length}.").format(
+                                    k=clipped, n=len(norms), clip=f"{clip:g}", name=name, lr=f"{lr:g}",
+                                    length=f"{lr * clip:.3g}")
+        else:
+            clip_text = " " + _("{k} of {n} steps were clipped (gradient norm above {clip}).").format(
+                k=clipped, n=len(norms), clip=f"{clip:g}")
     if losses.size < 20:
         return clip_text.strip()
     last, before = float(losses[-10:].mean()), float(losses[-20:-10].mean())
     spread = float(losses[-20:].max() - losses[-20:].min())
     if last < 0.98 * before and spread < 0.5 * before:
-        steps_needed = ""
         rate = (before - last) / 10
+        numbers = dict(before=f"{before:.3g}", start=losses.size - 19, end=losses.size - 10, last=f"{last:.3g}")
         if rate > 0 and last > below:
-            steps_needed = f"; at that pace it needs about {math.ceil((last - below) / rate)} more steps"
-        return (f" The loss is still falling (mean {before:.3g} over steps {losses.size - 19}-{losses.size - 10}, "
-                f"{last:.3g} over the last 10), too slowly{steps_needed}: the steps are too short.{clip_text} Make each "
-                f"step count for more: a larger learning rate ({'keep' if clip is not None else 'with'} a clip for "
-                "the first large gradients), momentum (SGD(..., momentum=0.9)), or Adam.")
-    keep = " (keep the clip)" if clip is not None else ""
-    return (f" The loss is not settling: over the last 20 steps it ranges from {losses[-20:].min():.3g} to "
-            f"{losses[-20:].max():.3g} (mean {last:.3g} over the last 10, {before:.3g} over the 10 before): the "
-            f"steps are too long for this problem.{clip_text} Lower the learning rate{keep}, or use "
-            "momentum or Adam with a smaller rate.")
+            falling = _("The loss is still falling (mean {before} over steps {start}-{end}, {last} over the last 10), "
+                        "too slowly; at that pace it needs about {more} more steps: the steps are too short.").format(
+                            more=math.ceil((last - below) / rate), **numbers)
+        else:
+            falling = _("The loss is still falling (mean {before} over steps {start}-{end}, {last} over the last 10), "
+                        "too slowly: the steps are too short.").format(**numbers)
+        fix = (_("Make each step count for more: a larger learning rate (keep a clip for the first large gradients), "
+                 "momentum (SGD(..., momentum=0.9)), or Adam.") if clip is not None else
+               _("Make each step count for more: a larger learning rate (with a clip for the first large gradients), "
+                 "momentum (SGD(..., momentum=0.9)), or Adam."))
+        return " " + falling + clip_text + " " + fix
+    numbers = dict(low=f"{losses[-20:].min():.3g}", high=f"{losses[-20:].max():.3g}", last=f"{last:.3g}",
+                   before=f"{before:.3g}")
+    unsettled = _("The loss is not settling: over the last 20 steps it ranges from {low} to {high} (mean {last} over "
+                  "the last 10, {before} over the 10 before): the steps are too long for this problem.").format(**numbers)
+    fix = (_("Lower the learning rate (keep the clip), or use momentum or Adam with a smaller rate.") if clip is not None
+           else _("Lower the learning rate, or use momentum or Adam with a smaller rate."))
+    return " " + unsettled + clip_text + " " + fix
 
 
 FINAL_WINDOW = 10  # check_trains judges the mean loss of this many last steps
@@ -582,59 +657,66 @@ def check_trains(name: str, model, x, y, *, optimizer, steps: int, below: float,
         raise ValueError("require_variables must be a list or tuple of non-empty strings (parts of variable "
                          f"paths such as 'standardize/scale'); got {require_variables!r}")
     if model is None:
-        return CheckResult(name, False, "got None instead of a model: did your function forget to return it?")
+        return CheckResult(name, False, _("got None instead of a model: did your function forget to return it?"))
     if not isinstance(model, keras.Model):
-        return CheckResult(name, False, f"expected a keras.Model, got {type(model).__name__}")
+        return CheckResult(name, False, _("expected a keras.Model, got {kind}").format(kind=type(model).__name__))
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         return CheckResult(name, False,
-                           f"expected a keras optimizer such as keras.optimizers.SGD(0.05), got {type(optimizer).__name__}")
+                           _("expected a keras optimizer such as keras.optimizers.SGD(0.05), got {kind}").format(
+                               kind=type(optimizer).__name__))
     try:
         run = train_steps(model, x, y, optimizer=optimizer, steps=steps, loss_fn=loss_fn,
                           clip_global_norm=clip_global_norm, stop_on_none=True)
     except Exception as err:  # noqa: BLE001 - any failure to train is feedback
-        return CheckResult(name, False, f"could not train: {type(err).__name__}: {err}")
+        return CheckResult(name, False, _("could not train: {error}").format(error=describe_error(err)))
     if run.none_gradients:
         return CheckResult(name, False,
-                           f"no gradient (None) for {', '.join(run.none_gradients)}: these variables never "
-                           "train. Find what disconnects them from the loss (chapter 02's None gallery).")
+                           _("no gradient (None) for {names}: these variables never train. Find what disconnects "
+                             "them from the loss (chapter 02's None gallery).").format(
+                                 names=", ".join(run.none_gradients)))
     paths = [getattr(v, "path", v.name) for v in model.trainable_variables]
     missing = [r for r in require_variables if not any(r in p for p in paths)]
     if missing:
         return CheckResult(name, False,
-                           f"the model has no trainable variable {' or '.join(repr(m) for m in missing)}: "
-                           "removing (or freezing) that layer is not a fix. Keep it and repair it so that "
-                           "its variables get a gradient.")
+                           _("the model has no trainable variable {names}: removing (or freezing) that layer is not "
+                             "a fix. Keep it and repair it so that its variables get a gradient.").format(
+                                 names=" / ".join(repr(m) for m in missing)))
     if run.stopped_at is not None:
         last = run.losses[-1]
-        what = (f"the loss is {last}" if not np.isfinite(last)
-                else f"the gradient norm is {run.global_norms[-1]}")
-        return CheckResult(name, False,
-                           f"at step {run.stopped_at} {what}: training diverged. Lower the learning rate, "
-                           "clip the global norm, or fix the initializer.")
+        if not np.isfinite(last):
+            text = _("at step {step} the loss is {value}: training diverged. Lower the learning rate, clip the global "
+                     "norm, or fix the initializer.").format(step=run.stopped_at, value=last)
+        else:
+            text = _("at step {step} the gradient norm is {value}: training diverged. Lower the learning rate, clip "
+                     "the global norm, or fix the initializer.").format(step=run.stopped_at, value=run.global_norms[-1])
+        return CheckResult(name, False, text)
     window = run.losses[-FINAL_WINDOW:]
     final = float(np.mean(window))
-    final_text = f"the final loss (mean of the last {len(window)} steps) is {final:.3g}"
+    final_text = _("the final loss (mean of the last {k} steps) is {value}").format(k=len(window), value=f"{final:.3g}")
     hit = run.first_below(below)
     if not final < below:
         best = min(run.losses)
         if hit is not None and run.losses[-1] <= min(window) and run.losses[-1] < window[0]:
-            advice = (f" The loss first went below {below:g} at step {hit} and is still falling: it gets there "
-                      "too late. Make each step count for more (momentum, or a larger rate with clipping) "
-                      "or train longer.")
+            advice = " " + _("The loss first went below {below} at step {hit} and is still falling: it gets there too "
+                             "late. Make each step count for more (momentum, or a larger rate with clipping) or train "
+                             "longer.").format(below=f"{below:g}", hit=hit)
         elif hit is not None:
-            advice = (f" The loss dipped below {below:g} at step {hit} but did not stay there (last step "
-                      f"{run.losses[-1]:.3g}): it jumps around instead of settling. Shorter steps (a lower "
-                      "learning rate, clipping) settle it.")
+            advice = " " + _("The loss dipped below {below} at step {hit} but did not stay there (last step {last}): "
+                             "it jumps around instead of settling. Shorter steps (a lower learning rate, clipping) "
+                             "settle it.").format(below=f"{below:g}", hit=hit, last=f"{run.losses[-1]:.3g}")
         else:
-            advice = (" Look for vanishing gradients, and a learning rate that is too small (the loss falls "
-                      "slowly) or too large for the clipping (it stalls or jumps).")
-        return CheckResult(name, False,
-                           f"after {steps} steps {final_text} (best single step {best:.3g}), not below "
-                           f"{below:g}.{advice}")
-    required = f"; {', '.join(require_variables)} present and trained" if require_variables else ""
+            advice = " " + _("Look for vanishing gradients, and a learning rate that is too small (the loss falls "
+                             "slowly) or too large for the clipping (it stalls or jumps).")
+        summary = _("after {steps} steps {final} (best single step {best}), not below {below}.").format(
+            steps=steps, final=final_text, best=f"{best:.3g}", below=f"{below:g}")
+        return CheckResult(name, False, summary + advice,
+                           details={"kind": "not below", "run": run, "summary": summary})
     return CheckResult(name, True,
-                       f"{final_text} < {below:g} (first below it at step {hit} of {steps}); every gradient "
-                       f"finite; no None gradients{required}")
+                       (_("{final} < {below} (first below it at step {hit} of {steps}); every gradient finite; no "
+                          "None gradients; {names} present and trained") if require_variables else
+                        _("{final} < {below} (first below it at step {hit} of {steps}); every gradient finite; no "
+                          "None gradients")).format(final=final_text, below=f"{below:g}", hit=hit, steps=steps,
+                                                    names=", ".join(require_variables)))
 
 
 # ----------------------------------------------------------------------------- numbers

@@ -14,7 +14,8 @@ from collections.abc import Callable
 import numpy as np
 
 from .._env import quiet_import_tensorflow
-from ..checks import CheckResult, check_array, check_arrays
+from ..checks import CheckResult, check_array, check_arrays, describe_error
+from ..i18n import N_, _
 
 tf = quiet_import_tensorflow()
 
@@ -28,24 +29,24 @@ def expected_derivative(x: float = X1) -> float:
     return float(np.cos(x) * x**2 + 2 * x * np.sin(x))
 
 
-_ROUND_TRIP = ("A NumPy round-trip inside the tape gives this too: np.sin(x) or x.numpy() returns a NumPy "
-               "value that the tape cannot follow, so use TensorFlow ops (tf.sin) all the way from x to f.")
+_ROUND_TRIP = N_("A NumPy round-trip inside the tape gives this too: np.sin(x) or x.numpy() returns a NumPy "
+                 "value that the tape cannot follow, so use TensorFlow ops (tf.sin) all the way from x to f.")
 
 
 def check_derivative(answer) -> CheckResult:
     """Exercise 1: ``answer`` is the tape's d/dx sin(x)·x² at x = 1.5."""
     x = X1
     hints = [
-        (2 * x * np.sin(x), "your number is 2x·sin(x), the slope of x² alone: sin(x) reached the product as a "
-                            "constant. " + _ROUND_TRIP),
-        (np.cos(x) * x**2, "your number is cos(x)·x², the slope of sin(x) alone: x² reached the product as a "
-                           "constant. " + _ROUND_TRIP),
-        (np.sin(x) * x**2, "your number is sin(x)·x², the value of the function, not its slope: return "
-                           "tape.gradient(f, x)."),
+        (2 * x * np.sin(x), _("your number is 2x·sin(x), the slope of x² alone: sin(x) reached the product as a "
+                              "constant.") + " " + _(_ROUND_TRIP)),
+        (np.cos(x) * x**2, _("your number is cos(x)·x², the slope of sin(x) alone: x² reached the product as a "
+                             "constant.") + " " + _(_ROUND_TRIP)),
+        (np.sin(x) * x**2, _("your number is sin(x)·x², the value of the function, not its slope: return "
+                             "tape.gradient(f, x).")),
     ]
-    if_none = ("Two usual causes: x is a constant and was not watched (tape.watch(x)); or a NumPy round-trip "
-               "inside the tape (np.sin(x), x.numpy()) handed the tape a value it cannot follow back to x: use "
-               "TensorFlow ops (tf.sin) all the way from x to f.")
+    if_none = _("Two usual causes: x is a constant and was not watched (tape.watch(x)); or a NumPy round-trip "
+                "inside the tape (np.sin(x), x.numpy()) handed the tape a value it cannot follow back to x: use "
+                "TensorFlow ops (tf.sin) all the way from x to f.")
     return check_array("d/dx sin(x)·x²", answer, expected_derivative(x), hints=hints, if_none=if_none)
 
 
@@ -61,41 +62,44 @@ def check_model_gradients(model_gradients: Callable, model, x, y) -> CheckResult
 
     The learner's function is called here, so an exception inside it is feedback too.
     """
-    name = "model gradients"
+    name = _("model gradients")
     if not callable(model_gradients):
-        return CheckResult(name, False, f"expected your function model_gradients, got {type(model_gradients).__name__}")
+        return CheckResult(name, False, _("expected your function model_gradients, got {kind}").format(
+            kind=type(model_gradients).__name__))
     reference = reference_gradients(model, x, y)  # before the call: the learner's function may change the model
     weights = [v.numpy().copy() for v in model.trainable_variables]
     try:
         got = model_gradients(model, x, y)
     except Exception as err:  # noqa: BLE001 - a learner's error is feedback
-        text = f"your function raised {type(err).__name__}: {str(err).strip()[:300]}"
+        text = _("your function raised {error}").format(error=describe_error(err, 300))
         if isinstance(err, AttributeError) and "_id" in str(err):
-            text += (". Hint: this is what tape.gradient says when the loss is a NumPy value (from .numpy() or "
-                     "np.mean): the tape can only follow TensorFlow ops, so compute the loss with tf.reduce_mean "
-                     "and tf.square")
+            text += ". " + _("Hint: this is what tape.gradient says when the loss is a NumPy value (from .numpy() or "
+                             "np.mean): the tape can only follow TensorFlow ops, so compute the loss with "
+                             "tf.reduce_mean and tf.square")
         return CheckResult(name, False, text)
     changed = [v.path for v, w in zip(model.trainable_variables, weights, strict=True)
                if not np.array_equal(v.numpy(), w)]
     if changed:
         for v, w in zip(model.trainable_variables, weights, strict=True):
             v.assign(w)  # put the model back as it was
-        return CheckResult(name, False, (
-            f"your function changed the model's weights ({changed[0]} and {len(changed) - 1} more): it should only "
-            "compute and return the gradients, not apply them. (The check restored the weights.)"))
+        return CheckResult(name, False, _(
+            "your function changed the model's weights ({first} and {more} more): it should only compute and return "
+            "the gradients, not apply them. (The check restored the weights.)").format(
+                first=changed[0], more=len(changed) - 1))
     batch = int(x.shape[0])
     hints = [(lambda arrs: all(np.allclose(a, batch * np.asarray(r), rtol=1e-3, atol=1e-6)
                                for a, r in zip(arrs, reference, strict=True)),
-              f"the ratio is the batch size ({batch}): the loss was summed over the examples "
-              "(tf.reduce_sum) where the mean was wanted (tf.reduce_mean).")]
+              _("the ratio is the batch size ({batch}): the loss was summed over the examples (tf.reduce_sum) where "
+                "the mean was wanted (tf.reduce_mean).").format(batch=batch))]
     if len(y.shape) == 2 and y.shape[-1] == 1:
         with tf.GradientTape() as tape:  # the (n, 1) - (n,) broadcast that gives an (n, n) residual
             wrong = tf.reduce_mean(tf.square(model(x) - tf.reshape(y, [-1])))
         broadcast = tape.gradient(wrong, model.trainable_variables)
         hints.append((lambda arrs: all(np.allclose(a, np.asarray(r), rtol=1e-3, atol=1e-6)
                                        for a, r in zip(arrs, broadcast, strict=True)),
-                      f"these are the gradients of a loss where model(x), shape {tuple(model(x).shape)}, met a "
-                      f"target of shape ({batch},): the subtraction broadcast to ({batch}, {batch}) and compared "
-                      "every prediction with every target. Keep y's shape (n, 1), or reshape both sides alike."))
+                      _("these are the gradients of a loss where model(x), shape {shape}, met a target of shape "
+                        "({batch},): the subtraction broadcast to ({batch}, {batch}) and compared every prediction "
+                        "with every target. Keep y's shape (n, 1), or reshape both sides alike.").format(
+                            shape=tuple(model(x).shape), batch=batch)))
     return check_arrays(name, got, reference, labels=[v.path for v in model.trainable_variables],
-                        what="one gradient per trainable variable", hints=hints)
+                        what=_("one gradient per trainable variable"), hints=hints)

@@ -20,8 +20,9 @@ import functools
 import numpy as np
 
 from .._env import quiet_import_tensorflow
-from ..checks import CheckResult, as_int_answer, check_arrays
+from ..checks import CheckResult, as_int_answer, check_arrays, describe_error
 from ..engine import MLPGradientEngine
+from ..i18n import N_, _
 
 tf = quiet_import_tensorflow()
 
@@ -44,45 +45,41 @@ def _engine() -> MLPGradientEngine:
     return MLPGradientEngine()
 
 
-_SEVERAL = ("With np.nonzero you get every matching index: pick the one asked for, and add 1 "
-            "for a 1-based layer number")
+_SEVERAL = N_("With np.nonzero you get every matching index: pick the one asked for, and add 1 for a 1-based "
+              "layer number")
 
 
 # ----------------------------------------------------------------------------- exercise 1
 def check_vanishing_depth(answer) -> CheckResult:
     """Exercise 1: the smallest depth at which ReLU + Glorot uniform is diagnosed ``vanishing``."""
-    name = "first vanishing depth of relu + glorot_uniform"
-    depth, problem = as_int_answer(name, answer, "a depth", several_hint=_SEVERAL)
+    name = _("first vanishing depth of relu + glorot_uniform")
+    depth, problem = as_int_answer(name, answer, _("a depth"), several_hint=_(_SEVERAL))
     if problem is not None:
         return problem
     engine = _engine()
     if not 1 <= depth <= engine.max_depth:
-        return CheckResult(name, False, f"depth {depth} is outside 1..{engine.max_depth}, the depths the explorer offers")
+        return CheckResult(name, False, _("depth {depth} is outside 1..{top}, the depths the explorer offers").format(
+            depth=depth, top=engine.max_depth))
 
     def report(d):
         return engine.report(d, VANISH_ACTIVATION, VANISH_INITIALIZER)
 
     truth = next(d for d in range(1, engine.max_depth + 1) if report(d).status == "vanishing")
     r = report(depth)
-    numbers_ = f"gain {r.gain:.3g} per layer, ratio {r.ratio:.3g}"
+    numbers_ = _("gain {gain} per layer, ratio {ratio}").format(gain=f"{r.gain:.3g}", ratio=f"{r.ratio:.3g}")
     if depth == truth:
         before = report(depth - 1)
-        return CheckResult(
-            name, True,
-            f"depth {depth}: {numbers_}, both past the per-layer rule (gain < 0.95 and ratio < 0.1); "
-            f"at depth {depth - 1} the ratio was still {before.ratio:.3g}",
-        )
+        return CheckResult(name, True, _(
+            "depth {depth}: {numbers}, both past the per-layer rule (gain < 0.95 and ratio < 0.1); at depth {prev} "
+            "the ratio was still {prev_ratio}").format(depth=depth, numbers=numbers_, prev=depth - 1,
+                                                       prev_ratio=f"{before.ratio:.3g}"))
     if r.status != "vanishing":
-        return CheckResult(
-            name, False,
-            f"at depth {depth} the verdict is {r.status!r} ({numbers_}): the gain is below 0.95, but the "
-            "total ratio is not yet below 0.1. Go deeper.",
-        )
-    return CheckResult(
-        name, False,
-        f"depth {depth} is vanishing ({numbers_}), but a shallower network already is: find the smallest "
-        "depth (try the ones below it one by one).",
-    )
+        return CheckResult(name, False, _(
+            "at depth {depth} the verdict is {status!r} ({numbers}): the gain is below 0.95, but the total ratio is "
+            "not yet below 0.1. Go deeper.").format(depth=depth, status=r.status, numbers=numbers_))
+    return CheckResult(name, False, _(
+        "depth {depth} is vanishing ({numbers}), but a shallower network already is: find the smallest depth (try "
+        "the ones below it one by one).").format(depth=depth, numbers=numbers_))
 
 
 # ----------------------------------------------------------------------------- exercise 2
@@ -114,105 +111,95 @@ def check_clip_by_global_norm(fn) -> CheckResult:
     """
     name = "my_clip_by_global_norm"
     if not callable(fn):
-        return CheckResult(name, False, f"expected a function, got {type(fn).__name__}")
+        return CheckResult(name, False, _("expected a function, got {kind}").format(kind=type(fn).__name__))
     for t in _CLIP_THRESHOLDS:
         grads = [tf.constant(g) for g in CLIP_TEST_GRADS]
         expected, global_norm = tf.clip_by_global_norm(grads, t)
-        label = f"t={t:g} (global norm {float(global_norm):.3g})"
+        label = _("t={t} (global norm {norm})").format(t=f"{t:g}", norm=f"{float(global_norm):.3g}")
         try:
             got = fn(grads, t)
         except Exception as err:  # noqa: BLE001 - an error in the learner's code is feedback
-            return CheckResult(name, False, f"with {label} your function raised {type(err).__name__}: {err}")
+            return CheckResult(name, False, _("with {label} your function raised {error}").format(
+                label=label, error=describe_error(err)))
         if got is None:
-            return CheckResult(name, False, "returned None: did you forget the return statement?")
+            return CheckResult(name, False, _("returned None: did you forget the return statement?"))
         if (isinstance(got, tuple) and len(got) == 2 and isinstance(got[0], (list, tuple))
                 and _is_number(got[1])):
-            return CheckResult(
-                name, False,
-                "returned a pair (list, norm), as tf.clip_by_global_norm does: return only the list of "
-                "clipped gradients",
-            )
+            return CheckResult(name, False, _("returned a pair (list, norm), as tf.clip_by_global_norm does: return "
+                                              "only the list of clipped gradients"))
         if hasattr(got, "shape") and not isinstance(got, (list, tuple)):
             size = int(np.prod(got.shape)) if got.shape is not None else -1
             if size == sum(np.size(g) for g in CLIP_TEST_GRADS):
-                hint = (f"one flat tensor of {size} values: return a list with one tensor per gradient, each "
-                        "with its own shape (scale each g instead of concatenating them)")
+                text = _("with {label} it returned one flat tensor of {size} values: return a list with one tensor "
+                         "per gradient, each with its own shape (scale each g instead of concatenating them)").format(
+                             label=label, size=size)
             else:
-                hint = f"one tensor of shape {tuple(got.shape)}: return a list with one tensor per gradient"
-            return CheckResult(name, False, f"with {label} it returned {hint}")
+                text = _("with {label} it returned one tensor of shape {shape}: return a list with one tensor per "
+                         "gradient").format(label=label, shape=tuple(got.shape))
+            return CheckResult(name, False, text)
         if isinstance(got, (map, filter, zip)) or type(got).__name__ == "generator":
             got = list(got)  # a lazy sequence of the right tensors is a right answer
         if not isinstance(got, (list, tuple)):
-            return CheckResult(name, False, f"returned a {type(got).__name__}: expected a list of {len(grads)} tensors")
+            return CheckResult(name, False, _("returned a {kind}: expected a list of {n} tensors").format(
+                kind=type(got).__name__, n=len(grads)))
         nones = [i for i, g in enumerate(got) if g is None]
         if nones:
-            return CheckResult(name, False, (
-                f"with {label} item {nones[0]} of your list is None: return one scaled tensor per gradient "
-                "(g * scale), not the result of an in-place method or an unfinished placeholder"))
+            return CheckResult(name, False, _(
+                "with {label} item {i} of your list is None: return one scaled tensor per gradient (g * scale), not "
+                "the result of an in-place method or an unfinished placeholder").format(label=label, i=nones[0]))
         if len(got) != len(grads):
-            return CheckResult(name, False, f"returned {len(got)} items, expected {len(grads)}: one per gradient")
+            return CheckResult(name, False, _("returned {k} items, expected {n}: one per gradient").format(
+                k=len(got), n=len(grads)))
         if _close(got, expected):
             continue
         # a wrong value: recognize the typical slips before the generic comparison
         if _close(got, [tf.clip_by_norm(g, t) for g in grads]):
-            return CheckResult(
-                name, False,
-                f"with {label} you clipped each tensor on its own (that is tf.clip_by_norm): use one factor, "
-                "t / global_norm, for all tensors, where the global norm covers every element of every tensor",
-            )
+            return CheckResult(name, False, _(
+                "with {label} you clipped each tensor on its own (that is tf.clip_by_norm): use one factor, t / "
+                "global_norm, for all tensors, where the global norm covers every element of every tensor").format(
+                    label=label))
         if float(global_norm) > t and _close(got, grads):
-            return CheckResult(
-                name, False,
-                f"with {label} the gradients came back unchanged: above the threshold every gradient must be "
-                "multiplied by t / global_norm",
-            )
+            return CheckResult(name, False, _(
+                "with {label} the gradients came back unchanged: above the threshold every gradient must be "
+                "multiplied by t / global_norm").format(label=label))
         if float(global_norm) <= t and _close(got, [g * (t / global_norm) for g in grads]):
-            return CheckResult(
-                name, False,
-                f"with {label} you scaled the gradients up by t / global_norm = {t / float(global_norm):.3g}: "
-                "below the threshold clipping must return them unchanged (scale = min(1, t / global_norm))",
-            )
+            return CheckResult(name, False, _(
+                "with {label} you scaled the gradients up by t / global_norm = {factor}: below the threshold clipping "
+                "must return them unchanged (scale = min(1, t / global_norm))").format(
+                    label=label, factor=f"{t / float(global_norm):.3g}"))
         result = check_arrays(name, got, expected)
-        return CheckResult(
-            name, False,
-            f"with {label}: {result.feedback.rstrip('.')}. The global norm is the square root of the sum of the "
-            "squares of all elements of all tensors",
-        )
-    return CheckResult(name, True, "matches tf.clip_by_global_norm below and above the threshold")
+        return CheckResult(name, False, _(
+            "with {label}: {feedback}. The global norm is the square root of the sum of the squares of all elements "
+            "of all tensors").format(label=label, feedback=result.feedback.rstrip(".")))
+    return CheckResult(name, True, _("matches tf.clip_by_global_norm below and above the threshold"))
 
 
 # ----------------------------------------------------------------------------- exercise 3
 def check_last_zero_layer(answer) -> CheckResult:
     """Exercise 3: the 1-based index of the last layer of sigmoid + Glorot at depth 100 whose signal is exactly 0."""
-    name = "last exactly-zero layer at depth 100"
-    layer, problem = as_int_answer(name, answer, "a layer number", several_hint=_SEVERAL)
+    name = _("last exactly-zero layer at depth 100")
+    layer, problem = as_int_answer(name, answer, _("a layer number"), several_hint=_(_SEVERAL))
     if problem is not None:
         return problem
     sig = _engine().report(ZERO_DEPTH, ZERO_ACTIVATION, ZERO_INITIALIZER).signal_norms
     zeros = np.nonzero(sig == 0)[0]
     truth = int(zeros.max()) + 1
     if layer == truth:
-        return CheckResult(
-            name, True,
-            f"layer {layer}: layers 1 to {layer} have a gradient tensor of exact zeros; layer {layer + 1}'s "
-            f"signal is {sig[layer]:.3g}",
-        )
+        return CheckResult(name, True, _(
+            "layer {layer}: layers 1 to {layer} have a gradient tensor of exact zeros; layer {next}'s signal is "
+            "{value}").format(layer=layer, next=layer + 1, value=f"{sig[layer]:.3g}"))
     if layer == truth - 1:
-        return CheckResult(
-            name, False,
-            f"{layer} is the 0-based index (Python counts from 0): layer numbers start at 1 for the input "
-            "side, so add 1",
-        )
+        return CheckResult(name, False, _(
+            "{layer} is the 0-based index (Python counts from 0): layer numbers start at 1 for the input side, so add "
+            "1").format(layer=layer))
     if layer == ZERO_DEPTH - truth + 1:
-        return CheckResult(name, False, f"layer {layer} counts from the output side: count from the input side")
+        return CheckResult(name, False, _("layer {layer} counts from the output side: count from the input "
+                                          "side").format(layer=layer))
     if not 1 <= layer <= ZERO_DEPTH:
-        return CheckResult(name, False, f"layer {layer} does not exist: the network has layers 1..{ZERO_DEPTH}")
+        return CheckResult(name, False, _("layer {layer} does not exist: the network has layers 1..{depth}").format(
+            layer=layer, depth=ZERO_DEPTH))
     if sig[layer - 1] == 0:
-        return CheckResult(
-            name, False,
-            f"layer {layer}'s signal is exactly 0, but so is a later one: find the last (largest) such layer",
-        )
-    return CheckResult(
-        name, False,
-        f"layer {layer}'s signal is {sig[layer - 1]:.3g}, not exactly 0: look at np.nonzero(sig100 == 0)",
-    )
+        return CheckResult(name, False, _("layer {layer}'s signal is exactly 0, but so is a later one: find the last "
+                                          "(largest) such layer").format(layer=layer))
+    return CheckResult(name, False, _("layer {layer}'s signal is {value}, not exactly 0: look at np.nonzero(sig100 == "
+                                      "0)").format(layer=layer, value=f"{sig[layer - 1]:.3g}"))

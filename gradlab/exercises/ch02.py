@@ -21,6 +21,7 @@ import numpy as np
 
 from .._env import quiet_import_tensorflow
 from ..checks import CheckResult, check_array
+from ..i18n import _
 from ..jacobians import cross_example_max, jacobian
 
 tf = quiet_import_tensorflow()
@@ -58,70 +59,69 @@ def _same(a, b, atol: float = 1e-5) -> bool:
 # ----------------------------------------------------------------------------- exercise 1
 def check_softmax_jacobian(j) -> CheckResult:
     """Exercise 1: ``j`` is the 4 × 4 Jacobian of ``tf.nn.softmax`` at :data:`SOFTMAX_Z`."""
-    name = "softmax Jacobian"
+    name = _("softmax Jacobian")
     s = tf.nn.softmax(tf.constant(SOFTMAX_Z)).numpy().astype(np.float64)
     expected = np.diag(s) - np.outer(s, s)
     if j is None:
-        return CheckResult(name, False, (
-            "got None. Either nothing is assigned yet, or tape.jacobian returned None: z is a "
-            "tf.constant, and a tape watches only variables by itself. Call tape.watch(z) inside "
-            "the with block, before the softmax."))
+        return CheckResult(name, False, _(
+            "got None. Either nothing is assigned yet, or tape.jacobian returned None: z is a tf.constant, and a "
+            "tape watches only variables by itself. Call tape.watch(z) inside the with block, before the softmax."))
     if _same(j, np.zeros(4)):
-        return CheckResult(name, False, (
-            "got 4 zeros, shape (4,): that is tape.gradient, the gradient of the sum of the outputs. "
-            "The outputs of a softmax always sum to 1, so that gradient is 0. tape.jacobian keeps "
-            "one row per output."))
+        return CheckResult(name, False, _(
+            "got 4 zeros, shape (4,): that is tape.gradient, the gradient of the sum of the outputs. The outputs of a "
+            "softmax always sum to 1, so that gradient is 0. tape.jacobian keeps one row per output."))
     result = check_array(name, j, expected, rtol=1e-4, atol=1e-6)
     if not result:
         return result
     got = np.asarray(j.numpy() if hasattr(j, "numpy") else j, dtype=np.float64)
     rows = np.abs(np.sum(got, axis=1)).max()
-    return CheckResult(name, True, f"shape (4, 4), values match, and every row sums to 0 (largest |sum| {rows:.1g})")
+    return CheckResult(name, True, _("shape (4, 4), values match, and every row sums to 0 (largest |sum| "
+                                     "{largest})").format(largest=f"{rows:.1g}"))
 
 
 # ----------------------------------------------------------------------------- exercise 2
 def check_loop_jacobian(j) -> CheckResult:
     """Exercise 2: ``j`` is ``diag(2x)`` for :data:`LOOP_X`, built by the repaired loop."""
-    name = "loop Jacobian"
+    name = _("loop Jacobian")
     nones = _none_positions(j)
     if nones:
         where = ", ".join(str(i) for i in nones)
-        return CheckResult(name, False, (
-            f"your list holds None at position {where}: those are the source's None gradients. "
-            "Each y[i] was sliced after the with block had closed, so the tape never recorded the "
-            "slice and finds no path from y[i] back to x. Slice while the tape is still recording "
-            "(inside the with block); the tape must also be persistent to be read once per row."))
+        return CheckResult(name, False, _(
+            "your list holds None at position {where}: those are the source's None gradients. Each y[i] was sliced "
+            "after the with block had closed, so the tape never recorded the slice and finds no path from y[i] back "
+            "to x. Slice while the tape is still recording (inside the with block); the tape must also be "
+            "persistent to be read once per row.").format(where=where))
     if j is not None and _same(j, 2 * np.asarray(LOOP_X)):
-        return CheckResult(name, False, (
-            "got [2. 4. 6.], shape (3,): that is one tape.gradient(y, x) call, the gradient of the "
-            "sum of y. The Jacobian has one row per element of y: one gradient call per y[i]."))
+        return CheckResult(name, False, _(
+            "got [2. 4. 6.], shape (3,): that is one tape.gradient(y, x) call, the gradient of the sum of y. The "
+            "Jacobian has one row per element of y: one gradient call per y[i]."))
     return check_array(name, j, np.diag(2 * np.asarray(LOOP_X)))
 
 
 # ----------------------------------------------------------------------------- exercise 3
 def check_jacobian_row(row, f: Callable, x, index: int = 1) -> CheckResult:
     """Exercise 3: ``row`` is row ``index`` of ``f``'s Jacobian at ``x`` (the gradient of output ``index``)."""
-    name = f"row {index} of J"
+    name = _("row {index} of J").format(index=index)
     full = jacobian(f, x)
     expected = full[index]
     if row is not None and not _same(row, expected):
         for k in range(full.shape[0]):
             if k != index and _same(row, full[k]):
-                return CheckResult(name, False, (
-                    f"that is row {k}, not row {index}: output_gradients picks the rows by position, "
-                    f"and positions start at 0. Put the 1 at position {index}."))
+                return CheckResult(name, False, _(
+                    "that is row {k}, not row {index}: output_gradients picks the rows by position, and positions "
+                    "start at 0. Put the 1 at position {index}.").format(k=k, index=index))
         if _same(row, full.sum(axis=0)):
-            return CheckResult(name, False, (
-                "that is the sum of all rows: tape.gradient without output_gradients weights every "
-                f"output by 1. Weight output {index} by 1 and every other output by 0."))
+            return CheckResult(name, False, _(
+                "that is the sum of all rows: tape.gradient without output_gradients weights every output by 1. "
+                "Weight output {index} by 1 and every other output by 0.").format(index=index))
         try:
             row_shape = np.shape(row)
         except ValueError:  # a ragged list: check_array below says so
             row_shape = None
         if row_shape == tuple(full.shape[:1]):
-            return CheckResult(name, False, (
-                f"shape {np.shape(row)} is the output's shape, the shape of output_gradients. The "
-                f"result of tape.gradient has the source's shape {tuple(full.shape[1:])}."))
+            return CheckResult(name, False, _(
+                "shape {shape} is the output's shape, the shape of output_gradients. The result of tape.gradient has "
+                "the source's shape {source}.").format(shape=np.shape(row), source=tuple(full.shape[1:])))
     return check_array(name, row, expected, rtol=1e-4, atol=1e-6)
 
 
@@ -132,7 +132,7 @@ def check_batch_jacobian_safe(answer, f: Callable, shape=(3, 4), seed: int = 2) 
     The truth is measured: ``f``'s full Jacobian on a random batch of ``shape`` has no
     cross-example entry (:func:`~gradlab.cross_example_max` is 0) exactly when it is safe.
     """
-    name = "batch_jacobian safe"
+    name = _("batch_jacobian safe")
     xl = tf.random.stateless_normal(list(shape), seed=[0, seed])
     cross = cross_example_max(jacobian(f, xl))
     safe = cross == 0.0
@@ -143,16 +143,21 @@ def check_batch_jacobian_safe(answer, f: Callable, shape=(3, 4), seed: int = 2) 
     if isinstance(answer, np.bool_):
         answer = bool(answer)
     if answer is None:
-        return CheckResult(name, False, "no answer yet: set my_answer to True or False")
+        return CheckResult(name, False, _("no answer yet: set my_answer to True or False"))
     if isinstance(answer, str):
-        return CheckResult(name, False, (
-            f"got the string {answer!r}: write the bool True or False, without quotes"))
+        return CheckResult(name, False, _("got the string {value!r}: write the bool True or False, without "
+                                          "quotes").format(value=answer))
     if not isinstance(answer, bool):
-        return CheckResult(name, False, f"got {answer!r} ({type(answer).__name__}): set my_answer to True or False")
+        return CheckResult(name, False, _("got {value!r} ({kind}): set my_answer to True or False").format(
+            value=answer, kind=type(answer).__name__))
     if answer != safe:
-        hint = ("look at which examples each output depends on: does any statistic mix examples?"
-                if safe else "some output depends on another example's input")
-        return CheckResult(name, False, f"not quite ({hint}). gl.cross_example_max on its full Jacobian tells you.")
-    why = ("each example is transformed with its own numbers only: the largest cross-example entry is 0"
-           if safe else f"examples are coupled: the largest cross-example entry is {cross:.3g}")
-    return CheckResult(name, True, f"right: {why}")
+        text = (_("not quite (look at which examples each output depends on: does any statistic mix examples?). "
+                  "gl.jacobians.cross_example_max on its full Jacobian tells you.") if safe else
+                _("not quite (some output depends on another example's input). gl.jacobians.cross_example_max on its "
+                  "full Jacobian tells you."))
+        return CheckResult(name, False, text)
+    if safe:
+        return CheckResult(name, True, _("right: each example is transformed with its own numbers only: the largest "
+                                         "cross-example entry is 0"))
+    return CheckResult(name, True, _("right: examples are coupled: the largest cross-example entry is {value}").format(
+        value=f"{cross:.3g}"))

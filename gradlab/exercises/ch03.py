@@ -22,7 +22,8 @@ from collections.abc import Callable
 import numpy as np
 
 from .._env import quiet_import_tensorflow
-from ..checks import CheckResult
+from ..checks import CheckResult, describe_error
+from ..i18n import _
 from ..tracing import TraceCounter
 
 tf = quiet_import_tensorflow()
@@ -40,22 +41,24 @@ __all__ = [
 # ----------------------------------------------------------------------------- exercise 1
 def check_sweep(sweep, calls: int = 5) -> CheckResult:
     """Exercise 1: ``sweep`` is a :class:`~gradlab.TraceCounter` called ``calls`` times with one trace."""
-    name = "one trace for the sweep"
+    name = _("one trace for the sweep")
     count, made = getattr(sweep, "count", None), getattr(sweep, "calls", None)
     if count is None or made is None:
-        return CheckResult(name, False, f"expected the gl.TraceCounter named sweep, got {type(sweep).__name__}")
+        return CheckResult(name, False, _("expected the gl.TraceCounter named sweep, got {kind}").format(
+            kind=type(sweep).__name__))
     if made != calls:
-        return CheckResult(name, False, f"{made} calls, expected {calls}: keep the loop over the five values")
+        return CheckResult(name, False, _("{made} calls, expected {calls}: keep the loop over the five values").format(
+            made=made, calls=calls))
     if count != 1:
-        return CheckResult(name, False, (
-            f"{count} traces for {made} calls: each new Python float is a new constant in the "
-            "graph. What kind of value can change without a retrace?"))
+        return CheckResult(name, False, _(
+            "{count} traces for {made} calls: each new Python float is a new constant in the graph. What kind of "
+            "value can change without a retrace?").format(count=count, made=made))
     log = list(getattr(sweep, "log", []))
     if log and "python float" in log[0]:
-        return CheckResult(name, False, (
-            f"1 trace, but it was made for a Python value ({log[0]}): the five calls passed the same "
-            "number, so the sweep no longer sweeps. Keep the five values and pass each as a tensor"))
-    return CheckResult(name, True, f"{made} calls, 1 trace")
+        return CheckResult(name, False, _(
+            "1 trace, but it was made for a Python value ({value}): the five calls passed the same number, so the "
+            "sweep no longer sweeps. Keep the five values and pass each as a tensor").format(value=log[0]))
+    return CheckResult(name, True, _("{made} calls, 1 trace").format(made=made))
 
 
 # ----------------------------------------------------------------------------- exercise 2
@@ -74,18 +77,21 @@ def count_prediction_traces() -> tuple[int, list[str]]:
 def _as_count(predicted):
     """``(int, note, problem)``: the prediction as a whole number, a note on its type, or the problem."""
     if predicted is None:
-        return None, "", "no prediction yet: set predicted to a whole number"
+        return None, "", _("no prediction yet: set predicted to a whole number")
     if isinstance(predicted, bool):
-        return None, "", f"got {predicted!r}, a bool: set predicted to a whole number of traces, e.g. 2"
+        return None, "", _("got {value!r}, a bool: set predicted to a whole number of traces, e.g. 2").format(
+            value=predicted)
     if isinstance(predicted, (str, bytes)):
         text = predicted.decode() if isinstance(predicted, bytes) else predicted
         try:
             value = float(text.strip())
         except ValueError:
-            return None, "", f"got the string {predicted!r}: write the number of traces as a number, e.g. 2"
+            return None, "", _("got the string {value!r}: write the number of traces as a number, e.g. 2").format(
+                value=predicted)
         if not value.is_integer():
-            return None, "", f"got {predicted!r}: a number of traces is a whole number"
-        return int(value), f" (you wrote the string {predicted!r}; the number {int(value)} works too)", None
+            return None, "", _("got {value!r}: a number of traces is a whole number").format(value=predicted)
+        return int(value), " " + _("(you wrote the string {value!r}; the number {number} works too)").format(
+            value=predicted, number=int(value)), None
     if hasattr(predicted, "numpy"):
         predicted = predicted.numpy()
     if isinstance(predicted, np.ndarray) and predicted.shape == ():
@@ -94,22 +100,24 @@ def _as_count(predicted):
         return int(predicted), "", None
     if isinstance(predicted, numbers.Real) and math.isfinite(predicted) and float(predicted).is_integer():
         return int(predicted), "", None
-    return None, "", f"got {predicted!r} ({type(predicted).__name__}): set predicted to a whole number"
+    return None, "", _("got {value!r} ({kind}): set predicted to a whole number").format(
+        value=predicted, kind=type(predicted).__name__)
 
 
 def check_prediction(predicted) -> CheckResult:
     """Exercise 2: ``predicted`` is the number of traces the five calls make (a number, or its string)."""
-    name = "predicted traces"
+    name = _("predicted traces")
     value, note, problem = _as_count(predicted)
     if problem:
         return CheckResult(name, False, problem)
     count, log = count_prediction_traces()
     if value != count:
-        direction = "fewer" if value > count else "more"
-        return CheckResult(name, False, (
-            f"you predicted {value}; TensorFlow made {direction} traces than that. Go through the five "
-            "calls and ask for each: is this signature (shape, dtype, or Python value) new?"))
-    return CheckResult(name, True, f"{count} traces{note}: {log}")
+        text = (_("you predicted {value}; TensorFlow made fewer traces than that. Go through the five calls and ask "
+                  "for each: is this signature (shape, dtype, or Python value) new?") if value > count else
+                _("you predicted {value}; TensorFlow made more traces than that. Go through the five calls and ask "
+                  "for each: is this signature (shape, dtype, or Python value) new?"))
+        return CheckResult(name, False, text.format(value=value))
+    return CheckResult(name, True, _("{count} traces{note}: {log}").format(count=count, note=note, log=log))
 
 
 # ----------------------------------------------------------------------------- exercise 3
@@ -144,26 +152,26 @@ def _distance_moved(make_step: Callable, x, y, steps: int = 1):
     model = _fresh_model()
     before = [v.numpy().copy() for v in model.trainable_variables]
     if not callable(make_step):
-        return None, f"expected your function make_clipped_step, got {type(make_step).__name__}"
+        return None, _("expected your function make_clipped_step, got {kind}").format(kind=type(make_step).__name__)
     try:
         step_fn = make_step(model)
     except Exception as err:  # noqa: BLE001 - a failing factory is feedback
-        return None, f"make_clipped_step(model) raised {type(err).__name__}: {err}"
+        return None, _("make_clipped_step(model) raised {error}").format(error=describe_error(err))
     if step_fn is None:
-        return None, "make_clipped_step returned None: return the step that gl.make_train_step gives you"
+        return None, _("make_clipped_step returned None: return the step that gl.make_train_step gives you")
     if not callable(step_fn):
-        return None, f"make_clipped_step returned a {type(step_fn).__name__}, not a step function"
+        return None, _("make_clipped_step returned a {kind}, not a step function").format(kind=type(step_fn).__name__)
     moved = []
-    for _ in range(steps):
+    for _step in range(steps):
         try:
             step_fn(x, y)
         except Exception as err:  # noqa: BLE001 - a failing step is feedback
             if "Unknown variable" in str(err) or "can only be called for the variables" in str(err):
-                return None, ("the step raised ValueError: the optimizer already belongs to another model's "
-                              "variables. A Keras optimizer serves one set of variables: create it inside "
-                              "make_clipped_step, keras.optimizers.SGD(learning_rate=0.05), so each model "
-                              "gets its own")
-            return None, f"the step raised {type(err).__name__}: {str(err).strip()[:300]}"
+                return None, _("the step raised ValueError: the optimizer already belongs to another model's "
+                               "variables. A Keras optimizer serves one set of variables: create it inside "
+                               "make_clipped_step, keras.optimizers.SGD(learning_rate=0.05), so each model gets its "
+                               "own")
+            return None, _("the step raised {error}").format(error=describe_error(err, 300))
         moved.append(math.sqrt(sum(float(np.sum((v.numpy() - b) ** 2))
                                    for v, b in zip(model.trainable_variables, before, strict=True))))
         before = [v.numpy().copy() for v in model.trainable_variables]
@@ -181,7 +189,7 @@ def check_clipped_step(make_step: Callable, lr: float = 0.05, clip: float = 1.0)
     A second step on the small batch tells plain SGD from SGD with momentum, whose first
     step is the same.
     """
-    name = f"SGD({lr}) clipped to {clip}"
+    name = _("SGD({lr}) clipped to {clip}").format(lr=lr, clip=clip)
     x, y = regression_data(64, seed=2000)
     raw = _raw_norm(_fresh_model(), x, y)
     # the MSE gradient is linear in the residual: scaling it scales the raw norm exactly
@@ -196,37 +204,39 @@ def check_clipped_step(make_step: Callable, lr: float = 0.05, clip: float = 1.0)
         return CheckResult(name, False, problem)
     (big,), (small, small_again) = big, small
     if big == 0.0:
-        return CheckResult(name, False, (
-            "the weights of the model passed to make_clipped_step did not move: build the step for "
-            "its model argument (not for a global model such as net)"))
+        return CheckResult(name, False, _(
+            "the weights of the model passed to make_clipped_step did not move: build the step for its model argument "
+            "(not for a global model such as net)"))
     tol = 2e-3
     big_ok = abs(big - lr * clip) <= tol * lr * clip
     small_ok = abs(small - lr * small_norm) <= tol * lr * small_norm
     lr_seen = small / small_norm
-    facts = (f"raw gradient norm {raw:.3g}: the weights moved by {big:.4g} (expected {lr} × {clip} = "
-             f"{lr * clip:.4g}); raw norm {small_norm:.2g}, below the threshold: moved {small:.4g} "
-             f"(expected {lr} × {small_norm:.2g} = {lr * small_norm:.4g})")
+    facts = _("raw gradient norm {raw}: the weights moved by {big} (expected {lr} × {clip} = {big_want}); raw norm "
+              "{small_norm}, below the threshold: moved {small} (expected {lr} × {small_norm} = {small_want})").format(
+                  raw=f"{raw:.3g}", big=f"{big:.4g}", lr=lr, clip=clip, big_want=f"{lr * clip:.4g}",
+                  small_norm=f"{small_norm:.2g}", small=f"{small:.4g}", small_want=f"{lr * small_norm:.4g}")
     if big_ok and small_ok and small_again > 1.3 * small:
-        return CheckResult(name, False, (
-            f"{facts}. The first steps are right, but a second step on the same small batch moved "
-            f"{small_again:.4g}, {small_again / small:.2g} times the first: the optimizer keeps momentum. "
-            f"Use plain SGD({lr})."))
+        return CheckResult(name, False, _(
+            "{facts}. The first steps are right, but a second step on the same small batch moved {again}, {times} "
+            "times the first: the optimizer keeps momentum. Use plain SGD({lr}).").format(
+                facts=facts, again=f"{small_again:.4g}", times=f"{small_again / small:.2g}", lr=lr))
     if big_ok and small_ok:
         return CheckResult(name, True, facts)
     if big_ok:
-        return CheckResult(name, False, (
-            f"{facts}. The big step is right only by coincidence: the unclipped step shows a learning "
-            f"rate of {lr_seen:.3g}, not {lr}, so your threshold is about {big / lr_seen:.3g}, and "
-            f"{lr_seen:.3g} × {big / lr_seen:.3g} happens to equal {lr * clip:.3g}. Use SGD({lr}) and "
-            f"clip_global_norm={clip}."))
+        return CheckResult(name, False, _(
+            "{facts}. The big step is right only by coincidence: the unclipped step shows a learning rate of {seen}, "
+            "not {lr}, so your threshold is about {threshold}, and {seen} × {threshold} happens to equal {product}. "
+            "Use SGD({lr}) and clip_global_norm={clip}.").format(
+                facts=facts, seen=f"{lr_seen:.3g}", lr=lr, threshold=f"{big / lr_seen:.3g}",
+                product=f"{lr * clip:.3g}", clip=clip))
     if abs(big - lr_seen * raw) <= tol * lr_seen * raw:
-        return CheckResult(name, False, (
-            f"{facts}. The big step moved by the learning rate times the raw norm: nothing was "
-            f"clipped. Pass clip_global_norm={clip} to gl.make_train_step."))
+        return CheckResult(name, False, _(
+            "{facts}. The big step moved by the learning rate times the raw norm: nothing was clipped. Pass "
+            "clip_global_norm={clip} to gl.make_train_step.").format(facts=facts, clip=clip))
     if small_ok:
-        return CheckResult(name, False, (
-            f"{facts}. The learning rate is right; the big step was clipped to a global norm of "
-            f"{big / lr:.3g}, not {clip}."))
-    return CheckResult(name, False, (
-        f"{facts}. Neither step matches plain SGD({lr}) clipped at {clip} (a momentum or Adam "
-        "optimizer moves by other amounts)."))
+        return CheckResult(name, False, _(
+            "{facts}. The learning rate is right; the big step was clipped to a global norm of {norm}, not "
+            "{clip}.").format(facts=facts, norm=f"{big / lr:.3g}", clip=clip))
+    return CheckResult(name, False, _(
+        "{facts}. Neither step matches plain SGD({lr}) clipped at {clip} (a momentum or Adam optimizer moves by other "
+        "amounts).").format(facts=facts, lr=lr, clip=clip))

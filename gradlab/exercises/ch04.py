@@ -17,7 +17,8 @@ from collections.abc import Callable
 import numpy as np
 
 from .._env import quiet_import_tensorflow
-from ..checks import CheckResult, check_trains, step_length_advice
+from ..checks import CheckResult, check_trains, describe_error, step_length_advice
+from ..i18n import _
 from ..training import train_steps
 
 tf = quiet_import_tensorflow()
@@ -50,30 +51,34 @@ def check_capstone(make_model: Callable, make_optimizer: Callable, clip: float |
     data with ``require_variables=REQUIRED``. When the final loss stays above ``below`` for
     another reason than NaN or ``None``, :func:`gradlab.checks.step_length_advice` is appended.
     """
-    name = "capstone"
+    name = _("capstone")
     import keras
 
     for label, fn in (("make_model", make_model), ("make_optimizer", make_optimizer)):
         if isinstance(fn, (keras.Model, keras.optimizers.Optimizer)):
-            return CheckResult(name, False, f"{label} must be your function, got the {type(fn).__name__} it built: "
-                                            "pass it without calling it, so the check can build a fresh one")
+            return CheckResult(name, False, _("{label} must be your function, got the {kind} it built: pass it without "
+                                              "calling it, so the check can build a fresh one").format(
+                                                  label=label, kind=type(fn).__name__))
         if not callable(fn):
-            return CheckResult(name, False, f"{label} must be your function (pass it without calling it), "
-                                            f"got {type(fn).__name__}")
+            return CheckResult(name, False, _("{label} must be your function (pass it without calling it), got "
+                                              "{kind}").format(label=label, kind=type(fn).__name__))
     if hasattr(clip, "numpy") and getattr(clip, "shape", None) is not None and len(clip.shape) == 0:
         clip = clip.numpy()  # a scalar tensor
     if isinstance(clip, np.ndarray) and clip.shape == ():
         clip = clip.item()
     if clip is not None and (isinstance(clip, (bool, np.bool_)) or not isinstance(clip, numbers.Real)
                              or not math.isfinite(clip) or not clip > 0):
-        what = " (a string: write the number without quotes)" if isinstance(clip, (str, bytes)) else ""
-        return CheckResult(name, False, f"the clip must be None or a number > 0, got {clip!r}{what}")
+        if isinstance(clip, (str, bytes)):
+            return CheckResult(name, False, _("the clip must be None or a number > 0, got {value!r} (a string: write "
+                                              "the number without quotes)").format(value=clip))
+        return CheckResult(name, False, _("the clip must be None or a number > 0, got {value!r}").format(value=clip))
     if clip is not None:
         clip = float(clip)  # np.float32(1.0) and 1 are as good as 1.0
     try:
         model, optimizer = make_model(), make_optimizer()
     except Exception as err:  # noqa: BLE001 - a learner's error is feedback
-        return CheckResult(name, False, f"building your model or optimizer raised {type(err).__name__}: {err}")
+        return CheckResult(name, False, _("building your model or optimizer raised {error}").format(
+            error=describe_error(err)))
     x, y = capstone_data()
     try:
         before = {v.path: v.numpy().copy() for v in model.variables
@@ -85,17 +90,17 @@ def check_capstone(make_model: Callable, make_optimizer: Callable, clip: float |
     if result:
         still = [v.path for v in model.variables if v.path in before and np.array_equal(v.numpy(), before[v.path])]
         if still:
-            return CheckResult(name, False, (
-                f"the loss is low enough, but {' and '.join(still)} never changed in {steps} steps: its gradient "
-                "is exactly 0, so the layer's output does not really depend on it (multiplied by 0, or cut off "
-                "with stop_gradient). Make Standardize return (x - shift) * scale."))
+            return CheckResult(name, False, _(
+                "the loss is low enough, but {names} never changed in {steps} steps: its gradient is exactly 0, so the "
+                "layer's output does not really depend on it (multiplied by 0, or cut off with stop_gradient). Make "
+                "Standardize return (x - shift) * scale.").format(names=", ".join(still), steps=steps))
         return result
-    if "not below" not in result.feedback:
+    details = result.details if isinstance(result.details, dict) else {}
+    if details.get("kind") != "not below":
         return result
-    run = result.details
+    run = details["run"]
     if not (hasattr(run, "losses") and hasattr(run, "global_norms")):
-        # check_trains does not hand its run back: train a fresh copy to see what happened
+        # a run without its history: train a fresh copy to see what happened
         run = train_steps(make_model(), x, y, optimizer=make_optimizer(), steps=steps, clip_global_norm=clip)
     advice = step_length_advice(run.losses, run.global_norms, optimizer=optimizer, clip=clip, below=below)
-    first_sentence = result.feedback.split(f"not below {below:g}.")[0] + f"not below {below:g}."
-    return CheckResult(name, False, first_sentence + advice, details=run)
+    return CheckResult(name, False, details["summary"] + advice, details=run)
