@@ -128,6 +128,38 @@ def time_rows(steps: int = 100, changes: int = 30, naive_changes: int = 6):
            f"{ex._plot.full_draws} full draws")
 
 
+# ----------------------------------------------------------------------------- TransformerExplorer
+def transformer_rows(changes: int = 30, naive_changes: int = 4):
+    """Chapter 09: per-block norms at 6 blocks, one change = a new depth or norm position."""
+    from gradlab.plots import figure_png
+    from gradlab.plots.transformer import plot_block_norms
+    from gradlab.transformer import block_gradient_report, build_transformer
+    from gradlab.widgets.transformer import TransformerExplorer
+
+    ex = TransformerExplorer(num_layers=6)
+    for position in ("post", "pre"):  # warm-up: the engine's one function traced once
+        ex.norm_position.value = position
+    traces = ex.tracing_count()
+    settings = [(6, "post"), (6, "pre"), (5, "pre"), (6, "pre"), (5, "post"), (6, "post")]
+
+    def change(i):
+        depth, position = settings[i % len(settings)]
+        ex.set(num_layers=depth, norm_position=position)
+
+    fast = timed([lambda i=i: change(i) for i in range(changes)])
+    x, y = ex.data
+
+    def naive(i):
+        depth, position = settings[i % len(settings)]
+        model = build_transformer(depth, norm_position=position)
+        report = block_gradient_report(model, x, y)
+        figure_png(plot_block_norms({position: report}))
+
+    slow = timed([lambda i=i: naive(i) for i in range(naive_changes)])
+    yield ("TransformerExplorer 6 blocks", fast, slow, ex.tracing_count() - traces,
+           f"{ex._plot.full_draws} full draws")
+
+
 # ----------------------------------------------------------------------------- the small explorers
 def jacobian_rows(changes: int = 20, naive_changes: int = 6):
     import gradlab as gl
@@ -199,8 +231,8 @@ def tangent_rows(changes: int = 20, naive_changes: int = 6):
 
 #: The rows ``--only`` can pick; another explorer adds its own generator here.
 ROWS = {"gradient": gradient_rows, "time": time_rows, "jacobian": jacobian_rows,
-        "tracing": tracing_rows, "tangent": tangent_rows}
-TARGETS = {"GradientExplorer": 20.0, "TimeExplorer": 10.0}
+        "tracing": tracing_rows, "tangent": tangent_rows, "transformer": transformer_rows}
+TARGETS = {"GradientExplorer": 20.0, "TimeExplorer": 10.0, "TransformerExplorer": 10.0}
 
 
 def main(argv=None) -> int:
