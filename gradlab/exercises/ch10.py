@@ -33,7 +33,9 @@ __all__ = [
     "check_clip_per_example",
     "check_cube_gradient",
     "check_gradient_penalty",
+    "clip_reference",
     "critic_and_batch",
+    "penalty_reference",
     "per_example_batch",
     "regression_model_and_batch",
 ]
@@ -122,7 +124,8 @@ def per_example_batch() -> list:
     return [tf.constant(kernel, tf.float32), tf.constant(bias, tf.float32)]
 
 
-def _clip_reference(grads, c: float) -> list[np.ndarray]:
+def clip_reference(grads, c: float) -> list[np.ndarray]:
+    """Exercise 3's answer in NumPy float64: each example scaled by ``min(1, c / its norm)``."""
     arrays = [np.asarray(g, dtype=np.float64) for g in grads]
     n = arrays[0].shape[0]
     norms = np.sqrt(sum(np.sum(a.reshape(n, -1) ** 2, axis=1) for a in arrays))
@@ -137,7 +140,7 @@ def check_clip_per_example(clip_per_example: Callable, clip_norm: float = 1.0) -
     got, problem = call_answer(name, clip_per_example, list(grads), clip_norm, what="clip_per_example")
     if problem is not None:
         return problem
-    expected = _clip_reference(grads, clip_norm)
+    expected = clip_reference(grads, clip_norm)
     arrays = [np.asarray(g, dtype=np.float64) for g in grads]
     batch_clipped = [np.asarray(g) for g in tf.clip_by_global_norm([tf.cast(a, tf.float64) for a in arrays],
                                                                    clip_norm)[0]]
@@ -164,7 +167,8 @@ def critic_and_batch():
     return critic, x
 
 
-def _penalty_reference(critic, x):
+def penalty_reference(critic, x):
+    """Exercise 4's answer: the penalty and its gradient for each critic variable (double backprop)."""
     with tf.GradientTape() as outer:
         with tf.GradientTape() as inner:
             inner.watch(x)
@@ -180,7 +184,7 @@ def check_gradient_penalty(gradient_penalty: Callable) -> CheckResult:
     ``(||∇ₓ D(x_i)|| - 1)²``, differentiable with respect to the critic's weights."""
     name = "gradient penalty"
     critic, x = critic_and_batch()
-    expected, expected_grads = _penalty_reference(critic, x)
+    expected, expected_grads = penalty_reference(critic, x)
     with tf.GradientTape() as tape:
         got, problem = call_answer(name, gradient_penalty, critic, x, what="gradient_penalty")
         if problem is not None:

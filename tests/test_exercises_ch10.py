@@ -1,0 +1,145 @@
+"""Chapter 10's self-checks: each accepts a right answer and rejects the typical wrong ones with
+feedback that names the mistake. References are written out here (closed forms, NumPy float64)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from gradlab.exercises import ch10
+
+
+# ----------------------------------------------------------------------------- exercise 1
+def test_central_difference_right_and_wrong():
+    assert ch10.check_central_difference(lambda f, x, h: (f(x + h) - f(x - h)) / (2 * h))
+    forward = ch10.check_central_difference(lambda f, x, h: (f(x + h) - f(x)) / h)
+    assert not forward and "forward difference" in forward.feedback
+    no_two = ch10.check_central_difference(lambda f, x, h: (f(x + h) - f(x - h)) / h)
+    assert not no_two and "2h" in no_two.feedback
+    fixed_step = ch10.check_central_difference(lambda f, x, h: (f(x + 1e-3) - f(x - 1e-3)) / 2e-3)
+    assert not fixed_step  # h = 0.1 gives 12.01 for x³ at 2, a fixed step gives 12.000001
+    assert not ch10.check_central_difference(None)
+    assert not ch10.check_central_difference(lambda f, x, h: None)
+    raised = ch10.check_central_difference(lambda f, x, h: 1 / 0)
+    assert not raised and "ZeroDivisionError" in raised.feedback
+
+
+# ----------------------------------------------------------------------------- exercise 2
+def _cube(backward):
+    @tf.custom_gradient
+    def cube(x):
+        return x ** 3, lambda dy: backward(x, dy)
+
+    return cube
+
+
+def test_cube_gradient_right_and_wrong():
+    assert ch10.check_cube_gradient(_cube(lambda x, dy: 3.0 * x * x * dy))
+    assert ch10.check_cube_gradient(lambda x: x ** 3)  # the tape's own gradient is right too
+    stub = ch10.check_cube_gradient(_cube(lambda x, dy: 3.0 * x * dy))
+    assert not stub and "3x²" in stub.feedback
+    wrong_forward = ch10.check_cube_gradient(lambda x: x ** 2)
+    assert not wrong_forward and "forward pass must stay x³" in wrong_forward.feedback
+    broken = ch10.check_cube_gradient(_cube(lambda x, dy: undefined_name))  # noqa: F821
+    assert not broken and "NameError" in broken.feedback
+
+
+# ----------------------------------------------------------------------------- exercise 3
+def _norms(grads):
+    n = grads[0].shape[0]
+    return np.sqrt(sum(np.sum(np.asarray(g, np.float64).reshape(n, -1) ** 2, axis=1) for g in grads))
+
+
+def test_clip_per_example_reference_is_what_dp_sgd_does():
+    grads = ch10.per_example_batch()
+    before = _norms(grads)
+    assert before.max() > 1.0 > before.min()  # some examples are clipped, some are not
+    clipped = ch10.clip_reference(grads, 1.0)
+    after = _norms(clipped)
+    np.testing.assert_allclose(after, np.minimum(before, 1.0), rtol=1e-12)
+    # the direction of each example is kept
+    for g, c in zip(grads, clipped, strict=True):
+        ratio = np.asarray(c).reshape(4, -1) / np.asarray(g, np.float64).reshape(4, -1)
+        np.testing.assert_allclose(ratio, np.repeat(np.minimum(1.0, 1.0 / before)[:, None], ratio.shape[1], 1),
+                                   rtol=1e-6)
+
+
+def test_clip_per_example_right_and_wrong():
+    def right(grads, c):
+        n = grads[0].shape[0]
+        norms = tf.sqrt(tf.add_n([tf.reduce_sum(tf.reshape(tf.square(g), [n, -1]), 1) for g in grads]))
+        scale = tf.minimum(1.0, c / norms)
+        return [g * tf.reshape(scale, [n] + [1] * (g.shape.rank - 1)) for g in grads]
+
+    assert ch10.check_clip_per_example(right)
+    whole = ch10.check_clip_per_example(lambda grads, c: tf.clip_by_global_norm(grads, c)[0])
+    assert not whole and "whole batch" in whole.feedback
+    pair = ch10.check_clip_per_example(lambda grads, c: tf.clip_by_global_norm(grads, c))
+    assert not pair and "whole batch" in pair.feedback
+    per_variable = ch10.check_clip_per_example(
+        lambda grads, c: [tf.stack([tf.clip_by_norm(g[i], c) for i in range(g.shape[0])]) for g in grads])
+    assert not per_variable and "each variable" in per_variable.feedback
+    stub = ch10.check_clip_per_example(lambda grads, c: grads)
+    assert not stub and "nothing was clipped" in stub.feedback
+    assert not ch10.check_clip_per_example(lambda grads, c: None)
+
+
+# ----------------------------------------------------------------------------- exercise 4
+def _penalty(norm_axis=1, square=True, watch=True, detach=False):
+    def gradient_penalty(critic, x):
+        with tf.GradientTape() as inner:
+            if watch:
+                inner.watch(x)
+            d = critic(x)
+        g = inner.gradient(d, x)
+        if detach:
+            g = tf.constant(g.numpy())
+        norm = tf.sqrt(tf.reduce_sum(tf.square(g), axis=norm_axis) + 1e-12)
+        return tf.reduce_mean(tf.square(norm - 1.0) if square else norm - 1.0)
+
+    return gradient_penalty
+
+
+def test_gradientpenalty_reference_against_a_closed_form():
+    """For the critic tanh(x W1 + b1) W2 + b2 the input gradient is W1 diag(1 - h²) W2."""
+    critic, x = ch10.critic_and_batch()
+    w1, b1, w2, _b2 = (v.numpy().astype(np.float64) for v in critic.trainable_variables)
+    h = np.tanh(x.numpy().astype(np.float64) @ w1 + b1)
+    grads = ((1 - h ** 2) * w2[:, 0]) @ w1.T
+    expected = np.mean((np.linalg.norm(grads, axis=1) - 1.0) ** 2)
+    value, weight_grads = ch10.penalty_reference(critic, x)
+    assert float(value) == pytest.approx(expected, rel=1e-5)
+    assert weight_grads[3] is None and all(g is not None for g in weight_grads[:3])
+
+
+def test_gradient_penalty_right_and_wrong():
+    assert ch10.check_gradient_penalty(_penalty())
+    whole = ch10.check_gradient_penalty(_penalty(norm_axis=None))
+    assert not whole and "one norm per example" in whole.feedback
+    no_square = ch10.check_gradient_penalty(_penalty(square=False))
+    assert not no_square and "square" in no_square.feedback
+    detached = ch10.check_gradient_penalty(_penalty(detach=True))
+    assert not detached and "None" in detached.feedback
+    unwatched = ch10.check_gradient_penalty(_penalty(watch=False))
+    assert not unwatched
+    assert not ch10.check_gradient_penalty(lambda critic, x: None)
+    assert not ch10.check_gradient_penalty(lambda critic, x: "0.3")
+
+
+# ----------------------------------------------------------------------------- exercise 5
+def test_accumulate_right_and_wrong():
+    def accumulate(model, x, y, k, divide=True):
+        total = [tf.zeros_like(v) for v in model.trainable_variables]
+        for xm, ym in zip(tf.split(x, k), tf.split(y, k), strict=True):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(ym - model(xm)))
+            total = [t + g for t, g in zip(total, tape.gradient(loss, model.trainable_variables), strict=True)]
+        return [t / k for t in total] if divide else total
+
+    assert ch10.check_accumulate(accumulate)
+    summed = ch10.check_accumulate(lambda m, x, y, k: accumulate(m, x, y, k, divide=False))
+    assert not summed and "divide" in summed.feedback
+    first_only = ch10.check_accumulate(lambda m, x, y, k: accumulate(m, x[:4], y[:4], 1))
+    assert not first_only
+    assert not ch10.check_accumulate(lambda m, x, y, k: None)
