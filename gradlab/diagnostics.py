@@ -96,17 +96,27 @@ def _batchnorm_findings(calls, training: bool) -> list[str]:
     return out
 
 
-def normalization_crossings(calls, positions, signals) -> tuple[float, list[str]]:
+def _normalizing(layer, training: bool) -> list:
+    """The layers inside ``layer`` that normalize by their input's statistics in this pass: a
+    BatchNormalization in inference mode applies fixed moving statistics, so it does not."""
+    return [n for n in core.normalization_inside(layer)
+            if training or not isinstance(n, keras.layers.BatchNormalization)]
+
+
+def normalization_crossings(calls, positions, signals, training: bool = True) -> tuple[float, list[str]]:
     """How much of the signal's change happens across normalization layers.
 
     ``positions`` are the call positions of the compared layers (input side first, in call
     order) and ``signals`` their signal norms. Going back from layer ``b`` to the layer ``a``
     before it passes the backward pass of every call in ``(a, b]``; a segment with a
-    normalization call there crosses it. Returns ``(log_rest, names)``: the natural log of the
-    total ratio left after removing the crossing segments, and the normalization layers crossed
-    by the segments that carry a change.
+    normalization call there (one that normalizes by its input's statistics in this pass)
+    crosses it. Returns ``(log_rest, names)``: the natural log of the total ratio left after
+    removing the crossing segments, and the normalization layers the segments cross.
     """
-    norm_positions = [(c.position, c.name) for c in calls if core.is_normalization(c.layer)]
+    norm_positions = []
+    for c in calls:
+        inner = _normalizing(c.layer, training)
+        norm_positions += [(c.position, c.name if n is c.layer else f"{c.name}/{n.name}") for n in inner]
     log_rest, names = 0.0, []
     pairs = list(zip(positions, signals, strict=True))
     for (a, sa), (b, sb) in zip(pairs, pairs[1:], strict=False):
@@ -120,23 +130,25 @@ def normalization_crossings(calls, positions, signals) -> tuple[float, list[str]
     return log_rest, names
 
 
-def _explained_by_normalization(verdict: Verdict, calls, positions, signals) -> list[str]:
+def _explained_by_normalization(verdict: Verdict, calls, positions, signals, training: bool) -> list[str]:
     """The normalization layers that carry a vanishing/exploding change: the rest of the chain,
-    with the crossing segments removed, would not fire the rule on its own."""
+    with the crossing segments removed, would not fire the rule in the verdict's direction."""
     if verdict.status not in ("vanishing", "exploding") or len(positions) < 2:
         return []
-    log_rest, names = normalization_crossings(calls, positions, signals)
+    log_rest, names = normalization_crossings(calls, positions, signals, training)
     if not names or not math.isfinite(log_rest):
         return []
     segments = len(positions) - 1
     rest = math.exp(log_rest)
     crossing = sum(1 for a, b in zip(positions, positions[1:], strict=False)
-                   if any(a < c.position <= b and core.is_normalization(c.layer) for c in calls))
+                   if any(a < c.position <= b and _normalizing(c.layer, training) for c in calls))
     plain = max(segments - crossing, 1)
     gain = rest ** (1.0 / plain)
     low, high = 1.0 - GAIN_TOLERANCE, 1.0 / (1.0 - GAIN_TOLERANCE)
-    fires = (rest < verdict.vanish_below or rest > verdict.explode_above
-             or (gain < low and rest < 1.0 / MILD_RATIO) or (gain > high and rest > MILD_RATIO))
+    if verdict.status == "vanishing":  # would the rest alone still be vanishing?
+        fires = rest < verdict.vanish_below or (gain < low and rest < 1.0 / MILD_RATIO)
+    else:
+        fires = rest > verdict.explode_above or (gain > high and rest > MILD_RATIO)
     return [] if fires else names
 
 
@@ -355,11 +367,15 @@ def inspect_training_step(
             signals = [ls.signal for _c, ls in diagnosed]
             positions = [c.position for c, _ls in diagnosed]
             kwargs = dict(names=[repr(n) for n in names], activation=_main_activation(calls, names),
-                          residual=any(isinstance(c.layer, keras.layers.Add) for c in calls),
+                          residual=any(isinstance(c.layer, keras.layers.Add) for c in calls)
+                          and not any(core.normalization_inside(c.layer) for c in calls),
                           dtype=str(getattr(model, "compute_dtype", "float32")),
                           vanish_below=vanish_below, explode_above=explode_above)
             verdict = judge(signals, **kwargs)
-            normalizers = _explained_by_normalization(verdict, calls, positions, signals)
+            # BatchNorm statistics that are mostly noise explain a finding first; otherwise a change
+            # carried across normalization layers is their rescaling, not the weights' scale
+            if not _batchnorm_findings(calls, training):
+                normalizers = _explained_by_normalization(verdict, calls, positions, signals, training)
             if normalizers:
                 verdict = judge(signals, normalized=True, **kwargs)
             status, message = verdict.status, verdict.message

@@ -319,6 +319,14 @@ def judge(
                 _("The gradient grows {gain}× per step over {n} steps (above {high}) and is {ratio}× at {first} "
                   "what it is at {last} (above {mild_high}): the per-step rule."))
         return verdict("exploding", "per-layer", text.format(**fields))
+    if not low <= gain <= high:  # a clear per-layer change, but too little in all for the per-layer rule
+        text = (_("No rule fires: the signal changes {gain}× per layer (outside {low}–{high}), but it is only "
+                  "{ratio}× at {first} what it is at {last} (within {mild_low}–{mild_high}), and the per-layer rule "
+                  "needs both.") if unit == "layer" else
+                _("No rule fires: the gradient changes {gain}× per step (outside {low}–{high}), but it is only "
+                  "{ratio}× at {first} what it is at {last} (within {mild_low}–{mild_high}), and the per-step rule "
+                  "needs both."))
+        return verdict("healthy", "none", text.format(**fields))
     text = (_("No rule fires: the signal changes {gain}× per layer (within {low}–{high}) and is {ratio}× at "
               "{first} what it is at {last} (within {vanish}–{explode}).") if unit == "layer" else
             _("No rule fires: the gradient changes {gain}× per step (within {low}–{high}) and is {ratio}× at "

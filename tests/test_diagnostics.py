@@ -54,9 +54,25 @@ def test_report_does_not_change_the_weights():
     assert all(np.array_equal(a, v.numpy()) for a, v in zip(before, model.trainable_variables, strict=True))
 
 
-def test_report_text_is_stable_across_runs():
+def test_the_same_model_inspected_twice_gives_the_same_report_because_it_was_restored():
+    """Not two freshly seeded models (those agree without any restore): one model with BatchNorm,
+    Dropout and a compiled two-output loss, whose state a training pass does move."""
+    keras.utils.set_random_seed(3)
+    inp = keras.Input((4,))
+    h = keras.layers.Dropout(0.5)(keras.layers.BatchNormalization()(keras.layers.Dense(8)(inp)))
+    model = keras.Model(inp, [keras.layers.Dense(1)(h), keras.layers.Dense(1)(h)])
+    model.compile(optimizer="sgd", loss=["mse", "mae"])
     x, y = _data()
-    assert str(gl.inspect_training_step(_small(), x, y)) == str(gl.inspect_training_step(_small(), x, y))
+    y = [y, y]
+    first = gl.inspect_training_step(model, x, y)
+    state = [v.numpy() for v in model.variables + model.metrics_variables]
+    assert str(gl.inspect_training_step(model, x, y)) == str(first)
+    # without the restore the second report would differ: one plain training pass moves the state
+    with tf.GradientTape():
+        model.compute_loss(x=tf.constant(x), y=[tf.constant(t) for t in y], y_pred=model(x, training=True))
+    moved = [v.numpy() for v in model.variables + model.metrics_variables]
+    assert any(not np.array_equal(a, b) for a, b in zip(state, moved, strict=True))
+    assert str(gl.inspect_training_step(model, x, y)) != str(first)
 
 
 def test_pretty_printer_uses_the_table():

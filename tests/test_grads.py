@@ -104,7 +104,16 @@ def test_clip_gradients_is_exactly_tf():
 def test_diagnose_statuses(signal, status):
     got, message = gl.diagnose(signal)
     assert got == status
-    assert isinstance(message, str) and len(message) > 20
+    s = np.asarray(signal, np.float64)
+    if s.size > 1 and np.all(np.isfinite(s)) and s[-1] > 0 and s[0] > 0:
+        # the message says what the rule measured: the ratio, computed here, and the per-layer gain
+        assert f"{s[0] / s[-1]:.2g}×" in message and f"{(s[0] / s[-1]) ** (1 / (s.size - 1)):.3g}×" in message
+    elif not np.all(np.isfinite(s)):
+        assert "NaN/inf" in message and "Clipping cannot repair NaN" in message
+    elif s.size == 1:
+        assert "One layer" in message
+    else:
+        assert "exactly 0" in message
 
 
 def test_diagnose_thresholds_are_used():
@@ -182,7 +191,7 @@ def test_engine_does_not_retrace_on_depth_or_clip(engine):
     for i in range(20):
         engine.report(1 + (i * 7) % 40, "sigmoid", "glorot_uniform",
                       (("norm", "value", "global_norm")[i % 3], 10 ** (i / 10 - 1)))
-    assert engine.tracing_count() - before <= 1
+    assert engine.tracing_count() - before == 0  # one trace per mode, made by the warm-up above
 
 
 def test_engine_depth_is_prefix_of_build_mlp(engine):

@@ -252,7 +252,10 @@ def test_make_train_step_refuses_a_y_that_would_broadcast_and_takes_float64():
     out = step(x.numpy().astype(np.float64), y.numpy().astype(np.float64))
     ref = float(tf.reduce_mean(tf.square(y - model(x))))
     assert float(out["loss"]) == pytest.approx(ref, rel=1e-6)
-    assert gl.tracing_count(step) >= 1
+    traced = gl.tracing_count(step)
+    step(x.numpy().astype(np.float64), y.numpy().astype(np.float64))
+    step(x, y)
+    assert gl.tracing_count(step) == traced == 1  # float64 NumPy is converted as fit converts it: no retrace
 
 
 # ----------------------------------------------------------------------------- widget
@@ -425,3 +428,70 @@ def test_logger_refuses_to_guess_the_loss_of_a_custom_train_step():
     logger = gl.GradNormLogger(probe=(x, y))
     m2.fit(x, y, epochs=1, verbose=0, callbacks=[logger])
     assert logger.history["d"][0] > 0
+
+
+# ----------------------------------------------------------------------------- fit integration (issue 19)
+def _seq(cls, seed=4):
+    keras.utils.set_random_seed(seed)
+    model = cls([keras.Input((4,)), keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+    return model
+
+
+def test_grad_norm_sequential_epoch_loss_weights_a_smaller_last_batch_as_keras_does():
+    """33 examples in batches of 16: the epoch loss is Keras's batch-size-weighted mean."""
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(33, 4)).astype("float32"), 3 * rng.normal(size=(33, 1)).astype("float32")
+    ours = _seq(gl.GradNormSequential).fit(x, y, batch_size=16, epochs=2, verbose=0, shuffle=False).history
+    keras_ = _seq(keras.Sequential).fit(x, y, batch_size=16, epochs=2, verbose=0, shuffle=False).history
+    np.testing.assert_allclose(ours["loss"], keras_["loss"], rtol=1e-6)
+    # and what an unweighted mean of the three batch losses would have given is different
+    model = _seq(keras.Sequential)
+    batch_losses = [model.train_on_batch(x[i:i + 16], y[i:i + 16]) for i in (0, 16, 32)]
+    assert abs(np.mean(batch_losses) - keras_["loss"][0]) > 1e-3
+
+
+def _two_outputs(seed=3):
+    keras.utils.set_random_seed(seed)
+    inp = keras.Input((4,))
+    h = keras.layers.Dense(8, activation="relu")(inp)
+    model = keras.Model(inp, [keras.layers.Dense(1, name="a")(h), keras.layers.Dense(1, name="b")(h)])
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss=["mse", "mse"])
+    return model
+
+
+def test_grad_norm_logger_probe_does_not_change_what_fit_reports():
+    """compute_loss updates the per-output loss trackers: the probe puts them back (was 0.894 vs 1.076)."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(64, 4)).astype("float32")
+    ya, yb = rng.normal(size=(64, 1)).astype("float32"), rng.normal(size=(64, 1)).astype("float32")
+    plain = _two_outputs().fit(x, [ya, yb], batch_size=16, epochs=2, verbose=0, shuffle=False).history
+    logger = gl.GradNormLogger(probe=(x[:16], [ya[:16], yb[:16]], np.linspace(0, 1, 16)), every="batch")
+    model = _two_outputs()
+    logged = model.fit(x, [ya, yb], batch_size=16, epochs=2, verbose=0, shuffle=False, callbacks=[logger]).history
+    for key in ("loss", "a_loss", "b_loss"):
+        np.testing.assert_allclose(logged[key], plain[key], rtol=1e-6, err_msg=key)
+    assert logger.steps == list(range(1, 9))
+    # the last probe against an independent tape of the weighted compiled loss, float64 norms
+    with tf.GradientTape() as tape:
+        pred = model(x[:16], training=False)
+        loss = model.compute_loss(x=x[:16], y=[ya[:16], yb[:16]], y_pred=pred,
+                                  sample_weight=tf.constant(np.linspace(0, 1, 16), tf.float32))
+    grads = tape.gradient(loss, model.get_layer("a").trainable_weights)
+    ref = float(np.sqrt(sum(np.sum(np.asarray(g, np.float64) ** 2) for g in grads)))
+    assert logger.history["a"][-1] == pytest.approx(ref, rel=1e-5)
+
+
+def test_grad_norm_logger_puts_back_stateful_rnn_states():
+    keras.utils.set_random_seed(5)
+    model = keras.Sequential([keras.Input((3, 2), batch_size=4), keras.layers.GRU(3, stateful=True),
+                              keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.0), loss="mse")
+    x, y = np.ones((4, 3, 2), "float32"), np.zeros((4, 1), "float32")
+    plain = keras.models.clone_model(model)
+    plain.set_weights(model.get_weights())
+    plain.compile(optimizer=keras.optimizers.SGD(0.0), loss="mse")
+    want = plain.fit(x, y, batch_size=4, epochs=3, verbose=0, shuffle=False).history["loss"]
+    got = model.fit(x, y, batch_size=4, epochs=3, verbose=0, shuffle=False,
+                    callbacks=[gl.GradNormLogger(probe=(2 * x, y), every="batch")]).history["loss"]
+    np.testing.assert_allclose(got, want, rtol=1e-6)  # the probe's forward passes left the states alone

@@ -28,6 +28,7 @@ __all__ = [
     "is_recurrent",
     "layer_groups",
     "leaf_layers",
+    "normalization_inside",
     "stateful_rnn_layers",
     "sublayers",
     "tap_layers",
@@ -96,6 +97,26 @@ def is_recurrent(layer) -> bool:
 def is_normalization(layer) -> bool:
     """True for the layers of :data:`NORMALIZATION_LAYERS`."""
     return isinstance(layer, NORMALIZATION_LAYERS)
+
+
+def normalization_inside(layer) -> list:
+    """The normalization layers that ``layer`` is or holds (a block such as a Transformer layer
+    keeps its LayerNorms as attributes), depth first; ``[]`` when there are none."""
+    out, seen = [], set()
+
+    def walk(item, depth=0):
+        if id(item) in seen or depth > 8:
+            return
+        seen.add(id(item))
+        if is_normalization(item):
+            out.append(item)
+            return
+        subs = list(item.layers) if isinstance(item, keras.Model) else sublayers(item)
+        for sub in subs:
+            walk(sub, depth + 1)
+
+    walk(layer)
+    return out
 
 
 def sublayers(layer) -> list:
