@@ -11,6 +11,12 @@ import tensorflow as tf
 
 from gradlab import gradcheck
 from gradlab.gradcheck import check_gradient, default_step
+from gradlab.plots.gradcheck import (
+    plot_example_norms,
+    plot_memory,
+    plot_method_times,
+    plot_step_errors,
+)
 
 
 @tf.custom_gradient
@@ -181,3 +187,29 @@ def test_delta_below_the_resolution_is_a_value_error():
 def test_integer_output_is_a_value_error():
     with pytest.raises(ValueError, match="floating-point values"):
         check_gradient(lambda t: tf.cast(t, tf.int32), X64)
+
+
+def test_chapter_10_plots_draw_the_data_and_refuse_bad_shapes():
+    steps = np.logspace(-8, 0, 9)
+    err = {"float64": steps ** 2, "float32": 1e-7 / steps}
+    fig = plot_step_errors(steps, err, {"float64": 2.2e-16, "float32": 1.2e-7})
+    lines = [ln for ln in fig.axes[0].lines if ln.get_label() in err]
+    assert [ln.get_label() for ln in lines] == ["float64", "float32"]
+    np.testing.assert_allclose(lines[0].get_ydata(), steps ** 2)
+    with pytest.raises(ValueError, match="one error per step"):
+        plot_step_errors(steps, {"float64": steps[:3]})
+    with pytest.raises(ValueError, match="positive steps"):
+        plot_step_errors([0.0, 1.0], {"x": [1.0, 2.0]})
+    fig = plot_method_times([8, 32], {"loop": [0.01, 0.04], "vectorized_map": [0.002, 0.003]})
+    np.testing.assert_allclose(fig.axes[0].lines[0].get_ydata(), [10.0, 40.0])  # milliseconds
+    with pytest.raises(ValueError, match="one time per batch size"):
+        plot_method_times([8, 32], {"loop": [0.01]})
+    fig = plot_example_norms([0.5, 3.0, 1.0], 1.0)
+    assert [p.get_height() for p in fig.axes[0].patches] == [0.5, 3.0, 1.0]
+    assert "1 of 3" in fig.axes[0].get_title()
+    with pytest.raises(ValueError, match="one norm per example"):
+        plot_example_norms([], 1.0)
+    fig = plot_memory(["a", "b"], [10.0, 5.0], [0.1, 0.2])
+    assert [p.get_height() for p in fig.axes[0].patches] == [10.0, 5.0]
+    with pytest.raises(ValueError, match="one value per label"):
+        plot_memory(["a", "b"], [1.0])
