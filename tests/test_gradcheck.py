@@ -206,7 +206,7 @@ def test_chapter_10_plots_draw_the_data_and_refuse_bad_shapes():
         plot_method_times([8, 32], {"loop": [0.01]})
     fig = plot_example_norms([0.5, 3.0, 1.0], 1.0)
     assert [p.get_height() for p in fig.axes[0].patches] == [0.5, 3.0, 1.0]
-    assert "1 of 3" in fig.axes[0].get_title()
+    assert "1 of 3" in fig.axes[0].get_title(loc="left")
     with pytest.raises(ValueError, match="one norm per example"):
         plot_example_norms([], 1.0)
     fig = plot_memory(["a", "b"], [10.0, 5.0], [0.1, 0.2])
