@@ -1,0 +1,192 @@
+"""Self-checks for chapter 09's exercises (Transformers, warmup and long runs).
+
+* exercise 1: :func:`check_block_norms`, each block's gradient norm measured with a tape;
+* exercise 2: :func:`check_warmup_schedule`, Keras's ``CosineDecay`` as a linear warmup;
+* exercise 3: :func:`check_clip_threshold`, the Tuning Playbook's clip threshold for a run;
+* exercise 4: :func:`check_flat_pre_ln`, the embedding that makes pre-LN's per-block norms flat.
+
+Every check returns a :class:`~gradlab.checks.CheckResult` and never raises on a wrong answer;
+typical mistakes get feedback that says what is wrong.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._env import quiet_import_tensorflow
+from ..checks import CheckResult, as_number_answer, check_array, describe_error
+from ..i18n import _
+from ..transformer import block_gradient_report, build_transformer, markov_tokens
+
+tf = quiet_import_tensorflow()
+import keras  # noqa: E402
+
+__all__ = [
+    "FLAT_SETTINGS",
+    "WARMUP",
+    "check_block_norms",
+    "check_clip_threshold",
+    "check_flat_pre_ln",
+    "check_warmup_schedule",
+    "exercise_model",
+    "exercise_norms",
+]
+
+#: Exercise 2: the peak learning rate, the warmup steps and the length of the run.
+WARMUP = {"learning_rate": 3e-3, "warmup_steps": 20, "total_steps": 200}
+
+#: Exercise 4: the embedding settings to choose from, and what chapter 09 measured for each on
+#: a 12-block pre-LN model (last block's gradient norm over the first's, batch 8).
+FLAT_SETTINGS = {
+    "a": {"embedding_initializer": "glorot_uniform", "scale_embedding": False},
+    "b": {"embedding_initializer": "uniform", "scale_embedding": True},
+    "c": {"embedding_initializer": "normal", "scale_embedding": False},
+    "d": {"embedding_initializer": "normal", "scale_embedding": True},
+}
+
+
+def exercise_model(norm_position: str = "post"):
+    """Exercise 1's model and batch: 3 blocks, d_model 16, 11 tokens, sequences of 8 (seed 5)."""
+    model = build_transformer(3, d_model=16, num_heads=2, vocab_size=11, seq_len=8, norm_position=norm_position,
+                              seed=5)
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model, markov_tokens(4, 8, 11, seed=5)
+
+
+# ----------------------------------------------------------------------------- exercise 1
+def check_block_norms(fn) -> CheckResult:
+    """Exercise 1: ``fn(model, x, y)`` returns each block's gradient norm, earliest block first.
+
+    The norm of a block is the global norm over all of its variables (paths ``block_<i>/...``)
+    of the gradient of the mean sparse cross-entropy, taken in float64.
+    """
+    name = _("per-block gradient norms")
+    if not callable(fn):
+        return CheckResult(name, False, _("expected a function, got {kind}").format(kind=type(fn).__name__))
+    model, (x, y) = exercise_model()
+    expected = block_gradient_report(model, x, y)
+    try:
+        got = fn(model, x, y)
+    except Exception as err:  # noqa: BLE001 - an error in the learner's code is feedback
+        return CheckResult(name, False, _("your function raised {error}.").format(error=describe_error(err)))
+    if got is None:
+        return CheckResult(name, False, _("returned None: did you forget the return statement?"))
+    try:
+        arr = np.asarray(got.numpy() if hasattr(got, "numpy") else got, dtype=np.float64).ravel()
+    except Exception:  # noqa: BLE001
+        arr = None
+    want = expected.layer_grad_norms
+    if arr is not None and arr.size == 3 and np.all(np.isfinite(arr)):
+        if np.allclose(arr, want[::-1], rtol=1e-3):
+            return CheckResult(name, False, _("the order is reversed: index 0 must be block_0, nearest the input"))
+        if np.allclose(arr, want**2, rtol=1e-3):
+            return CheckResult(name, False, _("these are squared norms: take the square root of the sum of squares"))
+        if np.allclose(arr, expected.ffn_grad_norms, rtol=1e-3):
+            return CheckResult(name, False, _("these are the norms of each block's second FFN kernel only: take "
+                                              "every variable whose path starts with block_<i>/"))
+    if arr is not None and arr.size == 16 * 3:
+        return CheckResult(name, False, _("48 values: one norm per variable. Combine the 16 variables of each block "
+                                          "into one norm: the square root of the sum of their squared norms"))
+    result = check_array(name, arr if arr is not None else got, want, rtol=1e-3, atol=0.0)
+    if result:
+        return CheckResult(name, True, _("{values}: the post-LN model's blocks, as gl.transformer."
+                                         "block_gradient_report measures them").format(
+            values=", ".join(f"{v:.3g}" for v in want)))
+    return result
+
+
+# ----------------------------------------------------------------------------- exercise 2
+def check_warmup_schedule(schedule) -> CheckResult:
+    """Exercise 2: a Keras schedule that ramps linearly from 0 to 3e-3 over 20 steps, then stays there.
+
+    Compared at every step of a 200-step run with the closed form ``3e-3 * min(step / 20, 1)``.
+    """
+    name = _("warmup schedule")
+    lr, warm, total = WARMUP["learning_rate"], WARMUP["warmup_steps"], WARMUP["total_steps"]
+    if isinstance(schedule, (int, float)) and not isinstance(schedule, bool):
+        return CheckResult(name, False, _("a number is a constant learning rate: build a "
+                                          "keras.optimizers.schedules.CosineDecay with warmup_target and warmup_steps"))
+    if not callable(schedule):
+        return CheckResult(name, False, _("expected a keras.optimizers.schedules.LearningRateSchedule, got {kind}")
+                           .format(kind=type(schedule).__name__))
+    try:
+        got = np.array([float(schedule(step)) for step in range(total)], dtype=np.float64)
+    except Exception as err:  # noqa: BLE001
+        return CheckResult(name, False, _("calling the schedule with a step raised {error}.").format(
+            error=describe_error(err)))
+    want = lr * np.minimum(np.arange(total) / warm, 1.0)
+    if np.allclose(got, want, rtol=1e-5, atol=1e-9):
+        return CheckResult(name, True, _("0 at step 0, {lr} from step {warm} on, a straight line between").format(
+            lr=f"{lr:g}", warm=warm))
+    if np.allclose(got, lr, rtol=1e-5):
+        return CheckResult(name, False, _("the rate is {lr} from the first step: there is no warmup. CosineDecay "
+                                          "ramps from initial_learning_rate (set it to 0.0) to warmup_target").format(
+            lr=f"{lr:g}"))
+    if np.allclose(got[: warm + 1], want[: warm + 1], rtol=1e-5, atol=1e-9) and got[-1] < 0.5 * lr:
+        return CheckResult(name, False, _("the warmup is right, but afterwards the rate decays towards 0: "
+                                          "alpha=1.0 keeps it constant after the warmup"))
+    peak = int(np.argmax(got >= lr * (1 - 1e-6))) if np.any(got >= lr * (1 - 1e-6)) else -1
+    if peak > 0 and peak != warm:
+        return CheckResult(name, False, _("the rate reaches {lr} at step {peak}, not at step {warm}: check "
+                                          "warmup_steps").format(lr=f"{lr:g}", peak=peak, warm=warm))
+    step = int(np.argmax(~np.isclose(got, want, rtol=1e-5, atol=1e-9)))
+    return CheckResult(name, False, _("at step {step} the rate is {got}, expected {want}").format(
+        step=step, got=f"{got[step]:.3g}", want=f"{want[step]:.3g}"))
+
+
+# ----------------------------------------------------------------------------- exercise 3
+def exercise_norms() -> np.ndarray:
+    """Exercise 3's gradient norms: 300 steps of a run, log-normal around 1 with a few spikes (seed 9)."""
+    rng = np.random.default_rng(9)
+    norms = np.exp(rng.normal(0.0, 0.35, 300))
+    spikes = rng.choice(300, 6, replace=False)
+    norms[spikes] *= rng.uniform(8, 30, 6)
+    return norms
+
+
+def check_clip_threshold(threshold) -> CheckResult:
+    """Exercise 3: the Tuning Playbook's starting clip threshold for :func:`exercise_norms`: their 90th percentile."""
+    name = _("clip threshold")
+    value, problem = as_number_answer(name, threshold, _("the threshold"))
+    if problem is not None:
+        return problem
+    norms = exercise_norms()
+    want = float(np.percentile(norms, 90))
+    share = float(np.mean(norms > value))
+    if abs(value - want) <= 1e-3 * want:
+        return CheckResult(name, True, _("{t}: {p}% of the steps would be clipped, the spikes among them").format(
+            t=f"{want:.3g}", p=f"{100 * share:.0f}"))
+    if share > 0.5:
+        return CheckResult(name, False, _("{p}% of the steps would be clipped: the Playbook calls more than half "
+                                          "'extremely aggressive', a strange way of lowering the learning rate. "
+                                          "Take the 90th percentile").format(p=f"{100 * share:.0f}"))
+    if abs(value - float(np.max(norms))) <= 1e-6 * value:
+        return CheckResult(name, False, _("that is the largest norm: nothing would ever be clipped. Take the 90th "
+                                          "percentile"))
+    if abs(value - float(np.mean(norms))) <= 1e-3 * value:
+        return CheckResult(name, False, _("that is the mean, which the spikes pull up: take the 90th percentile "
+                                          "(np.percentile(norms, 90))"))
+    return CheckResult(name, False, _("{t} clips {p}% of the steps; the 90th percentile clips 10%").format(
+        t=f"{value:.3g}", p=f"{100 * share:.0f}"))
+
+
+# ----------------------------------------------------------------------------- exercise 4
+def check_flat_pre_ln(answer) -> CheckResult:
+    """Exercise 4: which of :data:`FLAT_SETTINGS` makes a pre-LN stack's per-block norms flat at initialization."""
+    name = _("flat pre-LN gradients")
+    if isinstance(answer, dict):
+        matches = [k for k, v in FLAT_SETTINGS.items() if v == answer]
+        key = matches[0] if matches else None
+    else:
+        key = answer.strip().lower() if isinstance(answer, str) else None
+    if key not in FLAT_SETTINGS:
+        return CheckResult(name, False, _("answer with one of {keys} (or the settings dict itself)").format(
+            keys=", ".join(repr(k) for k in FLAT_SETTINGS)))
+    if key == "d":
+        return CheckResult(name, True, _("N(0, 1) times √d_model: the residual stream starts at a scale of about "
+                                         "√d_model, each block adds little to it, so every block's LayerNorm divides "
+                                         "by nearly the same number"))
+    return CheckResult(name, False, _("with this embedding the residual stream starts small or near 1 and grows "
+                                      "block by block, so each LayerNorm divides by a larger number than the one "
+                                      "before it: the per-block norms fall. Which setting makes the stream large "
+                                      "from the start?"))

@@ -1,0 +1,104 @@
+"""Chapter 09's self-checks: right answers pass, typical wrong answers get specific feedback."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gradlab  # noqa: F401
+from gradlab.exercises import ch09
+
+tf = pytest.importorskip("tensorflow")
+import keras  # noqa: E402
+
+
+def _grads(model, x, y):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(y, model(x), from_logits=True))
+    return model.trainable_variables, tape.gradient(loss, model.trainable_variables)
+
+
+def right_block_norms(model, x, y):
+    variables, grads = _grads(model, x, y)
+    out = []
+    for i in range(3):
+        sq = [tf.reduce_sum(tf.square(tf.cast(g, tf.float64))) for v, g in zip(variables, grads, strict=True)
+              if v.path.startswith(f"block_{i}/")]
+        out.append(float(tf.sqrt(tf.add_n(sq))))
+    return out
+
+
+def test_block_norms_right_answer():
+    result = ch09.check_block_norms(right_block_norms)
+    assert result.ok, result.feedback
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (lambda m, x, y: right_block_norms(m, x, y)[::-1], "reversed"),
+    (lambda m, x, y: [v**2 for v in right_block_norms(m, x, y)], "squared"),
+    (lambda m, x, y: None, "return statement"),
+    (lambda m, x, y: 1 / 0, "ZeroDivisionError"),
+    ("norms", "expected a function"),
+])
+def test_block_norms_wrong_answers(wrong, words):
+    result = ch09.check_block_norms(wrong)
+    assert not result.ok and words in result.feedback, result.feedback
+
+
+def test_block_norms_ffn_only_and_per_variable():
+    def ffn_only(model, x, y):
+        variables, grads = _grads(model, x, y)
+        return [float(tf.norm(tf.cast(g, tf.float64))) for v, g in zip(variables, grads, strict=True)
+                if v.path.endswith("ffn_2/kernel")]
+
+    def per_variable(model, x, y):
+        variables, grads = _grads(model, x, y)
+        return [float(tf.norm(tf.cast(tf.convert_to_tensor(g), tf.float64))) for v, g in
+                zip(variables, grads, strict=True) if v.path.startswith("block_")]
+
+    assert "second FFN kernel" in ch09.check_block_norms(ffn_only).feedback
+    assert "one norm per variable" in ch09.check_block_norms(per_variable).feedback
+
+
+def test_warmup_schedule():
+    good = keras.optimizers.schedules.CosineDecay(0.0, decay_steps=180, alpha=1.0, warmup_target=3e-3,
+                                                  warmup_steps=20)
+    assert ch09.check_warmup_schedule(good).ok
+    no_warmup = keras.optimizers.schedules.CosineDecay(3e-3, decay_steps=180, alpha=1.0, warmup_target=3e-3,
+                                                       warmup_steps=20)
+    assert "no warmup" in ch09.check_warmup_schedule(no_warmup).feedback
+    decays = keras.optimizers.schedules.CosineDecay(0.0, decay_steps=180, warmup_target=3e-3, warmup_steps=20)
+    assert "decays towards 0" in ch09.check_warmup_schedule(decays).feedback
+    late = keras.optimizers.schedules.CosineDecay(0.0, decay_steps=180, alpha=1.0, warmup_target=3e-3,
+                                                  warmup_steps=40)
+    assert "step 40" in ch09.check_warmup_schedule(late).feedback
+    assert "constant learning rate" in ch09.check_warmup_schedule(3e-3).feedback
+    assert "LearningRateSchedule" in ch09.check_warmup_schedule("cosine").feedback
+
+
+def test_clip_threshold():
+    norms = ch09.exercise_norms()
+    assert ch09.check_clip_threshold(np.percentile(norms, 90)).ok
+    assert "extremely aggressive" in ch09.check_clip_threshold(np.percentile(norms, 40)).feedback
+    assert "largest norm" in ch09.check_clip_threshold(norms.max()).feedback
+    assert "mean" in ch09.check_clip_threshold(norms.mean()).feedback
+    assert "10%" in ch09.check_clip_threshold(np.percentile(norms, 80)).feedback
+    assert "string" in ch09.check_clip_threshold("1.5").feedback
+
+
+def test_flat_pre_ln():
+    assert ch09.check_flat_pre_ln("d").ok
+    assert ch09.check_flat_pre_ln(dict(embedding_initializer="normal", scale_embedding=True)).ok
+    for wrong in ("a", "b", "c"):
+        assert "grows block by block" in ch09.check_flat_pre_ln(wrong).feedback
+    assert "answer with one of" in ch09.check_flat_pre_ln("e").feedback
+
+
+def test_flat_pre_ln_table_is_what_the_engine_measures():
+    """The table behind exercise 4 against a measurement: only setting d is flat (12 blocks, pre-LN)."""
+    from gradlab.transformer import TransformerGradientEngine
+
+    engine = TransformerGradientEngine(max_layers=12)
+    ratios = {k: engine.report(12, "pre", **v).ratio for k, v in ch09.FLAT_SETTINGS.items()}
+    assert ratios["d"] > 0.85
+    assert all(ratios[k] < 0.7 for k in "abc"), ratios
