@@ -413,3 +413,51 @@ def test_check_trains_rejects_bad_require_variables(bad):
     with pytest.raises(ValueError, match="require_variables must be a list or tuple of non-empty strings"):
         gl.check_trains("fit", _model(), *_data(), optimizer=keras.optimizers.SGD(0.05), steps=5, below=0.5,
                         require_variables=bad)
+
+
+# ----------------------------------------------------------------------------- quoting a learner's error
+def test_clean_message_strips_ansi_frames_and_keras_argument_dumps():
+    keras_text = ("Exception encountered when calling Cond.call().\n\n\x1b[1mNo gradients provided for any "
+                  "variable.\x1b[0m\n\nArguments received by Cond.call():\n  • args=('tf.Tensor(shape=(), dtype=bool)',"
+                  " '<function f at 0x7f>')\n  • kwargs=<class 'inspect._empty'>")
+    assert gl.checks.clean_message(keras_text) == "No gradients provided for any variable."
+    autograph = ('in user code:\n\n    File "/tmp/x.py", line 8, in step  *\n        optimizer.apply(grads)\n\n'
+                 '    ValueError: None values not supported.\n')
+    assert gl.checks.clean_message(autograph) == "None values not supported."
+    graph = ("Graph execution error:\n\nDetected at node foo defined at (most recent call last):\n  File \"a.py\", "
+             "line 3, in <module>\n    x = 1\n\nlog : Tensor had Inf values\n\t [[{{node CheckNumerics}}]] "
+             "[Op:__inference_f_12]")
+    assert gl.checks.clean_message(graph) == "log : Tensor had Inf values"
+    assert len(gl.checks.clean_message("x" * 1000, limit=50)) == 50
+
+
+def test_describe_error_and_call_answer_never_raise():
+    assert gl.checks.describe_error(ValueError("bad.")) == "ValueError: bad"
+    value, problem = gl.checks.call_answer("c", lambda: 1 / 0)
+    assert value is None and not problem and "ZeroDivisionError" in problem.feedback
+    value, problem = gl.checks.call_answer("c", None)
+    assert value is None and "expected a function" in problem.feedback
+    assert gl.checks.call_answer("c", lambda a: a + 1, 1) == (2, None)
+
+
+@pytest.mark.parametrize("answer", [1024, 1024.0, np.float32(1024), np.int64(1024), np.array(1024.0),
+                                    tf.constant(1024), tf.constant(1024.0), tf.Variable(1024.0)])
+def test_as_number_answer_accepts_every_number_form(answer):
+    assert gl.checks.as_number_answer("n", answer, "a number") == (1024.0, None)
+
+
+@pytest.mark.parametrize(("answer", "needle"), [
+    (None, "got None"), (True, "a bool"), ("1024", "the string"), (float("nan"), "finite"),
+    (np.array([1.0, 2.0]), "of 2 values"), (np.array([7.0]), "holding one value"), ([1, 2], "of 2 values"),
+    (1 + 2j, "complex"),
+])
+def test_as_number_answer_names_what_is_wrong(answer, needle):
+    value, problem = gl.checks.as_number_answer("n", answer, "a number")
+    assert value is None and not problem
+    assert needle in problem.feedback or (needle == "complex" and "expected a number" in problem.feedback), problem
+
+
+def test_check_arrays_says_a_common_factor_once_for_all_items():
+    expected = [np.array([1.0, 2.0]), np.array([3.0])]
+    r = gl.checks.check_arrays("g", [2 * e for e in expected], expected)
+    assert not r and r.feedback.count("2×") == 1 and "Across all items" in r.feedback, r
