@@ -31,9 +31,12 @@ $(STAMP): requirements.txt pyproject.toml
 install: $(STAMP)
 
 # Token authentication is JupyterLab's default; the URL with the token is printed on start.
+# The pre-save hook writes each explorer's output as its static picture, so a chapter saved
+# and reopened with a fresh kernel (or none) shows it instead of "Error displaying widget".
+LAB_HOOK := --ContentsManager.pre_save_hook=tools.nbtools.lab_pre_save_hook
 lab: install
-	$(VENV)/bin/jupyter lab --ip=127.0.0.1 --port=$(PORT) --no-browser $(ALLOW_ROOT) \
-		--ServerApp.root_dir="$(CURDIR)" \
+	PYTHONPATH="$(CURDIR)" $(VENV)/bin/jupyter lab --ip=127.0.0.1 --port=$(PORT) --no-browser $(ALLOW_ROOT) \
+		--ServerApp.root_dir="$(CURDIR)" $(LAB_HOOK) \
 		--LabApp.default_url=/lab/tree/chapters/00-introduction.ipynb
 
 # JupyterLab in Simplified Chinese (language pack) at the Chinese twin of chapter 00. The locale
@@ -55,11 +58,16 @@ catalog: install
 catalog-check: install
 	$(PY) tools/catalog.py check
 
+# Two workers (pytest-xdist): each test file, and each notebook under nbval, stays on one worker;
+# the browser tier is one group on one worker (tests/conftest.py). TEST_WORKERS=0 runs serially.
+TEST_WORKERS ?= 2
+XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
+
 test: install
-	$(PY) -m pytest
+	$(PY) -m pytest $(XDIST) --durations=25
 
 test-fast: install
-	$(PY) -m pytest -m "not browser" tests
+	$(PY) -m pytest $(XDIST) -m "not browser" tests
 
 notebooks: install
 	$(PY) tools/build_notebooks.py

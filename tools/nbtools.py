@@ -198,11 +198,23 @@ def execute(nb, path: Path, timeout: int = 900):
         kernel_name="python3",
         resources={"metadata": {"path": str(path.parent)}},
         record_timing=False,
+        # The chapters store no widget state: their widget views are dropped below, so the
+        # state (every model of every explorer, ~100 KB a chapter) would only be dead weight.
+        store_widget_state=False,
     )
     client.execute()
-    nb.metadata["language_info"] = {"name": "python"}
+    nb.metadata.pop("widgets", None)
+    # Keep the kernel's whole language_info (name, version, mimetype, codemirror_mode, ...):
+    # JupyterLab writes the kernel's into a notebook it opens, and a trimmed copy would mark
+    # every freshly opened chapter as modified (issue 20). The kernelspec is JupyterLab's own
+    # form of the one the chapters run with.
+    nb.metadata["kernelspec"] = dict(KERNELSPEC)
     drop_live_widget_views(nb)
     return nb
+
+
+#: The kernelspec metadata JupyterLab writes for this environment's ``python3`` kernel.
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -218,10 +230,23 @@ def drop_live_widget_views(nb) -> int:
     viewer shows; running the cell brings the live widget back. nbval ignores widget views.
     """
     dropped = 0
-    for cell in nb.cells:
+    for cell in nb["cells"]:
         for out in cell.get("outputs", []):
             data = out.get("data", {})
             if WIDGET_VIEW in data and "image/png" in data:
                 del data[WIDGET_VIEW]
                 dropped += 1
     return dropped
+
+
+def lab_pre_save_hook(model, **kwargs) -> None:
+    """JupyterLab's pre-save hook for the project's Lab (``make lab``, the browser tier).
+
+    Every save (JupyterLab autosaves every two minutes) writes the explorers' outputs as
+    their static PNG, through :func:`drop_live_widget_views`, so a chapter reopened with a
+    fresh kernel, or none, shows each explorer's last picture instead of "Error displaying
+    widget: model not found". The page that saved keeps its live widgets: only the file
+    changes. Configure it with ``--ContentsManager.pre_save_hook=tools.nbtools.lab_pre_save_hook``.
+    """
+    if model.get("type") == "notebook" and isinstance(model.get("content"), dict):
+        drop_live_widget_views(model["content"])

@@ -125,6 +125,8 @@ class Explorer(widgets.VBox):
     root_css: str | None = None
     #: Width of the control column; the plot takes the rest and wraps below on a narrow screen.
     controls_width = "320px"
+    #: Width of the controls' descriptions (ipywidgets' default, 80 px, cuts "learning rate").
+    label_width = "96px"
 
     _muted = False
 
@@ -134,6 +136,9 @@ class Explorer(widgets.VBox):
         if not hasattr(self, "_controls"):
             self._controls: dict = {}
         css(widget, css_name or f"{self.css_name}-{name.replace('_', '-')}")
+        if hasattr(widget, "style") and hasattr(widget.style, "description_width") \
+                and not widget.style.description_width:
+            widget.style.description_width = self.label_width  # "learning rate" is not cut off
         self._controls[name] = widget
         return widget
 

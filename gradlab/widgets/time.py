@@ -65,8 +65,6 @@ class TimeExplorer(ClipControls, Explorer):
             value=input_scale, base=10, min=_SCALE_RANGE[0], max=_SCALE_RANGE[1], step=0.1,
             description=_("input scale"), readout_format=".3g"))
         self.clip_controls(clip)
-        for c in self.controls:
-            c.style.description_width = "80px"
         self.advice = None
         self.start()
 

@@ -1,10 +1,13 @@
 """Fixtures of the browser tier: one JupyterLab server and one headless Chromium per session.
 
 - ``lab_server``: ``python -m jupyter lab`` from this environment on 127.0.0.1, a free port,
-  token auth, over a temporary copy of ``chapters/``. Its settings come from an
-  ``overrides.json`` in a temporary ``--LabApp.app_settings_dir``: notebook windowing off
-  (every cell is in the page), news and update checks off. User settings, workspaces,
-  runtime and config dirs are temporary too, so nothing from the host leaks in.
+  token auth, over a temporary copy of ``chapters/`` plus the scratch notebooks that build
+  every explorer (:data:`EXPLORERS_SOURCE`), with the project's pre-save hook (``make lab``'s).
+  Its settings come from an ``overrides.json`` in a temporary ``--LabApp.app_settings_dir``:
+  notebook windowing off (every cell is in the page), news and update checks off. User
+  settings, workspaces, runtime and config dirs are temporary too, so nothing from the host
+  leaks in. ``lab_server_zh`` is the same with JupyterLab's Chinese UI;
+  :func:`start_lab_server` builds either (``extra_overrides``).
 - ``browser``: the system Chromium (``GRADLAB_CHROMIUM`` or /usr/bin/chromium...) through
   Playwright. No browser: skip with one line, or fail when ``CI=true``.
 - ``page``: a fresh page per test. When a test fails, a screenshot and the server log go to
@@ -13,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -49,13 +53,28 @@ LAB_OVERRIDES = {
     "@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False},
 }
 
-# A stand-in for chapter 01 while it does not exist: the explorer alone.
-SCRATCH_EXPLORER_SOURCE = (
-    "import gradlab as gl\n"
-    "gl.setup(seed=0)\n"
-    'ex = gl.GradientExplorer(depth=20, activation="sigmoid")\n'
-    "ex"
-)
+#: The Chinese UI of ``lab_server_zh`` (what ``make lab-zh`` selects).
+ZH_OVERRIDES = {"@jupyterlab/translation-extension:plugin": {"locale": "zh_CN"}}
+
+#: Every explorer once, as the chapters build them (the browser tier drives these instead of
+#: re-running the chapters, which nbval already executes). One explorer per cell; the
+#: variables are what the tests' CSS roots find, in this order.
+EXPLORERS_SOURCE = [
+    "import gradlab as gl\ngl.setup(seed=0)",
+    'ex = gl.GradientExplorer(depth=20, activation="sigmoid", initializer="glorot_uniform")\nex',
+    'ex5 = gl.GradientExplorer(depth=50, activation="sigmoid", residual=True, advanced=True, engine=ex.engine)\nex5',
+    'te = gl.TimeExplorer(cell="simple_rnn", steps=50, recurrent_initializer="orthogonal")\nte',
+    'jv = gl.JacobianViewer(function="softmax", size=8)\njv',
+    'tl = gl.TracingLab(value=0.1, mode="python float")\ntl',
+    "tg = gl.TangentExplorer(w=-0.5, learning_rate=0.3)\ntg",
+]
+#: The CSS root of each explorer in ``scratch-explorers.ipynb``, in cell order.
+EXPLORER_ROOTS = ["gradlab-explorer", "gradlab-explorer", "gradlab-time-explorer", "gradlab-jacobian",
+                  "gradlab-tracing", "gradlab-tangent"]
+SCRATCH = "scratch-explorers.ipynb"
+#: The same notebook for the save-and-reopen test (its own kernel, shut down in between).
+SCRATCH_REOPEN = "scratch-reopen.ipynb"
+SCRATCH_NOTEBOOKS = {SCRATCH: EXPLORERS_SOURCE, SCRATCH_REOPEN: EXPLORERS_SOURCE}
 
 
 def chapter_notebooks() -> list[Path]:
@@ -145,17 +164,28 @@ class LabServer:
         self.executed.discard(relpath)
 
 
-@pytest.fixture(scope="session")
-def lab_server(tmp_path_factory, chromium_path):
-    base = tmp_path_factory.mktemp("lab")
+#: The pre-save hook of the project's Lab (``make lab``): saved explorers keep their picture.
+PRE_SAVE_HOOK = "tools.nbtools.lab_pre_save_hook"
+
+
+@contextlib.contextmanager
+def start_lab_server(base: Path, extra_overrides: dict | None = None):
+    """A JupyterLab server over a copy of ``chapters/`` (and the scratch notebooks) in ``base``.
+
+    ``extra_overrides`` are merged into the settings overrides (e.g. the Chinese locale,
+    ``{"@jupyterlab/translation-extension:plugin": {"locale": "zh_CN"}}``). The server runs
+    with the project's pre-save hook, exactly as ``make lab`` does. Yields a :class:`LabServer`;
+    the server and its kernels are stopped afterwards and its log copied to test-artifacts.
+    """
     root = base / "root"
-    root.mkdir()
+    root.mkdir(parents=True)
     shutil.copytree(CHAPTERS, root / "chapters",
                     ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
-    _write_scratch_notebook(root / "scratch-explorer.ipynb")
+    write_scratch_notebooks(root)
+    overrides = {**LAB_OVERRIDES, **(extra_overrides or {})}
     settings = base / "app-settings"
     settings.mkdir()
-    (settings / "overrides.json").write_text(json.dumps(LAB_OVERRIDES, indent=2))
+    (settings / "overrides.json").write_text(json.dumps(overrides, indent=2))
     for d in ("user-settings", "workspaces", "runtime", "config", "data"):
         (base / d).mkdir()
     token = os.urandom(16).hex()
@@ -165,6 +195,7 @@ def lab_server(tmp_path_factory, chromium_path):
     env.pop("MPLBACKEND", None)  # the kernel gets JupyterLab's inline backend, as for a learner
     env.update(
         PATH=venv_bin + os.pathsep + env.get("PATH", ""),
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")])),
         JUPYTER_CONFIG_DIR=str(base / "config"),
         JUPYTER_DATA_DIR=str(base / "data"),
         JUPYTER_RUNTIME_DIR=str(base / "runtime"),
@@ -186,30 +217,47 @@ def lab_server(tmp_path_factory, chromium_path):
         "--LabApp.news_url=None",
         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
         "--ServerApp.terminals_enabled=False",
+        f"--ContentsManager.pre_save_hook={PRE_SAVE_HOOK}",
     ]
     log = open(log_path, "w")
     proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
     server = LabServer(f"http://127.0.0.1:{port}", token, root, log_path, proc)
     try:
         _wait_ready(server, timeout=90)
-        _check_overrides(server)
+        _check_overrides(server, overrides)
         yield server
     finally:
         _stop(proc)
         log.close()
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        shutil.copy(log_path, ARTIFACTS / "jupyterlab-last-session.log")
+        shutil.copy(log_path, ARTIFACTS / f"jupyterlab-last-session-{base.name}.log")
 
 
-def _write_scratch_notebook(path: Path) -> None:
+@pytest.fixture(scope="session")
+def lab_server(tmp_path_factory, chromium_path):
+    """The tier's JupyterLab (English UI)."""
+    with start_lab_server(tmp_path_factory.mktemp("lab")) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def lab_server_zh(tmp_path_factory, chromium_path):
+    """A second JupyterLab whose UI is Chinese (started only when a test asks for it)."""
+    with start_lab_server(tmp_path_factory.mktemp("lab-zh"), ZH_OVERRIDES) as server:
+        yield server
+
+
+def write_scratch_notebooks(root: Path) -> None:
+    """The scratch notebooks the tier drives instead of re-running chapters (nbval runs those)."""
     import nbformat
 
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                 "language": "python"}
-    nb.cells = [nbformat.v4.new_markdown_cell("# Scratch explorer (browser tests only)"),
-                nbformat.v4.new_code_cell(SCRATCH_EXPLORER_SOURCE)]
-    nbformat.write(nb, path)
+    for name, cells in SCRATCH_NOTEBOOKS.items():
+        nb = nbformat.v4.new_notebook()
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
+                                     "language": "python"}
+        nb.cells = [nbformat.v4.new_markdown_cell(f"# {name} (browser tests only)")]
+        nb.cells += [nbformat.v4.new_code_cell(src) for src in cells]
+        nbformat.write(nb, root / name)
 
 
 def _wait_ready(server: LabServer, timeout: float) -> None:
@@ -226,9 +274,9 @@ def _wait_ready(server: LabServer, timeout: float) -> None:
     raise RuntimeError(f"JupyterLab did not answer within {timeout:.0f} s:\n{server.log_tail()}")
 
 
-def _check_overrides(server: LabServer) -> None:
+def _check_overrides(server: LabServer, overrides: dict) -> None:
     """The overrides must reach the settings JupyterLab serves, or the tests would lie."""
-    for plugin, values in LAB_OVERRIDES.items():
+    for plugin, values in overrides.items():
         schema = server.api(f"/lab/api/settings/{plugin}")["schema"]["properties"]
         got = {k: schema[k].get("default") for k in values}
         if got != values:
@@ -274,6 +322,53 @@ def page(request, browser, lab_server):
     finally:
         request.node._gl_page = None
         context.close()
+
+
+@pytest.fixture(scope="session")
+def _explorers_session(browser, lab_server):
+    """One page with :data:`SCRATCH` run once (Run All Cells): every explorer, live, for the session."""
+    from . import labpage
+
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    pg = context.new_page()
+    pg.set_default_timeout(30_000)
+    t0 = time.monotonic()
+    labpage.open_notebook(pg, lab_server, SCRATCH)
+    labpage.run_all_cells(pg)
+    labpage.wait_all_executed(pg, timeout_ms=300_000)
+    problems = labpage.wait_widgets_rendered(pg)
+    if problems:
+        raise RuntimeError(f"{SCRATCH}: widgets did not render: {problems}")
+    print(f"\n{SCRATCH}: every explorer built in {time.monotonic() - t0:.1f} s")
+    try:
+        yield pg
+    finally:
+        context.close()
+
+
+@pytest.fixture
+def explorers_page(request, _explorers_session, lab_server):
+    """``(page, server)``: the session's live page with every explorer (see :data:`EXPLORERS_SOURCE`)."""
+    request.node._gl_page = _explorers_session
+    request.node._gl_server = lab_server
+    request.node._gl_log_offset = lab_server.log_path.stat().st_size
+    try:
+        yield _explorers_session, lab_server
+    finally:
+        request.node._gl_page = None
+
+
+def explorer(page, index_or_root: int | str):
+    """The live explorer of :data:`SCRATCH` by cell index (0-based over :data:`EXPLORER_ROOTS`) or CSS root."""
+    if isinstance(index_or_root, int):
+        root = EXPLORER_ROOTS[index_or_root]
+        nth = EXPLORER_ROOTS[:index_or_root].count(root)
+    else:
+        root, nth = index_or_root, 0
+    loc = page.locator(f".jp-OutputArea-output .{root}").nth(nth)
+    loc.wait_for(state="visible")
+    loc.scroll_into_view_if_needed()
+    return loc
 
 
 def artifact_dir(item) -> Path:

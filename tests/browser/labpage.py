@@ -38,9 +38,49 @@ def open_notebook(page, server, relpath: str, *, timeout_ms: float = 90_000) -> 
 
 
 def run_all_cells(page) -> None:
-    """Run > Run All Cells, through the menu bar as a learner would."""
-    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
-    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+    """Run All Cells through JupyterLab's command (what Run > Run All Cells calls), in any UI language."""
+    page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+
+
+def is_dirty(page) -> bool:
+    """Whether the current notebook is marked modified (the dot on its tab)."""
+    return page.evaluate(f"() => {{ const w = {_JS_PANEL}; return !!(w && w.context.model.dirty); }}")
+
+
+def open_file_browser(page) -> None:
+    """Show JupyterLab's file browser in the left side bar, as it is on a learner's first start."""
+    page.evaluate("""() => {
+        const app = window.jupyterapp;
+        if (!app.shell.leftCollapsed) return;
+        return app.commands.execute('filebrowser:activate');
+    }""")
+    page.locator(".jp-FileBrowser").first.wait_for(state="visible")
+
+
+def overflowing(page, selector: str) -> list[dict]:
+    """Elements matching ``selector`` wider than the notebook's output area, or clipping content.
+
+    For each match: its width, the width of the output area it sits in, and its scrollWidth
+    (content wider than the element is clipped or scrolls).
+    """
+    return page.evaluate(
+        """(sel) => {
+            const out = [];
+            for (const el of document.querySelectorAll(sel)) {
+                const area = el.closest('.jp-OutputArea-output') || el.closest('.jp-Notebook');
+                const box = el.getBoundingClientRect(), a = area.getBoundingClientRect();
+                const nb = el.closest('.jp-Notebook').getBoundingClientRect();
+                const clipped = [...el.querySelectorAll('*')].filter((c) => c.scrollWidth > c.clientWidth + 1
+                    && getComputedStyle(c).overflowX !== 'visible' && c.clientWidth > 0)
+                    .map((c) => `${c.tagName.toLowerCase()}.${[...c.classList].join('.')} ${c.scrollWidth}>${c.clientWidth}`);
+                out.push({cls: [...el.classList].filter((c) => c.startsWith('gradlab-')).join(' '),
+                          width: box.width, right: box.right, area_right: a.right, notebook_right: nb.right,
+                          area_width: a.width, scroll: el.scrollWidth, client: el.clientWidth, clipped});
+            }
+            return out;
+        }""",
+        selector,
+    )
 
 
 def wait_all_executed(page, *, timeout_ms: float = 240_000) -> None:

@@ -1,9 +1,11 @@
-"""Chapter 01's GradientExplorer, driven through the page: depth, activation, initializer, clip.
+"""Every explorer driven through the page of a real JupyterLab, without re-running a chapter.
 
-Each input waits for ``.gradlab-status`` to name the new setting (and, where the lesson
-promises one, the status: sigmoid at depth 50 vanishes, relu with he_normal is healthy), checks
-that the figure's pixels changed, and records the in-page latency from the input event
-(Enter in the readout, ``change`` of a ``<select>``) to the status text changing.
+The session's scratch notebook (``scratch-explorers.ipynb``, see ``conftest.EXPLORERS_SOURCE``)
+builds each explorer as its chapter does; nbval already runs the chapters themselves. Each
+input waits for the explorer's status line to name the new setting (and, where the lesson
+promises one, the verdict: sigmoid at depth 50 vanishes, relu with he_normal is healthy),
+checks that the figure's pixels changed, and records the in-page latency from the input event
+(Enter in a readout, ``change`` of a ``<select>``, a click) to the status text changing.
 """
 
 from __future__ import annotations
@@ -16,32 +18,33 @@ import time
 import pytest
 
 from . import labpage
-from .conftest import ARTIFACTS, CHAPTERS
+from .conftest import ARTIFACTS, explorer
 
 pytestmark = pytest.mark.browser
 
-CHAPTER_01 = "chapters/01-vanishing-exploding.ipynb"
-SCRATCH = "scratch-explorer.ipynb"
-CHAPTER_05 = "chapters/05-beyond-the-source.ipynb"
 STATUS_RE = re.compile(
     r"depth (?P<depth>\d+) · (?P<activation>\S+) · (?P<initializer>\S+) · "
     r"(?P<mode>(?:(?:residual|\w+ norm|float16|bfloat16|loss scale \S+) · )*)"
     r"(?P<clip>clip off|clip \S+ ≤ \S+) → (?P<status>[\w-]+)"
 )
+TIME_RE = re.compile(
+    r"(?P<cell>\S+) · (?P<steps>\d+) steps · (?P<init>\S+) · input ×(?P<scale>\S+) · "
+    r"(?P<clip>clip off|clip \S+ ≤ \S+) → (?P<status>[\w-]+)"
+)
+JAC_RE = re.compile(r"(?P<name>\S+) · n=(?P<n>\d+) → jacobian shape \((?P<shape>[^)]*)\)")
+TRACE_RE = re.compile(r"(?P<mode>python float|tensor) · value (?P<value>\S+) → traces: (?P<traces>\d+)")
 
 
 @pytest.fixture
-def explorer(page, lab_server):
-    """The first ``.gradlab-explorer`` of chapter 01 (or of a scratch notebook until 01 exists)."""
-    relpath = CHAPTER_01 if (CHAPTERS / CHAPTER_01.split("/")[1]).exists() else SCRATCH
-    if relpath == SCRATCH:
-        print(f"{CHAPTER_01} does not exist yet: driving the explorer in {SCRATCH}")
-    labpage.open_executed(page, lab_server, relpath)
-    ex = page.locator(".gradlab-explorer").first
-    ex.wait_for(state="visible")
-    ex.locator(".gradlab-status").first.wait_for(state="visible")
-    ex.scroll_into_view_if_needed()
-    return ex
+def ex(explorers_page):
+    """Chapter 01's GradientExplorer (the scratch notebook's first explorer)."""
+    page, _server = explorers_page
+    return explorer(page, 0)
+
+
+@pytest.fixture
+def page_of(explorers_page):
+    return explorers_page[0]
 
 
 def state(ex) -> dict:
@@ -64,8 +67,8 @@ def select(page, ex, css, value, needles, **kw):
     return change(page, ex, lambda: labpage.select_option(ex, css, value), needles, **kw)
 
 
-def test_explorer_controls_in_jupyterlab(page, explorer):
-    ex, latencies = explorer, {}
+def test_gradient_explorer_controls(page_of, ex):
+    page, latencies = page_of, {}
     s = state(ex)
     # Start from sigmoid + glorot_uniform + no clipping, whatever the chapter left behind.
     if s["activation"] != "sigmoid":
@@ -105,27 +108,15 @@ def test_explorer_controls_in_jupyterlab(page, explorer):
           + ", ".join(f"{k} {v:.0f}" for k, v in latencies.items()))
 
 
-@pytest.fixture
-def explorer05(page, lab_server):
-    """The first ``.gradlab-explorer`` of chapter 05 (residual, norm, dtype, loss scale, presets)."""
-    if not (CHAPTERS / CHAPTER_05.split("/")[1]).exists():
-        pytest.skip(f"{CHAPTER_05} does not exist yet")
-    labpage.open_executed(page, lab_server, CHAPTER_05)
-    ex = page.locator(".gradlab-explorer").first
-    ex.wait_for(state="visible")
-    ex.locator(".gradlab-status").first.wait_for(state="visible")
-    ex.scroll_into_view_if_needed()
-    return ex
-
-
 def click_checkbox(page, ex, css, needles, **kw):
     box = ex.locator(f".{css} input[type=checkbox]").first
     return change(page, ex, lambda: box.click(), needles, events=("click", "change"), **kw)
 
 
-def test_chapter05_controls_in_jupyterlab(page, explorer05):
+def test_gradient_explorer_chapter05_controls(page_of):
     """Drive residual, norm, dtype, loss scale and a preset from the page; check status and pixels."""
-    ex, latencies = explorer05, {}
+    page, latencies = page_of, {}
+    ex = explorer(page, 1)
     s = state(ex)
     base = [("gradlab-activation", "sigmoid"), ("gradlab-initializer", "glorot_uniform")]
     for css, value in base:
@@ -159,7 +150,11 @@ def test_chapter05_controls_in_jupyterlab(page, explorer05):
     latencies["preset→Saxe"] = select(page, ex, "gradlab-preset", "Saxe et al. 2014",
                                       ["depth 100 · linear · orthogonal · clip off → healthy"])
     note = labpage.status_text(ex, "gradlab-preset-note")
-    assert "paper 1, measured 1" in note and "Saxe" in note, note
+    assert "paper 1, measured 1: agrees" in note and "Saxe" in note, note
+    latencies["preset→Micikevicius fp16"] = select(page, ex, "gradlab-preset", "Micikevicius et al. 2018 · float16, no",
+                                                   ["depth 14 · sigmoid · glorot_uniform · float16 · clip off"])
+    note = labpage.status_text(ex, "gradlab-preset-note")
+    assert "5 layers are exactly 0: agrees" in note, note
     print("\nchapter 05 input → status latency (ms): "
           + ", ".join(f"{k} {v:.0f}" for k, v in latencies.items()))
 
@@ -228,8 +223,8 @@ def _shot(name: str):
 @pytest.mark.skipif(os.environ.get("GRADLAB_BROWSER_BENCH") != "1",
                     reason="browser benchmark runs on demand: make bench-browser "
                            "(GRADLAB_BROWSER_BENCH=1)")
-def test_bench_explorer_slider_latency(page, explorer):
-    ex = explorer
+def test_bench_explorer_slider_latency(page_of, ex):
+    page = page_of
     s = state(ex)
     if s["activation"] != "sigmoid":
         select(page, ex, "gradlab-activation", "sigmoid", ["· sigmoid ·"])
@@ -264,3 +259,84 @@ def test_bench_explorer_slider_latency(page, explorer):
         for d in drags)
     print(line3)
     _shot("bench.txt").write_text("\n".join([line, line2, line3]) + "\n")
+
+
+# ----------------------------------------------------------------------------- the other explorers
+def _parse(w, status_class, pattern):
+    text = labpage.status_text(w, status_class)
+    m = pattern.search(text)
+    assert m, f".{status_class} has an unexpected form: {text!r}"
+    return m.groupdict()
+
+
+def test_time_explorer_controls(page_of):
+    """Chapter 07's promise: a SimpleRNN over 200 steps with inputs ×1 vanishes; 20 steps ×0.01 is healthy."""
+    page, latencies = page_of, {}
+    w = explorer(page, "gradlab-time-explorer")
+    status, plot = "gradlab-time-status", "gradlab-time-plot"
+
+    def drive(name, action, needles, **kw):
+        latencies[name] = labpage.drive(page, w, action, needles, status=status, plot=plot, **kw)
+
+    s = _parse(w, status, TIME_RE)
+    assert (s["cell"], s["steps"], s["init"], s["clip"]) == ("simple_rnn", "50", "orthogonal", "clip off")
+    drive("steps→200", lambda: labpage.set_slider_by_readout(w, "gradlab-time-steps", 200),
+          ["simple_rnn · 200 steps · orthogonal · input ×1 · clip off → vanishing"])
+    drive("cell→gru", lambda: labpage.select_option(w, "gradlab-time-cell", "gru"),
+          ["gru · 200 steps · orthogonal · input ×1 · clip off →"])
+    drive("cell→simple_rnn", lambda: labpage.select_option(w, "gradlab-time-cell", "simple_rnn"),
+          ["simple_rnn · 200 steps ·"])
+    drive("initializer→identity", lambda: labpage.select_option(w, "gradlab-time-initializer", "identity"),
+          ["· identity · input ×1 ·"])
+    text = labpage.status_text(w, status)  # issue 20: no "orthogonal, identity" while identity is selected
+    assert "identity (per gate)" not in text and "orthogonal, identity" not in text, text
+    drive("steps→20", lambda: labpage.set_slider_by_readout(w, "gradlab-time-steps", 20),
+          ["simple_rnn · 20 steps · identity ·"])
+    drive("input scale→0.01", lambda: labpage.set_slider_by_readout(w, "gradlab-time-input-scale", 0.01),
+          ["simple_rnn · 20 steps · identity · input ×0.01 · clip off → healthy"])
+    print("\nTimeExplorer input → status latency (ms): " + ", ".join(f"{k} {v:.0f}" for k, v in latencies.items()))
+
+
+def test_jacobian_viewer_controls(page_of):
+    page = page_of
+    w = explorer(page, "gradlab-jacobian")
+    status, plot = "gradlab-jacobian-status", "gradlab-jacobian-plot"
+    s = _parse(w, status, JAC_RE)
+    ms_fn = labpage.drive(page, w, lambda: labpage.select_option(w, "gradlab-jacobian-function", "dense_batch"),
+                          [f"dense_batch · n={s['n']} → jacobian shape ("], status=status, plot=plot)
+    ms_n = labpage.drive(page, w, lambda: labpage.set_slider_by_readout(w, "gradlab-jacobian-size", 5),
+                         ["dense_batch · n=5 → jacobian shape (4, 3, 4, 5)"], status=status, plot=plot)
+    print(f"\nJacobianViewer latency (ms): function {ms_fn:.0f}, size {ms_n:.0f}")
+
+
+def test_tracing_lab_controls(page_of):
+    page, latencies = page_of, {}
+    w = explorer(page, "gradlab-tracing")
+    status, plot = "gradlab-tracing-status", "gradlab-tracing-plot"
+
+    def traces():
+        return int(_parse(w, status, TRACE_RE)["traces"])
+
+    assert _parse(w, status, TRACE_RE)["mode"] == "python float"
+    for value in ("0.83", "0.61"):  # a Python float is part of the signature: a new trace each
+        n = traces()
+        latencies[f"float {value}"] = labpage.drive(
+            page, w, lambda v=value: labpage.set_slider_by_readout(w, "gradlab-tracing-value", v),
+            [f"python float · value {value} → traces: {n + 1}"], status=status, plot=plot)
+    latencies["mode→tensor"] = labpage.drive(
+        page, w, lambda: labpage.click_toggle(w, "gradlab-tracing-mode", "tensor"),
+        ["tensor · value 0.61 → traces:"], status=status, plot_changes=False, events=("click",))
+    n = traces()
+    for value in ("0.42", "0.27"):  # a tensor is not: one trace serves every value
+        latencies[f"tensor {value}"] = labpage.drive(
+            page, w, lambda v=value: labpage.set_slider_by_readout(w, "gradlab-tracing-value", v),
+            [f"tensor · value {value} → traces: {n} ·"], status=status, plot_changes=False)
+    print("\nTracingLab latency (ms): " + ", ".join(f"{k} {v:.0f}" for k, v in latencies.items()))
+
+
+def test_tangent_explorer_controls(page_of):
+    page = page_of
+    w = explorer(page, "gradlab-tangent")
+    ms = labpage.drive(page, w, lambda: labpage.set_slider_by_readout(w, "gradlab-tangent-w", 3.5),
+                       ["w = 3.50:", "to the left"], status="gradlab-tangent-status", plot="gradlab-tangent-plot")
+    print(f"\nTangentExplorer latency (ms): w {ms:.0f}")
