@@ -32,7 +32,6 @@ NOT_YET_TRANSLATED = {
     "04-summary": "English under review (H3)",
     "05-beyond-the-source": "English under review (H3)",
     "06-none-and-nan": "English under review (H3)",
-    "07-through-time": "English under review (H3)",
     "08-distributed": "English under review (H3)",
     "09-transformers": "being written (H4)",
     "10-checking-and-memory": "being written (H5)",
