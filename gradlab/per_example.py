@@ -34,6 +34,8 @@ dense, ``(B, vocabulary, dim)``: mind the memory for a large table.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import weakref
 from collections.abc import Callable
 
@@ -195,6 +197,23 @@ _CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _AUTO_ORDER = ("vectorized_map", "jacobian", "loop")
 
 
+@contextlib.contextmanager
+def _quiet_pfor(compiled: _Compiled):
+    """While a vectorized method is traced for the first time, keep pfor's own ERROR log lines
+    (whole op definitions, printed before it raises) off the learner's screen: the failure is
+    reported once, as this module's ValueError or as the fallback's ``method``."""
+    logger = logging.getLogger("tensorflow")
+    if compiled.method == "loop" or compiled.traced:
+        yield
+        return
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def _is_pfor_failure(err, compiled: _Compiled) -> bool:
     """An error while tracing the vectorized function (pfor could not convert an op), not an
     error of the model or the data, which every method would raise alike."""
@@ -264,7 +283,8 @@ def per_example_gradients(model, x, y, *, loss: Callable | None = None, sample_w
             compiled = _compiled(model, resolved, chosen, training, weighted)
             if compiled.failed is None:
                 try:
-                    grads, values = compiled(x, y, w)
+                    with _quiet_pfor(compiled):
+                        grads, values = compiled(x, y, w)
                     break
                 except (ValueError, TypeError, tf.errors.InvalidArgumentError, NotImplementedError) as err:
                     if chosen == "loop" or not _is_pfor_failure(err, compiled):
