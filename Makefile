@@ -45,8 +45,8 @@ lab: install
 LAB_ZH_SETTINGS := $(abspath $(VENV))/share/gradlab/lab-zh
 lab-zh: install
 	$(PY) tools/lab_zh.py "$(LAB_ZH_SETTINGS)" >/dev/null
-	$(VENV)/bin/jupyter lab --ip=127.0.0.1 --port=$(PORT) --no-browser $(ALLOW_ROOT) \
-		--ServerApp.root_dir="$(CURDIR)" \
+	PYTHONPATH="$(CURDIR)" $(VENV)/bin/jupyter lab --ip=127.0.0.1 --port=$(PORT) --no-browser $(ALLOW_ROOT) \
+		--ServerApp.root_dir="$(CURDIR)" $(LAB_HOOK) \
 		--LabApp.app_settings_dir="$(LAB_ZH_SETTINGS)" \
 		--LabApp.default_url=/lab/tree/chapters/zh/00-introduction.ipynb
 
