@@ -19,10 +19,31 @@ import re
 from collections.abc import Callable, Sequence
 
 from ._env import quiet_import_tensorflow
+from .i18n import N_, _
 
 tf = quiet_import_tensorflow()
 
-__all__ = ["explain_none_gradients", "find_nonfinite_source"]
+__all__ = ["CAUSE_KINDS", "Cause", "explain_none_gradients", "find_nonfinite_source"]
+
+#: The kinds of cause of a ``None`` gradient, as data (:attr:`Cause.kinds`).
+CAUSE_KINDS: tuple[str, ...] = ("no-gradient-op", "stop-gradient", "integer-cast", "comparison", "numpy",
+                                "never-read", "discarded", "integer-variable", "nested", "unknown")
+
+
+class Cause(str):
+    """Why a gradient is ``None``, in the current language (a ``str``), with its kind(s) as data:
+    ``kinds`` holds one entry of :data:`CAUSE_KINDS` per op named, ``kind`` the first."""
+
+    kinds: tuple[str, ...]
+
+    def __new__(cls, text: str, kinds):
+        obj = super().__new__(cls, text)
+        obj.kinds = tuple(kinds) if isinstance(kinds, (tuple, list)) else (kinds,)
+        return obj
+
+    @property
+    def kind(self) -> str:
+        return self.kinds[0] if self.kinds else "unknown"
 
 
 # ----------------------------------------------------------------------------- validation
@@ -54,23 +75,26 @@ def _eager_gradients(loss_fn, variables):
 # ----------------------------------------------------------------------------- None gradients
 _COMPARISONS = {"Greater", "GreaterEqual", "Less", "LessEqual", "Equal", "NotEqual",
                 "LogicalAnd", "LogicalOr", "LogicalNot", "IsNan", "IsFinite", "IsInf"}
+#: op type -> (the text, with the op's graph name as {name}, and the kind of cause)
 _NO_GRADIENT = {
-    "ArgMax": "ArgMax (tf.argmax) has no gradient: it returns an integer index",
-    "ArgMin": "ArgMin (tf.argmin) has no gradient: it returns an integer index",
-    "Round": "Round (tf.round) has no gradient",
-    "Floor": "Floor (tf.floor) has no gradient",
-    "Ceil": "Ceil (tf.math.ceil) has no gradient",
-    "Rint": "Rint (tf.math.rint) has no gradient",
-    "StopGradient": "tf.stop_gradient (StopGradient) blocks the gradient on purpose",
-    "PyFunc": "the value left TensorFlow through tf.numpy_function (PyFunc), which has no gradient",
-    "UniqueV2": "Unique (tf.unique) has no gradient",
-    "Unique": "Unique (tf.unique) has no gradient",
-    "TopKV2": "the indices of tf.math.top_k carry no gradient",
+    "ArgMax": (N_("ArgMax (tf.argmax) has no gradient: it returns an integer index (op {name!r})"), "no-gradient-op"),
+    "ArgMin": (N_("ArgMin (tf.argmin) has no gradient: it returns an integer index (op {name!r})"), "no-gradient-op"),
+    "Round": (N_("Round (tf.round) has no gradient (op {name!r})"), "no-gradient-op"),
+    "Floor": (N_("Floor (tf.floor) has no gradient (op {name!r})"), "no-gradient-op"),
+    "Ceil": (N_("Ceil (tf.math.ceil) has no gradient (op {name!r})"), "no-gradient-op"),
+    "Rint": (N_("Rint (tf.math.rint) has no gradient (op {name!r})"), "no-gradient-op"),
+    "StopGradient": (N_("tf.stop_gradient (StopGradient) blocks the gradient on purpose (op {name!r})"),
+                     "stop-gradient"),
+    "PyFunc": (N_("the value left TensorFlow through tf.numpy_function (PyFunc), which has no gradient "
+                  "(op {name!r})"), "numpy"),
+    "UniqueV2": (N_("Unique (tf.unique) has no gradient (op {name!r})"), "no-gradient-op"),
+    "Unique": (N_("Unique (tf.unique) has no gradient (op {name!r})"), "no-gradient-op"),
+    "TopKV2": (N_("the indices of tf.math.top_k carry no gradient (op {name!r})"), "no-gradient-op"),
 }
-_NESTED = {"PartitionedCall": "a nested tf.function", "StatefulPartitionedCall": "a nested tf.function",
-           "If": "a tf.cond branch", "StatelessIf": "a tf.cond branch", "While": "a tf.while_loop body",
-           "StatelessWhile": "a tf.while_loop body", "Case": "a tf.switch_case branch",
-           "StatelessCase": "a tf.switch_case branch"}
+_NESTED = {"PartitionedCall": N_("a nested tf.function"), "StatefulPartitionedCall": N_("a nested tf.function"),
+           "If": N_("a tf.cond branch"), "StatelessIf": N_("a tf.cond branch"), "While": N_("a tf.while_loop body"),
+           "StatelessWhile": N_("a tf.while_loop body"), "Case": N_("a tf.switch_case branch"),
+           "StatelessCase": N_("a tf.switch_case branch")}
 _SELECTS = {"Select", "SelectV2", "If", "StatelessIf"}
 _NUMPY_HINTS = ("numpy", "Cannot convert a symbolic")
 
@@ -79,26 +103,30 @@ def _is_float(t) -> bool:
     return t.dtype.is_floating or t.dtype.is_complex
 
 
-def _describe_cut(op, path_input) -> str:
+def _describe_cut(op, path_input) -> Cause:
     """Plain words for the op ``op`` whose input ``path_input`` gets no gradient."""
-    where = f" (op {op.name!r})"
+    name = op.name
     if op.type == "Cast":
         out = op.outputs[0].dtype
         if out.is_integer or out == tf.bool:
-            return (f"a Cast to {out.name} (tf.cast to an integer dtype){where}: integers carry no gradient")
+            return Cause(_("a Cast to {dtype} (tf.cast to an integer dtype) (op {name!r}): integers carry no "
+                           "gradient").format(dtype=out.name, name=name), "integer-cast")
     if op.type in _COMPARISONS:
-        return (f"a comparison ({op.type}){where}: the loss depends on the variable only through this "
-                "true/false result, and a boolean carries no gradient")
+        return Cause(_("a comparison ({type}) (op {name!r}): the loss depends on the variable only through this "
+                       "true/false result, and a boolean carries no gradient").format(type=op.type, name=name),
+                     "comparison")
     if op.type in _NO_GRADIENT:
-        return _NO_GRADIENT[op.type] + where
+        text, kind = _NO_GRADIENT[op.type]
+        return Cause(_(text).format(name=name), kind)
     if op.type in _NESTED:
-        return (f"an op inside {_NESTED[op.type]}{where} cuts the path (run that code outside the "
-                "function or branch to name the op)")
+        return Cause(_("an op inside {where} (op {name!r}) cuts the path (run that code outside the function or "
+                       "branch to name the op)").format(where=_(_NESTED[op.type]), name=name), "nested")
     out_dtypes = {o.dtype.name for o in op.outputs}
     if _is_float(path_input) and not any(o.dtype.is_floating for o in op.outputs):
-        return (f"{op.type}{where} turns a float into {', '.join(sorted(out_dtypes))}, which carries "
-                "no gradient")
-    return f"{op.type}{where} has no gradient for this input"
+        return Cause(_("{type} (op {name!r}) turns a float into {dtypes}, which carries no gradient").format(
+            type=op.type, name=name, dtypes=", ".join(sorted(out_dtypes))), "integer-cast")
+    return Cause(_("{type} (op {name!r}) has no gradient for this input").format(type=op.type, name=name),
+                 "no-gradient-op")
 
 
 def _only_selects(op, path_refs) -> bool:
@@ -110,7 +138,7 @@ def _only_selects(op, path_refs) -> bool:
     return bool(uses) and all(c.type in _SELECTS and i == 0 for c, i in uses)
 
 
-def _graph_causes(loss_fn, variables, positions) -> dict[int, str]:
+def _graph_causes(loss_fn, variables, positions) -> dict[int, Cause]:
     """Trace ``loss_fn`` and name the op that cuts each variable's path to the loss."""
     cf = tf.function(loss_fn).get_concrete_function()
     graph = cf.graph
@@ -127,13 +155,13 @@ def _graph_causes(loss_fn, variables, positions) -> dict[int, str]:
             continue
         needed.add(t.ref())
         stack.extend(t.op.inputs)
-    causes: dict[int, str] = {}
+    causes: dict[int, Cause] = {}
     for i in positions:
         v = variables[i]
         handle = internal.get(id(v.handle))
         if handle is None:
-            causes[i] = ("the variable is never read by the loss computation (for a layer: it is created "
-                         "but not used in call)")
+            causes[i] = Cause(_("the variable is never read by the loss computation (for a layer: it is created "
+                                "but not used in call)"), "never-read")
             continue
         # tensors reachable from the variable (walk the consumers forward)
         reach: list = []
@@ -149,16 +177,16 @@ def _graph_causes(loss_fn, variables, positions) -> dict[int, str]:
                 stack.extend(op.outputs)
         on_path = [t for t in reach if t.ref() in needed and t is not handle]
         if not on_path:
-            causes[i] = ("the variable is read, but nothing computed from it reaches the loss (for a "
-                         "layer: it is not used in call, or its output is discarded)")
+            causes[i] = Cause(_("the variable is read, but nothing computed from it reaches the loss (for a "
+                                "layer: it is not used in call, or its output is discarded)"), "discarded")
             continue
         path_refs = {t.ref() for t in on_path} | {handle.ref()}
         floats = [t for t in on_path if _is_float(t)]
         with graph.as_default():
             grads = tf.gradients(loss, floats, unconnected_gradients=tf.UnconnectedGradients.NONE)
         reached = {t.ref() for t, g in zip(floats, grads, strict=True) if g is not None}
-        cuts: list[str] = []
-        selectors: list[str] = []  # comparisons that only choose (tf.where, tf.cond): a last resort
+        cuts: list[Cause] = []
+        selectors: list[Cause] = []  # comparisons that only choose (tf.where, tf.cond): a last resort
         ops = list({id(t.op): t.op for t in on_path}.values())
         for op in ops:
             path_inputs = [x for x in op.inputs if x.ref() in path_refs]
@@ -180,14 +208,14 @@ def _graph_causes(loss_fn, variables, positions) -> dict[int, str]:
                 target.append(text)
         cuts = cuts or selectors
         if cuts:
-            causes[i] = "; ".join(cuts)
+            causes[i] = Cause("; ".join(cuts), [c.kind for c in cuts])
         else:
-            causes[i] = ("the path from the variable to the loss is cut by an op without a gradient "
-                         "(none of the usual suspects was found on it)")
+            causes[i] = Cause(_("the path from the variable to the loss is cut by an op without a gradient (none "
+                                "of the usual suspects was found on it)"), "unknown")
     return causes
 
 
-def explain_none_gradients(loss_fn: Callable[[], object], variables: Sequence) -> dict[int, str]:
+def explain_none_gradients(loss_fn: Callable[[], object], variables: Sequence) -> dict[int, Cause]:
     """Explain why ``tape.gradient(loss_fn(), variables)`` is ``None`` for some variables (chapter 06).
 
     Runs ``loss_fn`` eagerly under a tape to find the ``None`` gradients, then traces it with
@@ -199,24 +227,26 @@ def explain_none_gradients(loss_fn: Callable[[], object], variables: Sequence) -
         variables: list of ``tf.Variable`` (or Keras variables), e.g. ``model.trainable_variables``.
 
     Returns:
-        ``{position: cause}`` for every variable whose gradient is ``None``; the cause, in
-        plain words, names the op that cuts the path and its graph name (e.g.
+        ``{position: cause}`` for every variable whose gradient is ``None``; the cause (a
+        :class:`Cause`: a ``str`` in the current language, with ``cause.kinds`` from
+        :data:`CAUSE_KINDS`), in plain words, names the op that cuts the path and its graph name (e.g.
         ``"ArgMax (tf.argmax) has no gradient: ..."``, ``"a Cast to int32 ..."``,
         ``"a comparison (Greater) ..."``, ``"tf.stop_gradient (StopGradient) ..."``), says that
         the variable is never read by the loss computation, that it has an integer dtype, or
         that its value left TensorFlow through NumPy. Empty when every gradient exists.
     """
     variables = _check_args(loss_fn, variables)
-    _, grads, watched = _eager_gradients(loss_fn, variables)
-    causes: dict[int, str] = {}
+    _loss, grads, watched = _eager_gradients(loss_fn, variables)
+    causes: dict[int, Cause] = {}
     todo = []
     for i, (v, g) in enumerate(zip(variables, grads, strict=True)):
         if g is not None:
             continue
         dtype = tf.as_dtype(v.dtype)
         if not (dtype.is_floating or dtype.is_complex):
-            causes[i] = (f"integer dtype: the variable holds {dtype.name}, and gradients exist only for "
-                         "float (and complex) variables; make it float32")
+            causes[i] = Cause(_("integer dtype: the variable holds {dtype}, and gradients exist only for float "
+                                "(and complex) variables; make it float32").format(dtype=dtype.name),
+                              "integer-variable")
         else:
             todo.append(i)
     if not todo:
@@ -232,16 +262,17 @@ def explain_none_gradients(loss_fn: Callable[[], object], variables: Sequence) -
         for i in todo:
             read = id(variables[i].handle) in watched
             if numpy and read:
-                causes[i] = ("the value left TensorFlow (a NumPy round-trip: .numpy() or np.* turns the "
-                             "tensor into a NumPy array, which the tape cannot follow); keep the "
-                             "computation in TensorFlow ops (tf.* or keras.ops.*)")
+                causes[i] = Cause(_("the value left TensorFlow (a NumPy round-trip: .numpy() or np.* turns the "
+                                    "tensor into a NumPy array, which the tape cannot follow); keep the computation "
+                                    "in TensorFlow ops (tf.* or keras.ops.*)"), "numpy")
             elif not read:
-                causes[i] = ("the variable is never read by the loss computation (for a layer: it is "
-                             "created but not used in call)")
+                causes[i] = Cause(_("the variable is never read by the loss computation (for a layer: it is "
+                                    "created but not used in call)"), "never-read")
             else:
                 first = str(err).strip().splitlines()[-1][:160] if str(err).strip() else type(err).__name__
-                causes[i] = ("the variable is read but its path to the loss is cut; the cut could not be "
-                             f"located because loss_fn does not trace with tf.function ({first})")
+                causes[i] = Cause(_("the variable is read but its path to the loss is cut; the cut could not be "
+                                    "located because loss_fn does not trace with tf.function ({error})").format(
+                                        error=first), "unknown")
     return causes
 
 
@@ -254,29 +285,29 @@ _BACKWARD_OF = {
     "SigmoidGrad": "Sigmoid", "SoftplusGrad": "Softplus", "ReluGrad": "Relu", "EluGrad": "Elu",
 }
 _FIX = {
-    "Log": ("log of 0 (or of a negative number)",
-            "keep the argument positive (tf.math.log(tf.maximum(x, 1e-7)) or log(x + eps)), or compute in "
-            "log space: from_logits=True, tf.nn.log_softmax, tf.math.softplus, tf.math.log1p, "
-            "tf.reduce_logsumexp"),
-    "Log1p": ("log1p of -1 or below", "keep the argument above -1"),
-    "Sqrt": ("sqrt at 0 or below: its derivative 1/(2·sqrt(x)) is infinite at 0",
-             "add a small epsilon (tf.sqrt(x + 1e-12)), or the double where: "
-             "tf.where(x > 0, tf.sqrt(tf.where(x > 0, x, 1.0)), 0.0)"),
-    "Rsqrt": ("rsqrt at 0 or below", "add a small epsilon to the argument"),
-    "Pow": ("a fractional power of 0 or of a negative number (x ** 0.5 of x < 0 is NaN; its derivative "
-            "at 0 is infinite)",
-            "make the argument safe before the power, e.g. the double where: "
-            "tf.where(x > 0, tf.where(x > 0, x, 1.0) ** 0.5, 0.0)"),
-    "RealDiv": ("a division by 0", "use tf.math.divide_no_nan, or add an epsilon to the denominator"),
-    "Div": ("a division by 0", "use tf.math.divide_no_nan, or add an epsilon to the denominator"),
-    "Reciprocal": ("1/x at 0", "use tf.math.divide_no_nan, or add an epsilon"),
-    "Xlogy": ("x·log(y) at y = 0", "tf.math.xlogy is 0 where x is 0; keep y positive where x is not"),
-    "Exp": ("exp overflowing float32 (above about 88)",
-            "use a stable form: tf.math.softplus, tf.reduce_logsumexp, or from_logits=True"),
+    "Log": (N_("log of 0 (or of a negative number)"),
+            N_("keep the argument positive (tf.math.log(tf.maximum(x, 1e-7)) or log(x + eps)), or compute in "
+               "log space: from_logits=True, tf.nn.log_softmax, tf.math.softplus, tf.math.log1p, "
+               "tf.reduce_logsumexp")),
+    "Log1p": (N_("log1p of -1 or below"), N_("keep the argument above -1")),
+    "Sqrt": (N_("sqrt at 0 or below: its derivative 1/(2·sqrt(x)) is infinite at 0"),
+             N_("add a small epsilon (tf.sqrt(x + 1e-12)), or the double where: "
+                "tf.where(x > 0, tf.sqrt(tf.where(x > 0, x, 1.0)), 0.0)")),
+    "Rsqrt": (N_("rsqrt at 0 or below"), N_("add a small epsilon to the argument")),
+    "Pow": (N_("a fractional power of 0 or of a negative number (x ** 0.5 of x < 0 is NaN; its derivative "
+               "at 0 is infinite)"),
+            N_("make the argument safe before the power, e.g. the double where: "
+               "tf.where(x > 0, tf.where(x > 0, x, 1.0) ** 0.5, 0.0)")),
+    "RealDiv": (N_("a division by 0"), N_("use tf.math.divide_no_nan, or add an epsilon to the denominator")),
+    "Div": (N_("a division by 0"), N_("use tf.math.divide_no_nan, or add an epsilon to the denominator")),
+    "Reciprocal": (N_("1/x at 0"), N_("use tf.math.divide_no_nan, or add an epsilon")),
+    "Xlogy": (N_("x·log(y) at y = 0"), N_("tf.math.xlogy is 0 where x is 0; keep y positive where x is not")),
+    "Exp": (N_("exp overflowing float32 (above about 88)"),
+            N_("use a stable form: tf.math.softplus, tf.reduce_logsumexp, or from_logits=True")),
 }
-_WHERE_FIX = ("the double where: make the input safe *before* the op, "
-              "tf.where(ok, f(tf.where(ok, x, safe_value)), 0.0), so that the unselected branch holds "
-              "finite numbers")
+_WHERE_FIX = N_("the double where: make the input safe *before* the op, "
+                "tf.where(ok, f(tf.where(ok, x, safe_value)), 0.0), so that the unselected branch holds "
+                "finite numbers")
 
 
 def _finite(t) -> bool:
@@ -316,8 +347,10 @@ def _graph_node(loss_fn, op_type: str) -> str:
         return ""
     if len(names) == 1:
         return f" ({names[0]!r})"
-    more = f" and {len(names) - 3} more" if len(names) > 3 else ""
-    return " (one of " + ", ".join(repr(n) for n in names[:3]) + more + ")"
+    shown = ", ".join(repr(n) for n in names[:3])
+    if len(names) > 3:
+        return _(" (one of {names} and {more} more)").format(names=shown, more=len(names) - 3)
+    return _(" (one of {names})").format(names=shown)
 
 
 def _checked_run(loss_fn, variables):
@@ -359,38 +392,46 @@ def find_nonfinite_source(loss_fn: Callable[[], object], variables: Sequence) ->
         gradients are finite.
     """
     variables = _check_args(loss_fn, variables)
-    loss, grads, _ = _eager_gradients(loss_fn, variables)
+    loss, grads, _watched = _eager_gradients(loss_fn, variables)
     loss_finite = _finite(loss)
     if loss_finite and all(_finite(g) for g in grads):
         return None
     phase, err = _checked_run(loss_fn, variables)
     if phase is None:
-        return ("No single op produced a NaN/inf under check_numerics (the weights or inputs may already "
-                "hold NaN/inf): check tf.math.is_finite on them.")
-    op_type, _, counts = _parse(err)
+        return _("No single op produced a NaN/inf under check_numerics (the weights or inputs may already hold "
+                 "NaN/inf): check tf.math.is_finite on them.")
+    op_type, _index, counts = _parse(err)
     if not op_type:
-        return f"check_numerics stopped with: {str(err).strip().splitlines()[0][:200]}"
+        return _("check_numerics stopped with: {error}").format(error=str(err).strip().splitlines()[0][:200])
     counted = f" ({counts})" if counts else ""
     if phase == "forward":
         name = _graph_node(loss_fn, op_type)
-        what, fix = _FIX.get(op_type, (f"{op_type} produced a non-finite value",
-                                       "keep its input in the range where it is finite"))
-        text = f"The first NaN/inf is born in the forward pass, in {op_type}{name}{counted}: {what}."
-        if loss_finite:
-            text += (" The loss is finite, so the loss does not use this value, as in the unselected "
-                     "branch of a tf.where: the backward pass still multiplies the NaN/inf by 0, and "
-                     "0 × NaN = NaN. Fix: " + _WHERE_FIX + ".")
+        if op_type in _FIX:
+            what, fix = (_(t) for t in _FIX[op_type])
         else:
-            text += f" Fix: {fix}."
-        return text
+            what = _("{op} produced a non-finite value").format(op=op_type)
+            fix = _("keep its input in the range where it is finite")
+        if loss_finite:
+            return _("The first NaN/inf is born in the forward pass, in {op}{name}{counts}: {what}. The loss is "
+                     "finite, so the loss does not use this value, as in the unselected branch of a tf.where: the "
+                     "backward pass still multiplies the NaN/inf by 0, and 0 × NaN = NaN. Fix: {fix}.").format(
+                op=op_type, name=name, counts=counted, what=what, fix=_(_WHERE_FIX))
+        return _("The first NaN/inf is born in the forward pass, in {op}{name}{counts}: {what}. Fix: {fix}.").format(
+            op=op_type, name=name, counts=counted, what=what, fix=fix)
     if op_type.startswith("__inference"):
-        return (f"The first NaN/inf is born in the backward pass, inside the gradient of a "
-                f"tf.function called by loss_fn ({op_type}){counted}. Call the inner function's body "
-                "eagerly to name the op.")
+        return _("The first NaN/inf is born in the backward pass, inside the gradient of a tf.function called by "
+                 "loss_fn ({op}){counts}. Call the inner function's body eagerly to name the op.").format(
+            op=op_type, counts=counted)
     forward = _BACKWARD_OF.get(op_type, op_type)
-    what, fix = _FIX.get(forward, (f"the derivative of {forward} is infinite or undefined at these inputs",
-                                   "keep the input away from the point where the derivative blows up"))
-    grad_note = (f"{op_type}, the gradient of {forward}{_graph_node(loss_fn, forward)}" if forward != op_type
-                 else f"{op_type}")
-    return ("The forward pass is finite; the first NaN/inf is born in the backward pass, in "
-            f"{grad_note}{counted}: {what}. Fix: {fix}.")
+    if forward in _FIX:
+        what, fix = (_(t) for t in _FIX[forward])
+    else:
+        what = _("the derivative of {op} is infinite or undefined at these inputs").format(op=forward)
+        fix = _("keep the input away from the point where the derivative blows up")
+    if forward != op_type:
+        where = _("{grad}, the gradient of {op}{name}").format(grad=op_type, op=forward,
+                                                                name=_graph_node(loss_fn, forward))
+    else:
+        where = op_type
+    return _("The forward pass is finite; the first NaN/inf is born in the backward pass, in {where}{counts}: "
+             "{what}. Fix: {fix}.").format(where=where, counts=counted, what=what, fix=fix)

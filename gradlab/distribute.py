@@ -33,6 +33,7 @@ from . import core
 from ._env import LOGICAL_CPUS_ENV, quiet_import_tensorflow
 from ._validate import check_choice, check_int, check_positive
 from .core import split_batch
+from .i18n import _
 from .tracing import error_summary
 from .training import make_train_step
 
@@ -220,21 +221,21 @@ class LossScalingComparison:
         return self.per_replica_mean_norm / self.single_norm
 
     def __str__(self) -> str:
-        return (
-            f"{self.num_replicas} replicas, global norm of the applied gradient:\n"
-            f"  one device, mean over the batch:         {self.single_norm:.4g}\n"
-            f"  compute_average_loss(global_batch_size): {self.global_loss_norm:.4g}"
-            f"  (max abs error {self.global_loss_error:.1e})\n"
-            f"  reduce_mean on each replica:             {self.per_replica_mean_norm:.4g}"
-            f"  ({self.ratio:.4g}x too large)"
-        )
+        return "\n".join([
+            _("{n} replicas, global norm of the applied gradient:").format(n=self.num_replicas),
+            _("  one device, mean over the batch:         {norm}").format(norm=f"{self.single_norm:.4g}"),
+            _("  compute_average_loss(global_batch_size): {norm}  (max abs error {error})").format(
+                norm=f"{self.global_loss_norm:.4g}", error=f"{self.global_loss_error:.1e}"),
+            _("  reduce_mean on each replica:             {norm}  ({ratio}x too large)").format(
+                norm=f"{self.per_replica_mean_norm:.4g}", ratio=f"{self.ratio:.4g}"),
+        ])
 
 
 def compare_loss_scaling(strategy, model, x, y) -> LossScalingComparison:
     """The loss-scaling bug in numbers: per-replica mean vs global-batch loss vs one device (chapter 08)."""
     single = single_device_gradients(model, x, y)
-    _, good = replica_gradients(strategy, model, x, y, loss_reduction="global")
-    _, bad = replica_gradients(strategy, model, x, y, loss_reduction="per_replica")
+    _local, good = replica_gradients(strategy, model, x, y, loss_reduction="global")
+    _local, bad = replica_gradients(strategy, model, x, y, loss_reduction="per_replica")
     return LossScalingComparison(
         num_replicas=strategy.num_replicas_in_sync,
         single_norm=_global_norm(single),
@@ -267,16 +268,17 @@ class ClippingComparison:
 
     def __str__(self) -> str:
         replicas = ", ".join(f"{n:.4g}" for n in self.replica_norms)
-        return (
-            f"global norm on one device: {self.single_norm:.4g}; of the summed replica gradients: "
-            f"{self.summed_norm:.4g}; of each replica's own: {replicas}\n"
-            f"clip_norm={self.clip_norm:g}, norm of the applied gradient (one device: "
-            f"{min(self.single_norm, self.clip_norm):.4g}):\n"
-            f"  clip after the all-reduce:  {self.clip_after_norm:.4g}"
-            f"  (max abs error vs one device {self.clip_after_error:.1e})\n"
-            f"  clip before the all-reduce: {self.clip_before_norm:.4g}"
-            f"  (max abs error vs one device {self.clip_before_error:.1e})"
-        )
+        return "\n".join([
+            _("global norm on one device: {single}; of the summed replica gradients: {summed}; of each replica's "
+              "own: {replicas}").format(single=f"{self.single_norm:.4g}", summed=f"{self.summed_norm:.4g}",
+                                        replicas=replicas),
+            _("clip_norm={clip}, norm of the applied gradient (one device: {one}):").format(
+                clip=f"{self.clip_norm:g}", one=f"{min(self.single_norm, self.clip_norm):.4g}"),
+            _("  clip after the all-reduce:  {norm}  (max abs error vs one device {error})").format(
+                norm=f"{self.clip_after_norm:.4g}", error=f"{self.clip_after_error:.1e}"),
+            _("  clip before the all-reduce: {norm}  (max abs error vs one device {error})").format(
+                norm=f"{self.clip_before_norm:.4g}", error=f"{self.clip_before_error:.1e}"),
+        ])
 
 
 def compare_clipping(strategy, model, x, y, clip_norm: float) -> ClippingComparison:
@@ -326,9 +328,9 @@ class FitComparison:
 
     def __str__(self) -> str:
         if self.error:
-            return f"{self.label:<34} fails: {self.error}"
-        return (f"{self.label:<34} max |w_one_device - w_distributed| = {self.max_abs_difference:.2g}"
-                f"  (weight norm {self.weight_norm:.3g})")
+            return _("{label} fails: {error}").format(label=f"{self.label:<34}", error=self.error)
+        return _("{label} max |w_one_device - w_distributed| = {difference}  (weight norm {norm})").format(
+            label=f"{self.label:<34}", difference=f"{self.max_abs_difference:.2g}", norm=f"{self.weight_norm:.3g}")
 
 
 def compare_fit(strategy, x, y, optimizer: Callable, *, label: str = "", make_model: Callable | None = None,
@@ -367,10 +369,11 @@ class AccumulationComparison:
 
     def __str__(self) -> str:
         if self.error:
-            return f"gradient_accumulation_steps={self.steps} fails: {self.error}"
-        return (f"1 step on {self.steps * self.micro_batch} examples vs gradient_accumulation_steps="
-                f"{self.steps} on {self.steps} x {self.micro_batch}: max |dw| difference "
-                f"{self.max_abs_difference:.2g} (update size {self.update_norm:.3g})")
+            return _("gradient_accumulation_steps={steps} fails: {error}").format(steps=self.steps, error=self.error)
+        return _("1 step on {n} examples vs gradient_accumulation_steps={steps} on {steps} x {micro}: max |dw| "
+                 "difference {difference} (update size {norm})").format(
+            n=self.steps * self.micro_batch, steps=self.steps, micro=self.micro_batch,
+            difference=f"{self.max_abs_difference:.2g}", norm=f"{self.update_norm:.3g}")
 
 
 def compare_accumulation(x, y, optimizer: Callable, *, steps: int = 2, strategy=None,
@@ -449,7 +452,7 @@ def free_ports(n: int = 2) -> list[int]:
     n = check_int("n", n, 1, 64)
     sockets = []
     try:
-        for _ in range(n):
+        for _unused in range(n):
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind(("127.0.0.1", 0))
@@ -481,13 +484,14 @@ class MultiWorkerRun:
         return all(r["weights"] == first for r in self.workers[1:])
 
     def __str__(self) -> str:
-        rows = [f"{'run':<22} {'replicas':>8}  losses per step" + " " * 14 + "grad norms"]
-        for name, r in [(f"worker {i}", r) for i, r in enumerate(self.workers)] + [("one process", self.reference)]:
+        rows = [f"{_('run'):<22} {_('replicas'):>8}  {_('losses per step'):<28} {_('grad norms')}"]
+        named = [(_("worker {i}").format(i=i), r) for i, r in enumerate(self.workers)]
+        for name, r in [*named, (_("one process"), self.reference)]:
             losses = ", ".join(f"{v:.4g}" for v in r["losses"])
             norms = ", ".join(f"{v:.4g}" for v in r["grad_norms"])
             rows.append(f"{name:<22} {r['replicas']:>8}  {losses:<28} {norms}")
-        rows.append(f"workers hold identical weights: {self.workers_agree}; max |w_worker - w_one_process| "
-                    f"= {self.max_abs_difference:.2g}")
+        rows.append(_("workers hold identical weights: {agree}; max |w_worker - w_one_process| = {difference}").format(
+            agree=self.workers_agree, difference=f"{self.max_abs_difference:.2g}"))
         return "\n".join(rows)
 
 

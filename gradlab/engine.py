@@ -354,7 +354,7 @@ def predicted_signal(engine: MLPGradientEngine, report: GradientReport, activati
     when the measured last-layer signal is 0 or not finite (nothing to anchor to).
     """
     _check_choice("activation", activation, ACTIVATIONS)
-    residual, norm, dtype, _ = check_mode(residual, norm, dtype)
+    residual, norm, dtype, _scale = check_mode(residual, norm, dtype)
     if dtype != "float32":
         return None
     depth = report.depth

@@ -28,6 +28,7 @@ import numpy as np
 
 from ._env import quiet_import_tensorflow
 from ._validate import check_int as _check_int
+from .i18n import N_, _
 
 tf = quiet_import_tensorflow()
 
@@ -362,7 +363,7 @@ def shape_table(
 
 def format_shape_table(rows: Sequence[ShapeRow]) -> str:
     """A fixed-width text table of :func:`shape_table`'s rows."""
-    head = ("target y", "source x", "gradient", "jacobian", "batch_jacobian")
+    head = (_("target y"), _("source x"), "gradient", "jacobian", "batch_jacobian")
     cells = [head] + [
         (str(r.target), str(r.source), r.gradient, r.jacobian, r.batch_jacobian) for r in rows
     ]
@@ -375,7 +376,8 @@ def format_shape_table(rows: Sequence[ShapeRow]) -> str:
 # ----------------------------------------------------------------------------- registry
 @dataclasses.dataclass(frozen=True)
 class JacobianFunction:
-    """One function of the viewer: ``fn(x, *params)`` with inputs made by ``make(n, seed)``."""
+    """One function of the viewer: ``fn(x, *params)`` with inputs made by ``make(n, seed)``;
+    ``label`` and ``description`` are marked for translation (show them through ``_()``)."""
 
     name: str
     label: str
@@ -429,17 +431,17 @@ def _dense(x, w, b):
 JACOBIAN_FUNCTIONS: dict[str, JacobianFunction] = {
     f.name: f
     for f in (
-        JacobianFunction("square", "y = x²", False, lambda x: x * x, _make_square,
-                         "elementwise square: J = diag(2x)"),
-        JacobianFunction("matvec_tanh", "y = tanh(W x)", False,
+        JacobianFunction("square", N_("y = x²"), False, lambda x: x * x, _make_square,
+                         N_("elementwise square: J = diag(2x)")),
+        JacobianFunction("matvec_tanh", N_("y = tanh(W x)"), False,
                          lambda x, w: tf.tanh(tf.linalg.matvec(w, x)), _make_matvec,
-                         "matrix-vector product then tanh: J = diag(1 - tanh²(Wx)) W"),
-        JacobianFunction("softmax", "y = softmax(x)", False, tf.nn.softmax, _make_softmax,
-                         "softmax: J = diag(s) - s sᵀ"),
-        JacobianFunction("dense_batch", f"y = tanh(x W + b), batch {VIEWER_BATCH}, {DENSE_UNITS} units",
+                         N_("matrix-vector product then tanh: J = diag(1 - tanh²(Wx)) W")),
+        JacobianFunction("softmax", N_("y = softmax(x)"), False, tf.nn.softmax, _make_softmax,
+                         N_("softmax: J = diag(s) - s sᵀ")),
+        # VIEWER_BATCH = 4 and DENSE_UNITS = 3 are written out: a translated text must be a literal
+        JacobianFunction("dense_batch", N_("y = tanh(x W + b), batch 4, 3 units"),
                          True, _dense, _make_dense,
-                         f"a Dense({DENSE_UNITS}, tanh) layer over a batch of {VIEWER_BATCH}: "
-                         "J is block diagonal"),
+                         N_("a Dense(3, tanh) layer over a batch of 4: J is block diagonal")),
     )
 }
 

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from ._env import quiet_import_tensorflow
 from ._validate import check_choice as _check_choice
 from ._validate import check_int as _check_int
+from .i18n import N_
 
 tf = quiet_import_tensorflow()
 import keras  # noqa: E402
@@ -40,20 +41,20 @@ ACTIVATIONS: tuple[str, ...] = (
     "gelu",
 )
 
-#: Initializer names, with the label the explorer shows. All but two are Keras names;
+#: Initializer names, with the label the explorer shows (marked for translation). All but two are Keras names;
 #: ``small_normal`` and ``large_normal`` are ``RandomNormal(stddev=0.01)`` and ``(stddev=1)``.
 INITIALIZERS: dict[str, str] = {
-    "zeros": "zeros",
-    "small_normal": "small normal (σ=0.01)",
-    "large_normal": "large normal (σ=1)",
-    "glorot_uniform": "glorot_uniform (Xavier)",
-    "glorot_normal": "glorot_normal (Xavier)",
-    "he_normal": "he_normal",
-    "he_uniform": "he_uniform",
-    "lecun_normal": "lecun_normal",
-    "lecun_uniform": "lecun_uniform",
-    "orthogonal": "orthogonal",
-    "standard_uniform": "U[±1/√n] (Glorot & Bengio's 'standard')",
+    "zeros": N_("zeros"),
+    "small_normal": N_("small normal (σ=0.01)"),
+    "large_normal": N_("large normal (σ=1)"),
+    "glorot_uniform": N_("glorot_uniform (Xavier)"),
+    "glorot_normal": N_("glorot_normal (Xavier)"),
+    "he_normal": N_("he_normal"),
+    "he_uniform": N_("he_uniform"),
+    "lecun_normal": N_("lecun_normal"),
+    "lecun_uniform": N_("lecun_uniform"),
+    "orthogonal": N_("orthogonal"),
+    "standard_uniform": N_("U[±1/√n] (Glorot & Bengio's 'standard')"),
 }
 
 #: Normalization of each hidden layer's pre-activation (chapter 05): none, the batch's

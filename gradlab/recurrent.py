@@ -29,7 +29,7 @@ from ._validate import check_choice as _check_choice
 from ._validate import check_int as _check_int
 from ._validate import check_positive as _check_positive
 from .core import CLIP_MODES, check_clip
-from .i18n import _
+from .i18n import N_, _
 from .verdict import Verdict, judge
 
 tf = quiet_import_tensorflow()
@@ -53,11 +53,11 @@ CELLS: dict[str, str] = {"simple_rnn": "SimpleRNN", "gru": "GRU", "lstm": "LSTM"
 _GATES = {"simple_rnn": 1, "gru": 3, "lstm": 4}
 #: Recurrent initializers offered by the explorer, with a short description.
 RECURRENT_INITIALIZERS: dict[str, str] = {
-    "orthogonal": "orthogonal (Keras default)",
-    "glorot_uniform": "glorot_uniform",
-    "normal_0.5": "normal, std 0.5/√units",
-    "normal_2": "normal, std 2/√units",
-    "identity": "identity (per gate)",
+    "orthogonal": N_("orthogonal (Keras default)"),
+    "glorot_uniform": N_("glorot_uniform"),
+    "normal_0.5": N_("normal, std 0.5/√units"),
+    "normal_2": N_("normal, std 2/√units"),
+    "identity": N_("identity (per gate)"),
 }
 #: Chapter 07's earlier names, which clashed with chapter 01's (there ``large_normal`` is σ = 1);
 #: still accepted, with their old meaning.
@@ -324,7 +324,7 @@ def _make_engine_step(cell: str):
         x = tf.transpose(x_full[:, :steps], [1, 0, 2]) * scale  # time-major [T, B, D]
         batch = tf.shape(x)[1]
         units = tf.shape(r)[0]
-        h0 = tuple(tf.zeros(tf.stack([batch, units])) for _ in range(n_carry))
+        h0 = tuple(tf.zeros(tf.stack([batch, units])) for _carry in range(n_carry))
         with tf.GradientTape() as tape:
             tape.watch([x, k, r, b, out_k, out_b])
             hs = tf.scan(lambda c, xt: cell_step(c, xt, k, r, b), x, initializer=h0)

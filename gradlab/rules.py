@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .i18n import _, ngettext
+from .i18n import N_, _, ngettext
 from .report import LayerStats, Problem, VariableStats
 from .verdict import Verdict
 
@@ -185,26 +185,25 @@ def _none_causes_text(causes: dict) -> str:
     return " (" + "; ".join(f"{', '.join(ps)}: {cause}" for cause, ps in groups.items()) + ")."
 
 
-#: ``(substrings of a cause, the fix that matches it)``.
+#: ``(kinds of cause (gradlab.causes.CAUSE_KINDS), the fix that matches them)``.
 _NONE_FIXES = (
-    (("stop_gradient", "StopGradient"),
-     "if the stop is deliberate, freeze what sits behind it (layer.trainable = False) so nothing "
-     "expects a gradient; otherwise take tf.stop_gradient off the path"),
-    (("ArgMax", "ArgMin", "Round", "Floor", "Ceil", "Cast", "comparison", "numpy_function"),
-     "that op has no gradient: use a differentiable stand-in (softmax instead of argmax, a "
-     "straight-through estimator with tf.custom_gradient for round or sign, float instead of "
-     "integer casts; chapter 06)"),
-    (("never read", "discarded", "not used"),
-     "use the layer's output in call (or remove the layer, or set trainable = False)"),
-    (("NumPy",), "keep the computation in TensorFlow ops: .numpy() and np.* leave the tape"),
-    (("integer",), "make the variable a float variable; integers never get gradients"),
+    (("stop-gradient",),
+     N_("if the stop is deliberate, freeze what sits behind it (layer.trainable = False) so nothing expects a "
+        "gradient; otherwise take tf.stop_gradient off the path")),
+    (("no-gradient-op", "integer-cast", "comparison"),
+     N_("that op has no gradient: use a differentiable stand-in (softmax instead of argmax, a straight-through "
+        "estimator with tf.custom_gradient for round or sign, float instead of integer casts; chapter 06)")),
+    (("never-read", "discarded"),
+     N_("use the layer's output in call (or remove the layer, or set trainable = False)")),
+    (("numpy",), N_("keep the computation in TensorFlow ops: .numpy() and np.* leave the tape")),
+    (("integer-variable",), N_("make the variable a float variable; integers never get gradients")),
 )
 
 
 def _none_fix(causes: dict) -> str:
-    """A fix that matches the named causes; the generic checklist when none matches."""
-    fixes = [_(fix) for keys, fix in _NONE_FIXES
-             if any(k in cause for cause in causes.values() for k in keys)]
+    """A fix that matches the kinds of the named causes; the generic checklist when none matches."""
+    kinds = {k for cause in causes.values() for k in getattr(cause, "kinds", ())}
+    fixes = [_(fix) for keys, fix in _NONE_FIXES if kinds & set(keys)]
     if fixes:
         return "; ".join(dict.fromkeys(fixes)) + "."
     return _("check that the layer's output really uses it (a forgotten term, a wrong return value, a NumPy "

@@ -23,6 +23,7 @@ import numpy as np
 
 from ._env import quiet_import_tensorflow
 from ._validate import check_int
+from .i18n import _
 
 tf = quiet_import_tensorflow()
 
@@ -190,7 +191,7 @@ def time_step(fn: Callable, args: Sequence = (), *, warmup: int = 3, repeats: in
     t0 = time.perf_counter()
     _block(fn(*args))
     first = time.perf_counter() - t0
-    for _ in range(warmup):
+    for _unused in range(warmup):
         _block(fn(*args))
     times = np.empty(repeats)
     for i in range(repeats):
@@ -216,7 +217,8 @@ def format_timings(timings: Sequence[StepTiming], baseline: str | None = None) -
         raise ValueError(f"baseline must be one of {names}; got {baseline!r}")
     base = timings[names.index(base_name)]
     width = max(8, *(len(n) for n in names))
-    rows = [f"{'mode':<{width}}  {'first call':>11}  {'steady step':>11}  {'speed-up':>8}  {'first/steady':>12}"]
+    rows = [f"{_('mode'):<{width}}  {_('first call'):>11}  {_('steady step'):>11}  {_('speed-up'):>8}  "
+            f"{_('first/steady'):>12}"]
     for t in timings:
         rows.append(
             f"{t.name:<{width}}  {t.first_ms:>8.3g} ms  {t.steady_ms:>8.3g} ms  "
