@@ -23,6 +23,8 @@ self-checks (``gl.checks``, ``gradlab.exercises``).
 
 from __future__ import annotations
 
+import importlib
+
 from ._env import quiet_import_tensorflow
 
 quiet_import_tensorflow()
@@ -58,6 +60,7 @@ from . import (  # noqa: E402,F401  (the modules, reachable as gl.<module>)
     training,
     transformer,
     verdict,
+    warmup,
 )
 from .causes import explain_none_gradients, find_nonfinite_source  # noqa: E402
 from .core import clip_gradients, true_global_norm, true_norm  # noqa: E402
@@ -77,7 +80,8 @@ from .verdict import Verdict, diagnose, judge, per_layer_gain  # noqa: E402
 __version__ = "0.1.0"
 
 # Widgets load ipywidgets; they are imported only when a notebook first asks for one.
-_WIDGETS = {"GradientExplorer", "TangentExplorer", "JacobianViewer", "TracingLab", "TimeExplorer"}
+_WIDGETS = {"GradientExplorer": "explorer", "TangentExplorer": "intro", "JacobianViewer": "jacobian",
+            "TracingLab": "tracing", "TimeExplorer": "time", "TransformerExplorer": "transformer"}
 
 #: Names that ``gl.<name>`` used to star-export, with the module that holds them now. They stay
 #: reachable as ``gl.<name>`` only while chapters and tests move to ``gl.<module>.<name>``
@@ -103,16 +107,9 @@ _MOVED = {
 
 
 def __getattr__(name: str):
-    if name in _WIDGETS:
-        from . import widgets
-
-        try:
-            return getattr(widgets, name)
-        except AttributeError:
-            pass
+    if name in _WIDGETS:  # the package facade may load the top layer lazily (ipywidgets on first use)
+        return getattr(importlib.import_module(f".widgets.{_WIDGETS[name]}", __name__), name)
     if name in _MOVED:
-        import importlib
-
         return getattr(importlib.import_module(f".{_MOVED[name]}", __name__), name)
     raise AttributeError(f"module 'gradlab' has no attribute {name!r}")
 

@@ -26,7 +26,16 @@ from . import core
 from ._env import quiet_import_tensorflow
 from .core import CLIP_MODES, check_clip, clip_gradients, true_global_norm, true_norm
 from .i18n import _
-from .verdict import GAIN_TOLERANCE, MILD_RATIO, STATUSES, Verdict, diagnose, judge, per_layer_gain
+from .verdict import (
+    GAIN_TOLERANCE,
+    MILD_RATIO,
+    STATUSES,
+    Verdict,
+    diagnose,
+    judge,
+    per_layer_gain,
+    status_word,
+)
 
 tf = quiet_import_tensorflow()
 import keras  # noqa: E402
@@ -88,7 +97,7 @@ class GradientReport:
         """A short, rounded, printable summary (stable across CPUs)."""
         return _("{depth} layers · loss {loss} · signal ratio {ratio} (gain {gain} per layer) → {status}").format(
             depth=self.depth, loss=f"{self.loss:.3g}", ratio=f"{self.ratio:.3g}", gain=f"{self.gain:.3g}",
-            status=self.status)
+            status=status_word(self.status))
 
     def __str__(self) -> str:
         def fmt(a):

@@ -30,7 +30,7 @@ from ._validate import check_int as _check_int
 from ._validate import check_positive as _check_positive
 from .core import CLIP_MODES, check_clip
 from .i18n import N_, _
-from .verdict import Verdict, judge
+from .verdict import Verdict, judge, status_word
 
 tf = quiet_import_tensorflow()
 import keras  # noqa: E402
@@ -198,7 +198,7 @@ class TimeReport:
         """A short, rounded, printable summary (stable across CPUs)."""
         return _("{steps} steps · loss {loss} · ratio step 1 / step {steps} = {ratio} (gain {gain} per step) → "
                  "{status}").format(steps=self.steps, loss=f"{self.loss:.3g}", ratio=f"{self.ratio:.3g}",
-                                    gain=f"{self.gain:.3g}", status=self.status)
+                                    gain=f"{self.gain:.3g}", status=status_word(self.status))
 
     def __str__(self) -> str:
         def fmt(a):

@@ -11,7 +11,7 @@ import dataclasses
 import numpy as np
 
 from .i18n import _, ngettext
-from .verdict import Verdict
+from .verdict import Verdict, status_word
 
 __all__ = ["PROBLEM_KINDS", "LayerStats", "Problem", "StepReport", "VariableStats"]
 
@@ -177,7 +177,7 @@ class StepReport:
         n = len(self.problems)
         return ngettext("loss {loss} · gradient norm {norm} · status {status} · {n} problem",
                         "loss {loss} · gradient norm {norm} · status {status} · {n} problems", n).format(
-            loss=_fmt(self.loss), norm=_fmt(self.global_norm), status=self.status, n=n)
+            loss=_fmt(self.loss), norm=_fmt(self.global_norm), status=status_word(self.status), n=n)
 
     def __str__(self) -> str:
         lines = [_("StepReport: {summary}").format(summary=self.summary())]
@@ -211,7 +211,8 @@ class StepReport:
             lines.append(_("  mixed precision: compute {dtype}, loss scale {scale}").format(
                 dtype=self.compute_dtype, scale=f"{self.loss_scale:g}"))
         if self.status != "n/a":
-            lines.append(_("  diagnosis: {status}: {message}").format(status=self.status, message=self.message))
+            lines.append(_("  diagnosis: {status}: {message}").format(status=status_word(self.status),
+                                                                     message=self.message))
         if self.tracing_count is not None:
             now = _("this call traced") if self.traced_this_call else _("this call did not trace")
             lines.append(ngettext("  step_fn: traced {count} time ({now})", "  step_fn: traced {count} times ({now})",

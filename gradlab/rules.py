@@ -69,17 +69,6 @@ class StepContext:
     def bad_gradients(self) -> list[str]:
         return [v.path for v in self.variables if not v.grad_finite]
 
-    def ratio_text(self) -> str:
-        """The first diagnosed layer's signal against the last one's, in words."""
-        names = self.diagnosed_layers
-        by_name = {layer.name: layer.signal for layer in self.layers}
-        first, last = by_name[names[0]], by_name[names[-1]]
-        if first == 0:
-            return _("the signal at {first!r} underflowed to exactly 0 ({last!r}: {value})").format(
-                first=names[0], last=names[-1], value=f"{last:.3g}")
-        return _("the signal at {first!r} is {ratio}× the signal at {last!r}").format(
-            first=names[0], last=names[-1], ratio=f"{first / last:.2g}")
-
 
 # ----------------------------------------------------------------------------- the rules
 def _default_loss(c: StepContext) -> Problem | None:
@@ -162,17 +151,28 @@ def _gradient(c: StepContext) -> Problem | None:
         return None
     if c.loss_scale_overflow:
         return None
-    head = ngettext("The loss is finite but {n} gradient is NaN/inf", "The loss is finite but {n} gradients are NaN/inf",
-                    len(bad)).format(n=len(bad))
-    if c.first_nonfinite_gradient_layer:
-        head += _("; the backward pass first goes non-finite at layer {layer!r}").format(
-            layer=c.first_nonfinite_gradient_layer)
-    if c.nonfinite_source:
-        return Problem("non-finite-gradient", f"{head}: {c.nonfinite_source}",
-                       _("the fix named above; clipping cannot repair NaN."))
-    return Problem("non-finite-gradient",
-                   head + _(": an op with an infinite derivative (sqrt or norm at 0, log near 0)."),
-                   _("add an epsilon (tf.sqrt(x + 1e-12)) or use a safe op; clipping cannot repair NaN."))
+    n, layer, source = len(bad), c.first_nonfinite_gradient_layer, c.nonfinite_source
+    fix = (_("the fix named above; clipping cannot repair NaN.") if source else
+           _("add an epsilon (tf.sqrt(x + 1e-12)) or use a safe op; clipping cannot repair NaN."))
+    if layer and source:
+        text = ngettext("The loss is finite but {n} gradient is NaN/inf; the backward pass first goes non-finite at "
+                        "layer {layer!r}: {source}",
+                        "The loss is finite but {n} gradients are NaN/inf; the backward pass first goes non-finite "
+                        "at layer {layer!r}: {source}", n)
+    elif layer:
+        text = ngettext("The loss is finite but {n} gradient is NaN/inf; the backward pass first goes non-finite at "
+                        "layer {layer!r}: an op with an infinite derivative (sqrt or norm at 0, log near 0).",
+                        "The loss is finite but {n} gradients are NaN/inf; the backward pass first goes non-finite "
+                        "at layer {layer!r}: an op with an infinite derivative (sqrt or norm at 0, log near 0).", n)
+    elif source:
+        text = ngettext("The loss is finite but {n} gradient is NaN/inf: {source}",
+                        "The loss is finite but {n} gradients are NaN/inf: {source}", n)
+    else:
+        text = ngettext("The loss is finite but {n} gradient is NaN/inf: an op with an infinite derivative (sqrt or "
+                        "norm at 0, log near 0).",
+                        "The loss is finite but {n} gradients are NaN/inf: an op with an infinite derivative (sqrt "
+                        "or norm at 0, log near 0).", n)
+    return Problem("non-finite-gradient", text.format(n=n, layer=layer, source=source), fix)
 
 
 def _none_causes_text(causes: dict) -> str:
@@ -249,20 +249,42 @@ def _batchnorm(c: StepContext) -> Problem | None:
     )
 
 
+def _signal_finding(c: StepContext, vanishing: bool, normalized: bool) -> str:
+    """The finding of a vanishing/exploding signal, as one sentence per case."""
+    names = c.diagnosed_layers
+    by_name = {layer.name: layer.signal for layer in c.layers}
+    first, last = by_name[names[0]], by_name[names[-1]]
+    fields = dict(first=names[0], last=names[-1], value=f"{last:.3g}",
+                  ratio=f"{first / last:.2g}" if last else "inf",
+                  layers=", ".join(repr(n) for n in c.normalizers[:3]) + (" …" if len(c.normalizers) > 3 else ""))
+    if normalized:
+        text = (_("Vanishing gradient ratio: the signal at {first!r} is {ratio}× the signal at {last!r}. The change "
+                  "happens across normalization layers ({layers}), which divide the gradient by the scale of their "
+                  "input: the ratio measures that rescaling (and the skip connections), not the scale of the weights.")
+                if vanishing else
+                _("Exploding gradient ratio: the signal at {first!r} is {ratio}× the signal at {last!r}. The change "
+                  "happens across normalization layers ({layers}), which divide the gradient by the scale of their "
+                  "input: the ratio measures that rescaling (and the skip connections), not the scale of the weights."))
+    elif first == 0:
+        text = _("Vanishing gradients: the signal at {first!r} underflowed to exactly 0 ({last!r}: {value}), so the "
+                 "early layers barely learn.")
+    elif vanishing:
+        text = _("Vanishing gradients: the signal at {first!r} is {ratio}× the signal at {last!r}, so the early "
+                 "layers barely learn.")
+    else:
+        text = _("Exploding gradients: the signal at {first!r} is {ratio}× the signal at {last!r}, so the early "
+                 "layers get huge updates.")
+    return text.format(**fields)
+
+
 def _signal(c: StepContext) -> Problem | None:
     v = c.verdict
     if v is None or v.status not in ("vanishing", "exploding") or not c.diagnosed_layers:
         return None
     vanishing = v.status == "vanishing"
     if v.cause == "normalization":
-        shown = ", ".join(repr(n) for n in c.normalizers[:3]) + (" …" if len(c.normalizers) > 3 else "")
-        head = (_("Vanishing gradient ratio: {ratio}.") if vanishing else _("Exploding gradient ratio: {ratio}."))
         return Problem(
-            v.status,
-            head.format(ratio=c.ratio_text()) + " " + _(
-                "The change happens across normalization layers ({layers}), which divide the gradient by the "
-                "scale of their input: the ratio measures that rescaling (and the skip connections), not the "
-                "scale of the weights.").format(layers=shown),
+            v.status, _signal_finding(c, vanishing, True),
             _("leave the weights' scale alone because of this ratio. Whether the early layers learn shows in "
               "training: run a few steps (gl.train_steps, or fit) and watch the loss, and compare each layer's "
               "gradient with its weights; clip the global norm if the steps are unstable."),
@@ -272,13 +294,11 @@ def _signal(c: StepContext) -> Problem | None:
                if vanishing else
                _("the BatchNormalization statistics (see above), not the weights' scale: fix those first, and "
                  "clip the global norm."))
+    elif vanishing:
+        fix = v.advice
     else:
-        fix = v.advice[:1].lower() + v.advice[1:] if v.advice else ""
-        if not vanishing:
-            fix = fix.rstrip(".") + _("; clip the global norm.")
-    head = (_("Vanishing gradients: {ratio}, so the early layers barely learn.") if vanishing else
-            _("Exploding gradients: {ratio}, so the early layers get huge updates."))
-    return Problem(v.status, head.format(ratio=c.ratio_text()), fix)
+        fix = _("{advice} Clip the global norm too.").format(advice=v.advice).strip()
+    return Problem(v.status, _signal_finding(c, vanishing, False), fix)
 
 
 def _through_time(c: StepContext) -> Problem | None:
@@ -286,19 +306,16 @@ def _through_time(c: StepContext) -> Problem | None:
     if v is None or v.status not in ("vanishing", "exploding"):
         return None
     t = c.time_step_norms
-    if t[0] == 0:
-        ratio = _("underflowed to 0")
-    elif t[-1] == 0:
-        ratio = _("is {first} while the gradient at the last step is 0").format(first=f"{t[0]:.3g}")
-    else:
-        ratio = _("is {ratio}× the gradient at the last step").format(ratio=f"{t[0] / t[-1]:.2g}")
+    fields = dict(layer=c.time_step_layer, n=t.size, first=f"{t[0]:.3g}",
+                  ratio=f"{t[0] / t[-1]:.2g}" if t[-1] else "inf")
     if v.status == "exploding":
-        return Problem(
-            "exploding-through-time",
-            _("Exploding gradients through time in {layer!r}: over {n} steps the gradient at the first time step "
-              "{ratio}, so early inputs get huge updates.").format(layer=c.time_step_layer, n=t.size, ratio=ratio),
-            _("clip the global norm (clipnorm=1.0), lower the learning rate, or shorten the sequences."),
-        )
+        text = (_("Exploding gradients through time in {layer!r}: over {n} steps the gradient at the first time step "
+                  "is {first} while the gradient at the last step is 0, so early inputs get huge updates.")
+                if t[-1] == 0 else
+                _("Exploding gradients through time in {layer!r}: over {n} steps the gradient at the first time step "
+                  "is {ratio}× the gradient at the last step, so early inputs get huge updates."))
+        return Problem("exploding-through-time", text.format(**fields),
+                       _("clip the global norm (clipnorm=1.0), lower the learning rate, or shorten the sequences."))
     if c.recurrent_kind in ("SimpleRNN", "RNN"):
         fix = _("if the target depends on early inputs, use LSTM or GRU instead of {kind}, or attention over the "
                 "sequence; shorter sequences help only if the target does not need the early inputs (truncated "
@@ -307,13 +324,11 @@ def _through_time(c: StepContext) -> Problem | None:
         fix = _("a gated layer forgets early inputs while its gates are untrained; if the target depends on them, "
                 "train longer, or add attention over the sequence (Bidirectional helps when the end of the "
                 "sequence matters less).")
-    return Problem(
-        "vanishing-through-time",
-        _("Vanishing gradients through time in {layer!r}: over {n} steps the gradient at the first time step "
-          "{ratio}, so the model cannot learn from early inputs.").format(layer=c.time_step_layer, n=t.size,
-                                                                          ratio=ratio),
-        fix,
-    )
+    text = (_("Vanishing gradients through time in {layer!r}: over {n} steps the gradient at the first time step "
+              "underflowed to 0, so the model cannot learn from early inputs.") if t[0] == 0 else
+            _("Vanishing gradients through time in {layer!r}: over {n} steps the gradient at the first time step "
+              "is {ratio}× the gradient at the last step, so the model cannot learn from early inputs."))
+    return Problem("vanishing-through-time", text.format(**fields), fix)
 
 
 def _large(c: StepContext) -> Problem | None:

@@ -23,7 +23,7 @@ import numpy as np
 
 from ._env import quiet_import_tensorflow
 from ._validate import check_int
-from .i18n import _
+from .i18n import _, ngettext
 
 tf = quiet_import_tensorflow()
 
@@ -61,8 +61,8 @@ def _describe(value) -> str:
         shape = "[" + ", ".join("None" if d is None else str(d) for d in value.shape) + "]"
         return f"{value.dtype.name if hasattr(value.dtype, 'name') else value.dtype}{shape}"
     if isinstance(value, float):
-        return f"python float {value:.6g}"
-    return f"python {type(value).__name__} {value!r}"[:60]
+        return _("python float {value}").format(value=f"{value:.6g}")
+    return _("python {type} {value}").format(type=type(value).__name__, value=repr(value))[:60]
 
 
 class TraceCounter:
@@ -110,8 +110,9 @@ class TraceCounter:
 
     def __repr__(self) -> str:
         name = getattr(self.python_function, "__name__", "fn")
-        calls = f"{self.calls} call{'' if self.calls == 1 else 's'}"
-        return f"TraceCounter({name}: {calls}, {self.count} trace{'' if self.count == 1 else 's'})"
+        calls = ngettext("{n} call", "{n} calls", self.calls).format(n=self.calls)
+        traces = ngettext("{n} trace", "{n} traces", self.count).format(n=self.count)
+        return f"TraceCounter({name}: {calls}, {traces})"
 
 
 def error_summary(err: BaseException) -> str:
@@ -164,7 +165,8 @@ class StepTiming:
         return 1e3 * self.steady_s
 
     def __repr__(self) -> str:
-        return f"StepTiming({self.name}: first {self.first_ms:.3g} ms, steady {self.steady_ms:.3g} ms)"
+        return "StepTiming({text})".format(text=_("{name}: first {first} ms, steady {steady} ms").format(
+            name=self.name, first=f"{self.first_ms:.3g}", steady=f"{self.steady_ms:.3g}"))
 
 
 def _block(out) -> None:

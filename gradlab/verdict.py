@@ -41,6 +41,7 @@ __all__ = [
     "diagnose",
     "judge",
     "per_layer_gain",
+    "status_word",
 ]
 
 STATUSES: tuple[str, ...] = ("healthy", "vanishing", "exploding", "non-finite")
@@ -70,7 +71,7 @@ _DEAD_ACTIVATIONS = frozenset({"relu", "relu6"})
 _UNDERFLOW = {
     "float32": N_("float32 (TensorFlow's CPU kernels flush values below 1.18e-38 to 0)"),
     "float64": N_("float64"),
-    "float16": N_("float16 (its smallest subnormal is 2^-24 ≈ 6e-8; a loss scale shifts gradients up)"),
+    "float16": N_("float16 (its smallest subnormal is 2^-24 ≈ 6e-8)"),
     "bfloat16": N_("bfloat16 (float32's exponent range, 8 bits of precision)"),
 }
 
@@ -119,6 +120,16 @@ _ADVICE = {
         "cannot repair NaN."),
     ("step", "dead-units"): N_("Nothing flows back in time: check the recurrent weights and the inputs."),
 }
+
+
+#: The status words as a learner reads them (the statuses themselves stay English identifiers).
+STATUS_WORDS = {"healthy": N_("healthy"), "vanishing": N_("vanishing"), "exploding": N_("exploding"),
+                "non-finite": N_("non-finite"), "n/a": N_("n/a")}
+
+
+def status_word(status: str) -> str:
+    """``status`` in the current language (``"vanishing"`` -> ``"梯度消失"`` in Chinese)."""
+    return _(STATUS_WORDS[status]) if status in STATUS_WORDS else status
 
 
 def _advice(unit: str, cause: str | None, status: str) -> str:
@@ -181,7 +192,7 @@ class Verdict:
         return f"{self.finding} {self.advice}".strip()
 
     def __str__(self) -> str:
-        return f"{self.status}: {self.message}"
+        return _("{status}: {message}").format(status=status_word(self.status), message=self.message)
 
 
 def _check_norms(signal_norms) -> np.ndarray:
