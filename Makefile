@@ -59,9 +59,9 @@ catalog-check: install
 	$(PY) tools/catalog.py check
 
 # Two workers (pytest-xdist): each test file, and each notebook under nbval, stays on one worker;
-# the browser tier is one group on one worker (tests/conftest.py). TEST_WORKERS=0 runs serially.
+# the browser tier is one unit on one worker (tests/conftest.py). TEST_WORKERS=0 runs serially.
 TEST_WORKERS ?= 2
-XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
+XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 test: install
 	$(PY) -m pytest $(XDIST) --durations=25

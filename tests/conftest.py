@@ -1,10 +1,11 @@
 """Shared test set-up: a quiet TensorFlow, a headless matplotlib, the repo root on sys.path,
-and the grouping that lets ``make test`` run on two workers (pytest-xdist, ``--dist loadgroup``).
+and the scheduling that lets ``make test`` run on two workers (pytest-xdist, ``--dist loadfile``).
 
-``make test`` runs ``pytest -n 2 --dist loadgroup``: every test file (a notebook under nbval
-too, whose cells share one kernel and must run in order) is one group, so a file never splits
-across workers; the whole browser tier is a single group, so one worker starts one JupyterLab
-and one Chromium for it while the other worker runs unit tests and notebooks.
+``make test`` runs ``pytest -n 2 --dist loadfile``: a test file (a notebook under nbval too,
+whose cells share one kernel and must run in order) never splits across workers, and
+:func:`pytest_xdist_make_scheduler` keeps the whole browser tier (``tests/browser/``) together
+as well, so one worker starts one JupyterLab and one Chromium while the other runs unit tests
+and notebooks.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-import pytest
+from xdist.scheduler import LoadFileScheduling
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,22 +23,24 @@ if str(ROOT) not in sys.path:
 
 import gradlab  # noqa: E402,F401  (imports TensorFlow quietly before any test module does)
 
-#: The group of every browser test (one JupyterLab server, one Chromium).
-BROWSER_GROUP = "browser"
+#: Node ids under this prefix run on one worker, as one unit (one JupyterLab, one Chromium).
+BROWSER_PREFIX = "tests/browser/"
 
 
-def xdist_group_of(item) -> str:
-    """The pytest-xdist group of ``item``: ``browser`` for the browser tier, else its file."""
-    if item.get_closest_marker("browser") is not None:
-        return BROWSER_GROUP
-    return str(Path(str(item.path)).resolve().relative_to(ROOT)) if str(item.path).startswith(str(ROOT)) \
-        else str(item.path)
+def scope_of(nodeid: str) -> str:
+    """The unit of work of ``nodeid`` under ``--dist loadfile``: the browser tier, or its file."""
+    if nodeid.startswith(BROWSER_PREFIX):
+        return BROWSER_PREFIX
+    return nodeid.split("::", 1)[0]
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config, items):
-    if config.getoption("dist", "no") != "loadgroup":
-        return
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(xdist_group_of(item)))
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile``, with every browser test file in one unit (see the module docstring)."""
+    if config.getoption("dist", "no") != "loadfile":
+        return None
+
+    class FileOrBrowserScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return scope_of(nodeid)
+
+    return FileOrBrowserScheduling(config, log)

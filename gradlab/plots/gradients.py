@@ -247,17 +247,28 @@ def plot_report(report, *, show_forward: bool = True, title: str | None = None):
 
 
 def plot_activations(z, curves, *, figsize=(8, 3.2)):
-    """Activations (left) and their derivatives (right), from :func:`~gradlab.grads.activation_curves`."""
+    """Activations (left) and their derivatives (right), from :func:`~gradlab.mlp.activation_curves`.
+
+    A curve that runs on top of an earlier one over part of the range (relu and leaky_relu for
+    z > 0, in both panels; relu' = 0 on the axis for z < 0) is drawn dashed over the earlier
+    solid line, so both stay visible, and the legend says where they coincide (chapter 01).
+    """
     fig, (a1, a2) = new_figure(figsize, ncols=2)
-    # each later line is thinner, so where two coincide (relu and leaky_relu for z > 0) both show
+    drawn: list[tuple[str, np.ndarray, np.ndarray]] = []  # (name, f, f')
     for k, (name, (f, df)) in enumerate(curves.items()):
-        lw = max(3.2 - 0.6 * k, 1.0)
-        a1.plot(z, f, label=name, lw=lw)
-        a2.plot(z, df, label=name, lw=lw)
+        f, df = np.asarray(f, dtype=float), np.asarray(df, dtype=float)
+        shared = [other for other, g, _dg in drawn if np.mean(np.isclose(f, g, atol=1e-3)) > 0.2]
+        style = dict(lw=1.8, ls=(0, (4, 2.5))) if shared else dict(lw=max(3.2 - 0.4 * k, 2.0))
+        label = name if not shared else _("{name} (dashed: partly on top of {other})").format(
+            name=name, other=", ".join(shared))
+        color = f"C{k}"
+        a1.plot(z, f, label=label, color=color, zorder=3 + k, **style)
+        a2.plot(z, df, label=label, color=color, zorder=3 + k, **style)
+        drawn.append((name, f, df))
     a1.set_title("f(z)")
-    a2.set_title("f'(z), computed with GradientTape")
+    a2.set_title(_("f'(z), computed with GradientTape"))
     a2.axhline(0.25, color="gray", ls=":", lw=1)
-    a2.annotate("0.25 = max of sigmoid'", (z[0], 0.27), fontsize=8, color="gray")
+    a2.annotate(_("0.25 = max of sigmoid'"), (z[0], 0.27), fontsize=8, color="gray")
     for a in (a1, a2):
         a.set_xlabel("z")
     a1.legend(fontsize=8)
@@ -275,7 +286,7 @@ def plot_clipping_2d(g, clipped: dict, *, threshold: float, figsize=(4.6, 4.2)):
     g = np.asarray(g, dtype=float)
     colors = {"original": "#6e7781", "value": "#cf222e", "norm": "#0969da", "global_norm": "#1a7f37"}
     ax.annotate("", xy=g, xytext=(0, 0), arrowprops=dict(arrowstyle="->", color=colors["original"], lw=2))
-    ax.plot([], [], color=colors["original"], label=f"original {np.round(g, 2)}")
+    ax.plot([], [], color=colors["original"], label=_("original {g}").format(g=np.round(g, 2)))
     drawn: list[tuple[str, np.ndarray]] = []
     for mode, v in clipped.items():
         v = np.asarray(v, dtype=float)
@@ -284,7 +295,8 @@ def plot_clipping_2d(g, clipped: dict, *, threshold: float, figsize=(4.6, 4.2)):
         lw = 5.0 if not same else 2.0
         ax.annotate("", xy=v, xytext=(0, 0), zorder=3 + len(same),
                     arrowprops=dict(arrowstyle="->", color=colors.get(mode, "black"), lw=lw))
-        label = f"clip_by_{mode} {np.round(v, 2)}" + (f" (= clip_by_{same[0]})" if same else "")
+        label = (_("clip_by_{mode} {v} (= clip_by_{same})").format(mode=mode, v=np.round(v, 2), same=same[0])
+                 if same else f"clip_by_{mode} {np.round(v, 2)}")
         ax.plot([], [], color=colors.get(mode, "black"), lw=lw, label=label)
         drawn.append((mode, v))
     t = np.linspace(0, 2 * np.pi, 200)
@@ -295,10 +307,11 @@ def plot_clipping_2d(g, clipped: dict, *, threshold: float, figsize=(4.6, 4.2)):
     ax.set_xlim(-m * 0.3, m)
     ax.set_ylim(-m * 0.3, m)
     ax.set_aspect("equal")
-    ax.set_xlabel("component 1")
-    ax.set_ylabel("component 2")
+    ax.set_xlabel(_("component 1"))
+    ax.set_ylabel(_("component 2"))
     ax.legend(fontsize=8, loc="upper left")
-    ax.set_title(f"threshold {threshold:g}: dotted box = value, dotted circle = norm", fontsize=9)
+    ax.set_title(_("threshold {threshold}: dotted box = value, dotted circle = norm").format(
+        threshold=f"{threshold:g}"), fontsize=9)
     return _show(fig)
 
 
@@ -334,7 +347,8 @@ def plot_losses(histories: dict, *, ylabel: str = "loss", logy: bool = True, fig
                 ax.plot([steps[first]], [y], "x", ms=10, mew=2, color=line.get_color())
                 kind = "NaN" if np.isnan(h[first]) else "inf"
                 right = steps[first] > 0.6 * longest  # keep the label inside the axes
-                ax.annotate(f"{name}: {kind} from step {steps[first]}", (steps[first], y),
+                ax.annotate(_("{name}: {kind} from step {step}").format(name=name, kind=kind, step=steps[first]),
+                            (steps[first], y),
                             textcoords="offset points", xytext=(-8 if right else 5, -12), fontsize=8,
                             color=line.get_color(), ha="right" if right else "left")
     if linear:
@@ -346,18 +360,26 @@ def plot_losses(histories: dict, *, ylabel: str = "loss", logy: bool = True, fig
             above = np.flatnonzero(~(h <= top))  # NaN and inf count as off the panel
             if above.size and above[0] > 0:
                 color = f"C{list(histories).index(name)}"
-                ax.annotate(f"{name}: off the panel from step {above[0] + 1}", (above[0] + 1, top),
+                ax.annotate(_("{name}: off the panel from step {step}").format(name=name, step=above[0] + 1),
+                            (above[0] + 1, top),
                             textcoords="offset points", xytext=(5, -12), fontsize=8, color=color)
-        ax.set_title("linear axis", fontsize=9)
+        ax.set_title(_("linear axis"), fontsize=9)
     for k, ax in enumerate(axes):
         if target is not None:
-            ax.axhline(target, color="0.3", ls="--", lw=1, label=f"target {target:g}")
+            ax.axhline(target, color="0.3", ls="--", lw=1, label=_("target {target}").format(target=f"{target:g}"))
         if logy and k == 0:
             ax.set_yscale("log")
             if linear:
-                ax.set_title("logarithmic axis", fontsize=9)
-        ax.set_xlabel("step")
-        ax.set_ylabel(ylabel + (" (log scale)" if logy and k == 0 else ""))
+                ax.set_title(_("logarithmic axis"), fontsize=9)
+        if target is not None:  # the target line sits inside the panel, clear of the x axis
+            lo, hi = ax.get_ylim()
+            if logy and k == 0 and target > 0:
+                decades = np.log10(hi) - np.log10(min(lo, target))
+                ax.set_ylim(min(lo, target / 10 ** max(0.5, 0.06 * decades)), hi)
+            elif lo >= target - 0.02 * (hi - lo):
+                ax.set_ylim(target - 0.06 * (hi - min(lo, target)), hi)
+        ax.set_xlabel(_("step"))
+        ax.set_ylabel(_("{label} (log scale)").format(label=ylabel) if logy and k == 0 else ylabel)
         ax.legend(fontsize=8)
     return _show(fig)
 
@@ -375,9 +397,9 @@ def plot_signal_history(history, *, figsize=(7.2, 3.2)):
     cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#bbbbbb")
     im = ax.imshow(logm, aspect="auto", origin="lower", cmap=cmap, interpolation="nearest",
                    extent=(0.5, m.shape[1] + 0.5, 0.5, m.shape[0] + 0.5))
-    fig.colorbar(im, ax=ax, label="log10 signal norm (grey: exactly 0 or NaN)")
+    fig.colorbar(im, ax=ax, label=_("log10 signal norm (grey: exactly 0 or NaN)"))
     ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
-    ax.set_xlabel("training step")
-    ax.set_ylabel("hidden layer (1 = input side)")
+    ax.set_xlabel(_("training step"))
+    ax.set_ylabel(_("hidden layer (1 = input side)"))
     ax.grid(False)
     return _show(fig)

@@ -138,11 +138,12 @@ def plot_jacobians(named: dict, *, y_ndim: int | None = None, figsize=None, shar
         this = lim if shared_scale else _limit(m)
         image = ax.imshow(m, cmap=CMAP, vmin=-this, vmax=this, interpolation="nearest")
         ax.grid(False)
-        ax.set_title(f"{name}\nshape {tuple(int(d) for d in np.shape(raw))}", fontsize=9, loc="left")
-        ax.set_xlabel("input element")
+        ax.set_title(_("{name}\nshape {shape}").format(name=name, shape=tuple(int(d) for d in np.shape(raw))),
+                     fontsize=9, loc="left")
+        ax.set_xlabel(_("input element"))
         for axis in (ax.xaxis, ax.yaxis):
             axis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
-    axes[0][0].set_ylabel("output element")
+    axes[0][0].set_ylabel(_("output element"))
     if shared_scale and image is not None:
         fig.colorbar(image, ax=list(axes[0]), shrink=0.8)
     return fig
@@ -193,7 +194,7 @@ def plot_block_diagonals(full, blocks: dict, *, annotate: bool = True, figsize=N
         image = ax.imshow(np.ma.masked_invalid(m), cmap=cmap, vmin=-lim, vmax=lim, interpolation="nearest")
         ax.grid(False)
         ax.set_title(name, fontsize=9, loc="left")
-        ax.set_xlabel("input element")
+        ax.set_xlabel(_("input element"))
         for k in range(1, nb):
             ax.axhline(k * r - 0.5, color="#57606a", lw=0.8)
             ax.axvline(k * c - 0.5, color="#57606a", lw=0.8)
@@ -204,7 +205,7 @@ def plot_block_diagonals(full, blocks: dict, *, annotate: bool = True, figsize=N
                             va="center", fontsize=6, color="white" if abs(val) > 0.6 * lim else "black")
         for axis in (ax.xaxis, ax.yaxis):
             axis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
-    axes[0][0].set_ylabel("output element")
+    axes[0][0].set_ylabel(_("output element"))
     fig.colorbar(image, ax=list(axes[0]), shrink=0.8)
     return fig
 
@@ -214,23 +215,23 @@ def plot_forward_reverse(timing, *, figsize=(8.0, 3.3)):
     fig, (a1, a2) = new_figure(figsize, ncols=2, sharey=True)
     sizes = np.asarray(timing.sizes)
     colors = {"forward": "#bc4c00", "reverse": "#0969da"}
-    labels = {"forward": "forward mode (one JVP per input)", "reverse": "reverse mode (one VJP per output)"}
+    labels = {"forward": _("forward mode (one JVP per input)"), "reverse": _("reverse mode (one VJP per output)")}
     for ax, sweep, xlabel in (
-        (a1, timing.wide_inputs, f"number of inputs n (outputs m = {timing.fixed})"),
-        (a2, timing.wide_outputs, f"number of outputs m (inputs n = {timing.fixed})"),
+        (a1, timing.wide_inputs, _("number of inputs n (outputs m = {m}), log scale").format(m=timing.fixed)),
+        (a2, timing.wide_outputs, _("number of outputs m (inputs n = {n}), log scale").format(n=timing.fixed)),
     ):
         for mode in ("forward", "reverse"):
             ax.plot(sizes, np.asarray(sweep[mode]) * 1e3, "o-", ms=4, color=colors[mode], label=labels[mode])
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xticks(sizes)
-        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _pos: f"{v:g}"))
         ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
-        ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _pos: f"{v:g}"))
         ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-        ax.set_xlabel(f"{xlabel}, log scale")
-    a1.set_ylabel("ms for the full Jacobian (log scale)")
-    a1.set_title("wide input, few outputs", fontsize=10, loc="left")
-    a2.set_title("few inputs, wide output", fontsize=10, loc="left")
+        ax.set_xlabel(xlabel)
+    a1.set_ylabel(_("ms for the full Jacobian (log scale)"))
+    a1.set_title(_("wide input, few outputs"), fontsize=10, loc="left")
+    a2.set_title(_("few inputs, wide output"), fontsize=10, loc="left")
     a1.legend(fontsize=8, loc="upper left")
     return fig

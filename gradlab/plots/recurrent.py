@@ -174,7 +174,7 @@ def plot_time_norms(curves: dict, *, title: str | None = None, figsize=(7.2, 3.4
             ax.plot(z, np.full(z.size, floor), "v", ms=5, color=line.get_color(), clip_on=False)
     ax.axhspan(1e-3, 1e3, color="#2da44e", alpha=0.1, lw=0)
     ax.set_ylim(bottom=floor)
-    ax.set_xlabel("time step (1 = earliest input)")
+    ax.set_xlabel(_("time step (1 = earliest input)"))
     ax.set_ylabel(ylabel or "‖dLoss/dx_t‖ / ‖dLoss/dx_T‖")
     if title:
         ax.set_title(title, fontsize=10, loc="left")
@@ -185,26 +185,43 @@ def plot_time_norms(curves: dict, *, title: str | None = None, figsize=(7.2, 3.4
 def plot_cliff(w_grid, b_grid, loss, paths: dict | None = None, *, figsize=(7.6, 3.6)):
     """Pascanu's cliff: ``log10`` of the loss over ``(w, b)`` (left) and the loss along each path (right).
 
-    ``paths`` maps a label to :func:`gradlab.recurrent.descent_path`'s result.
+    ``paths`` maps a label to :func:`gradlab.rnn_theory.descent_path`'s result. A path that
+    jumps off the loss surface is drawn up to the panel's edge, where an arrow points the way
+    it left and says at which iteration (its losses, right, show every iteration).
     """
     fig, (ax, lax) = new_figure(figsize, ncols=2, width_ratios=[1.3, 1])
     im = ax.pcolormesh(w_grid, b_grid, np.log10(np.asarray(loss) + 1e-12), shading="auto",
                        cmap="viridis")
-    fig.colorbar(im, ax=ax, label="log10 loss")
-    ax.set_xlabel("w (recurrent weight)")
-    ax.set_ylabel("b (bias)")
-    ax.set_xlim(np.min(w_grid), np.max(w_grid))
-    ax.set_ylim(np.min(b_grid), np.max(b_grid))
+    fig.colorbar(im, ax=ax, label=_("log10 loss"))
+    ax.set_xlabel(_("w (recurrent weight)"))
+    ax.set_ylabel(_("b (bias)"))
+    x0, x1, y0, y1 = np.min(w_grid), np.max(w_grid), np.min(b_grid), np.max(b_grid)
+    ax.set_xlim(x0, x1)
+    ax.set_ylim(y0, y1)
     styles = [("#ffffff", "o-"), ("#ff8c00", "s-"), ("#cf222e", "^-")]
     for (label, path), (color, style) in zip((paths or {}).items(), styles, strict=False):
-        p = path["points"]
-        ax.plot(p[:, 0], p[:, 1], style, ms=3, lw=1.2, color=color, label=label)
+        p = np.asarray(path["points"], dtype=float)
+        inside = (p[:, 0] >= x0) & (p[:, 0] <= x1) & (p[:, 1] >= y0) & (p[:, 1] <= y1)
+        out = np.flatnonzero(~inside)
+        stop = out[0] if out.size else len(p)
+        ax.plot(p[:stop, 0], p[:stop, 1], style, ms=3, lw=1.2, color=color, label=label)
+        if out.size and stop > 0:  # the step that leaves: an arrow from the last point inside
+            a, b = p[stop - 1], p[stop]
+            d = (b - a) / (np.linalg.norm(b - a) or 1.0)
+            span = np.array([x1 - x0, y1 - y0])
+            tip = a + d * 0.12 * np.linalg.norm(span)
+            tip = np.clip(tip, [x0, y0], [x1, y1])
+            ax.annotate("", xy=tip, xytext=a, arrowprops=dict(arrowstyle="->", color=color, lw=1.4))
+            left = tip[0] < (x0 + x1) / 2
+            ax.annotate(_("{label} leaves the panel\nat iteration {k}").format(label=label, k=int(stop)),
+                        tip, textcoords="offset points", xytext=(4 if left else -4, -10), fontsize=7,
+                        color=color, ha="left" if left else "right", va="top")
         lax.plot(np.arange(path["losses"].size), path["losses"], style, ms=3, color=color
                  if color != "#ffffff" else "#0969da", label=label)
     if paths:
         ax.legend(fontsize=7, loc="lower left")
         lax.set_yscale("log")
-        lax.set_xlabel("gradient-descent iteration")
-        lax.set_ylabel("loss")
+        lax.set_xlabel(_("gradient-descent iteration"))
+        lax.set_ylabel(_("loss"))
         lax.legend(fontsize=7)
     return fig

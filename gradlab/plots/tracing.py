@@ -36,8 +36,8 @@ def plot_step_times(timings: Sequence, *, title: str | None = None):
     w = 0.38
     first = np.array([t.first_ms for t in timings])
     steady = np.array([t.steady_ms for t in timings])
-    bars1 = ax.bar(idx - w / 2, first, w, color=FIRST_COLOR, label="first call (traces/compiles)")
-    bars2 = ax.bar(idx + w / 2, steady, w, color=STEADY_COLOR, label="steady-state step (median)")
+    bars1 = ax.bar(idx - w / 2, first, w, color=FIRST_COLOR, label=_("first call (traces/compiles)"))
+    bars2 = ax.bar(idx + w / 2, steady, w, color=STEADY_COLOR, label=_("steady-state step (median)"))
     for bars in (bars1, bars2):
         for b in bars:
             ax.annotate(f"{b.get_height():.3g}", (b.get_x() + b.get_width() / 2, b.get_height()),
@@ -45,12 +45,12 @@ def plot_step_times(timings: Sequence, *, title: str | None = None):
                         textcoords="offset points")
     ax.set_yscale("log")
     ax.set_xticks(idx, [t.name for t in timings])
-    ax.set_ylabel("time per call (ms, log scale)")
+    ax.set_ylabel(_("time per call (ms, log scale)"))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
     ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_ylim(min(first.min(), steady.min()) / 2, max(first.max(), steady.max()) * 4)
     ax.legend(loc="upper left", fontsize=8)
-    ax.set_title(title or "One training step: first call vs steady state")
+    ax.set_title(title or _("One training step: first call vs steady state"))
     return fig
 
 
@@ -88,9 +88,9 @@ def plot_grad_norm_history(history: Mapping[str, Sequence[float]], steps: Sequen
     ax.yaxis.set_minor_formatter(short if few_decades else NullFormatter())
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("gradient norm ‖∂L/∂W‖ (log scale)")
+    ax.set_ylabel(_("gradient norm ‖∂L/∂W‖ (log scale)"))
     ax.legend(fontsize=8, ncol=2 if len(history) > 4 else 1)
-    ax.set_title(title or "Per-layer gradient norms during training")
+    ax.set_title(title or _("Per-layer gradient norms during training"))
     return fig
 
 

@@ -151,6 +151,15 @@ def test_gradient_explorer_chapter05_controls(page_of):
                                       ["depth 100 · linear · orthogonal · clip off → healthy"])
     note = labpage.status_text(ex, "gradlab-preset-note")
     assert "paper 1, measured 1: agrees" in note and "Saxe" in note, note
+    # every preset's full name fits its dropdown (both Micikevicius presets used to read the same)
+    cut = ex.locator(".gradlab-preset select").first.evaluate("""(s) => {
+        const ctx = document.createElement('canvas').getContext('2d');
+        ctx.font = getComputedStyle(s).font;
+        const room = s.clientWidth - 28;  // the arrow and the padding
+        return [...s.options].map((o) => [o.text, ctx.measureText(o.text).width])
+            .filter(([t, w]) => w > room).map(([t, w]) => `${t} (${Math.round(w)} > ${room} px)`);
+    }""")
+    assert not cut, f"preset names cut off in the dropdown: {cut}"
     latencies["preset→Micikevicius fp16"] = select(page, ex, "gradlab-preset", "Micikevicius et al. 2018 · float16, no",
                                                    ["depth 14 · sigmoid · glorot_uniform · float16 · clip off"])
     note = labpage.status_text(ex, "gradlab-preset-note")
