@@ -118,9 +118,10 @@ print("numerical:\n", numerical[0])  # about diag(2x)
 
 # %% [markdown]
 # It gives no verdict: you compare the two yourself (`tf.test.TestCase.assertAllClose`, or
-# the largest difference). Its default step is `delta = 1/1024` (a power of two, so that
-# `x ± delta` is exact; `gradient_checker_v2.py` in TensorFlow's sources), and it works in
-# the input's own dtype. On a *correct* gradient, the error left in float32 and in float64:
+# the largest difference). Its default step is `delta = 1/1024` (a power of two, "exactly
+# representable", says the comment at `tensorflow/python/ops/gradient_checker_v2.py` line 344
+# in TF 2.21), and it perturbs the input in its own dtype. On a *correct* gradient, the error
+# left in float32 and in float64:
 
 # %%
 for dtype in (tf.float32, tf.float64):
@@ -129,8 +130,8 @@ for dtype in (tf.float32, tf.float64):
 
 # %% [markdown]
 # In float32 the difference is about 1e-4 for a gradient that is right, and it grows with
-# the size of the values (rounding is relative to |f|); in float64 the step 1/1024 leaves a truncation error of about
-# $h^2 e^2 / 6 \approx 1e{-6}$. Passing float64 inputs and a smaller `delta` is up to you.
+# the size of the values (rounding is relative to |f|); in float64 the step 1/1024 leaves a
+# truncation error of about $h^2 e^2 / 6 \approx 1e{-6}$. Passing float64 inputs and a smaller `delta` is up to you.
 #
 # ## `gl.check_gradient`: a verdict, where, and why
 #
@@ -146,6 +147,9 @@ for dtype in (tf.float32, tf.float64):
 check = gl.check_gradient(square_wrong, tf.constant([1.0, 2.0, 3.0]))
 print(check)
 print("ok:", check.ok, " max_rel_error:", f"{check.max_rel_error:.3g}", " worst:", check.worst.label)
+tf_theoretical, _ = tf.test.compute_gradient(square_wrong, [tf.constant([1.0, 2.0, 3.0], tf.float64)])
+print("same layout and theoretical Jacobian as tf.test.compute_gradient:",
+      np.array_equal(check.theoretical[0], tf_theoretical[0]))  # True
 
 # %% [markdown]
 # The same check on chapter 06's custom gradients. The stable `log1pexp` passes; a version
@@ -199,6 +203,8 @@ print(gl.check_gradient(lambda t: tf.reduce_sum(100.0 * clip_backward(t)), t).ve
 layer = keras.layers.Dense(3, activation="tanh")
 layer.build((None, 4))
 print(gl.check_gradient(lambda v: layer(v), tf.constant([[0.3, -1.2, 2.5, 0.7]])))
+three = tf.constant(3.0)  # a float32 constant: v * three fails for a float64 v
+print(gl.check_gradient(lambda v: tf.exp(v * three), tf.constant([0.5, -1.0])))
 
 # %% [markdown]
 # Where `f` is not differentiable, there is nothing to check: `relu` at 0 has slope 0 from
@@ -290,14 +296,31 @@ print("mean of the per-example gradients == batch gradient (1e-6):", diff < 1e-6
 # example i's gradient is $w_i \nabla l_i$ and their mean is still the batch gradient); the
 # model runs with `training=False` and is left exactly as it was. It picks
 # `tf.vectorized_map`, falls back to the Jacobian and then to the loop where pfor cannot
-# convert the model (TF 2.21's pfor fails on stacked recurrent layers, for one), and returns
-# the norms in float64:
+# convert the model, and returns the norms in float64:
 
 # %%
 per_example = gl.per_example_gradients(model, xb, yb)
 diff = max(float(tf.reduce_max(tf.abs(a - b))) for a, b in zip(per_example, by_loop))
 print("method:", per_example.method, " agrees with the loop to 1e-5:", diff < 1e-5)
 print("first four norms:", np.round(per_example.norms[:4], 3))
+
+# %% [markdown]
+# A model where pfor fails: TF 2.21's `tf.vectorized_map` cannot convert two stacked recurrent
+# layers (a `TypeError` deep inside pfor, about a `variant` tensor). `"auto"` falls back to the
+# Jacobian, which vectorizes only the loss and the backward pass; asking for
+# `vectorized_map` by name says why it cannot:
+
+# %%
+keras.utils.set_random_seed(5)
+stacked = keras.Sequential([keras.Input((4, 2)), keras.layers.SimpleRNN(3, return_sequences=True),
+                            keras.layers.SimpleRNN(2), keras.layers.Dense(1)])
+xs_seq = tf.random.stateless_normal([6, 4, 2], seed=[5, 1])
+ys_seq = tf.random.stateless_normal([6, 1], seed=[5, 2])
+print("auto chose:", gl.per_example_gradients(stacked, xs_seq, ys_seq).method)  # jacobian
+try:
+    gl.per_example_gradients(stacked, xs_seq, ys_seq, method="vectorized_map")
+except ValueError as err:
+    print("ValueError:", str(err).split(" (")[0])
 
 # %% [markdown]
 # An `Embedding`'s gradient is `tf.IndexedSlices` (chapter 06); per example it comes back
@@ -334,12 +357,14 @@ for method, values in times.items():
 plot_method_times(batch_sizes, times)
 
 # %% [markdown]
-# The loop grows linearly with B (one call per example) and is the slowest beyond a few
-# examples; `vectorized_map` and the Jacobian run batched passes and grow far more slowly.
-# Which of those two wins depends on the model and on B (the Jacobian pays for a second pfor,
-# over the rows of the loss vector; on larger batches and on Conv and LSTM models
-# `vectorized_map` was ahead in every run while this chapter was written, which is why
-# gradlab uses it by default). What does not depend on the clock: all three give the same
+# The loop makes one call per example, so its work grows in proportion to B;
+# `vectorized_map` and the Jacobian run batched passes whose work grows far more slowly, so
+# at large B the loop falls behind by a wide margin. Which of the two batched ways wins
+# depends on the model and on B (the Jacobian pays for a second pfor, over the rows of the
+# loss vector; on larger batches and on Conv and LSTM models `vectorized_map` was ahead in
+# every run while this chapter was written, which is why gradlab uses it by default). Each
+# number is the fastest of three calls; on a busy machine even that can break the order
+# between neighbouring sizes. What does not depend on the clock: all three give the same
 # numbers.
 
 # %%
@@ -593,9 +618,10 @@ print(f"plain step {min(t_plain) * 1e3:.2f} ms, with the gradient penalty {min(t
 
 # %% [markdown]
 # The penalty step runs the critic on three batches instead of two and back-propagates
-# through the backward pass of one of them, so it costs a small multiple of the plain step
-# (the ratio above), not orders of magnitude. On a tiny model per-call overhead hides even
-# that.
+# through the backward pass of one of them: more work by a small factor, not by orders of
+# magnitude (the ratio above measures it on this machine; while this chapter was written it
+# came out between 2× and 3× on a quiet moment, and nearer 1× when other processes competed
+# for the CPU or the model was tiny, where per-call overhead dominates).
 #
 # ## Measure memory · 显存与内存
 #
@@ -605,10 +631,13 @@ print(f"plain step {min(t_plain) * 1e3:.2f} ms, with the gradient penalty {min(t
 # of bytes TensorFlow's allocator had handed out at once during the call, above what was
 # allocated before it. That counts every tensor (activations kept for the backward pass,
 # gradients, temporaries, XLA's buffers), not Python objects and not memory the allocator
-# reserved but did not use. Without `TF_CPU_ALLOCATOR_USE_BFC=true` the CPU has no
-# statistics ("Allocator stats not available for device 'CPU:0'"); on a GPU they are always
-# there. The process's RSS, the other common measure, includes TensorFlow's own code and
-# every cache, and never goes down.
+# reserved but did not use. The function's docstring says it "currently only supports GPU
+# and TPU. If called on a CPU device, an exception will be raised" (`tensorflow/python/framework/config.py`,
+# line 603 in TF 2.21); on a GPU this chapter's cells should therefore run unchanged, which
+# was not measured here. On the CPU, measured: without `TF_CPU_ALLOCATOR_USE_BFC=true` the
+# exception comes ("Allocator stats not available for device 'CPU:0'"); with it, the
+# statistics are there. The process's resident memory (RSS), the other common measure,
+# includes TensorFlow's own code and every cache, and rarely goes down.
 #
 # ### `tf.recompute_grad`
 #
@@ -692,13 +721,22 @@ for name in ("every layer", "4 layers", "all 16"):
 # ReLU is recomputed anyway, wrap a *sequence* of layers, but not too many" (Allen Lavoie in
 # [tensorflow#11171](https://github.com/tensorflow/tensorflow/issues/11171)); and "how do I
 # even tell whether it saves anything" ([tensorflow#57205](https://github.com/tensorflow/tensorflow/issues/57205)):
-# measure, as above. The time is one extra forward pass of the recomputed part. Under `tf.function` with XLA the same holds,
-# with a larger peak without it (XLA keeps more buffers alive):
+# measure, as above. The price is one extra forward pass of the recomputed part, in work;
+# the times printed above are too noisy on a shared CPU to show it reliably.
+#
+# With `jit_compile=True` XLA plans the buffers itself, and its plan for the plain stack
+# peaks higher than TensorFlow's executor does; segments of 4 help there too:
 
 # %% tags=["nbval-ignore-output"]
-for name in ("none", "4 layers"):
-    m = measure_peak(training_gradient(segments[name], jit_compile=True), repeats=2)
+xla = {name: measure_peak(training_gradient(segments[name], jit_compile=True), repeats=2)
+       for name in ("none", "4 layers")}
+for name, m in xla.items():
     print(f"jit_compile, recompute {name:9s} peak {m.peak_mib:5.1f} MiB  time {m.seconds * 1e3:6.1f} ms")
+
+# %%
+print("XLA without recompute_grad peaks higher than the graph executor:",
+      xla["none"].peak_bytes > memory["none"].peak_bytes)
+print("with XLA, segments of 4 save at least half:", xla["4 layers"].peak_bytes < xla["none"].peak_bytes / 2)
 
 # %% [markdown]
 # ### Accumulate gradients on one device
@@ -750,8 +788,10 @@ gl.core.restore(saved)
 # run one after another*. Inside a `tf.function`, a Python loop is unrolled into four
 # independent forward and backward passes, and TensorFlow's executor may run them at the same
 # time, holding their activations together. A `tf.while_loop` with `parallel_iterations=1`
-# runs them in order (autograph's `for i in tf.range(k)` keeps the default of 10). Measured for
-# the stack, without recompute_grad:
+# runs them in order (autograph turns `for i in tf.range(k)` into a `tf.while_loop` with its
+# default of 10, `tensorflow/python/ops/while_loop.py` line 260, unless the loop body calls
+# `tf.autograph.experimental.set_loop_options(parallel_iterations=1)`). Measured for the
+# stack, without recompute_grad:
 
 # %%
 def sequential_accumulation(x, k):
@@ -774,7 +814,8 @@ ways = {
     "4 x 512, tf.while_loop(parallel_iterations=1)": tf.function(lambda: sequential_accumulation(x_deep, 4)),
     "4 x 512, eagerly": lambda: accumulated_gradient(x_deep, 4),
 }
-acc = {name: measure_peak(fn, repeats=2) for name, fn in ways.items()}
+acc = {name: measure_peak(fn, repeats=1, warmup=False) if "eagerly" in name else measure_peak(fn, repeats=2)
+       for name, fn in ways.items()}  # eagerly there is nothing to trace, and each call is slow
 for name, m in acc.items():
     print(f"{name:46s} peak {m.peak_mib:5.1f} MiB  time {m.seconds * 1e3:6.1f} ms")
 
@@ -794,7 +835,7 @@ print("and the while_loop gives the same gradient (1e-6):", same < 1e-6)
 # | Question | What this chapter measured | Use |
 # |---|---|---|
 # | Which step for finite differences? | Error ∝ h² right of the optimum, ∝ ε/h left of it, best near ε^(1/3): about 5e-3 in float32, 6e-6 in float64; float32 keeps about ε^(2/3) ≈ 2e-5. | Check in float64. |
-# | `tf.test.compute_gradient` | Theoretical and numerical Jacobians, `(output size, input size)` per input; `delta = 1/1024`; the input's own dtype; no verdict (a right float32 gradient differs by about 1e-3). | Float64 inputs, your own tolerance. |
+# | `tf.test.compute_gradient` | Theoretical and numerical Jacobians, `(output size, input size)` per input; `delta = 1/1024`; the input's own dtype; no verdict (a right float32 gradient of `exp` differs by about 1e-4). | Float64 inputs, your own tolerance. |
 # | Is my custom gradient right? | `gl.check_gradient` catches the missing factor 2, a sign slip in `log1pexp`, and the straight-through `sign` (by design); one-hot seeds do not exercise `clip_by_norm(dy)`; a Keras layer in float32 passes; `relu` at 0 is a kink, not a bug. | `gl.check_gradient(f, *xs)` |
 # | Per-example gradients | Loop, `vectorized_map`, Jacobian agree to 1e-5; their mean is the batch gradient; the loop grows as B, the other two slowly; pfor fails on stacked RNNs (the Jacobian works). | `gl.per_example_gradients` |
 # | DP-SGD | Per-example clipping caps an outlier's share at C/B and turns the step towards the other examples; batch clipping keeps the outlier's direction. | Clip each example, then noise σC/B. |
