@@ -217,3 +217,14 @@ def test_lab_zh_opens_the_chinese_chapter_00_in_chinese(tmp_path):
     assert "--LabApp.app_settings_dir=" in dry.stdout
     url = re.search(r"default_url=/lab/tree/(\S+\.ipynb)", dry.stdout).group(1)
     assert url == "chapters/zh/00-introduction.ipynb" and (ROOT / url).exists()
+
+
+def test_update_carries_renamed_code_and_keeps_prose_changes_stale():
+    renamed = zh.Entry(en="Use `gl.jacobians.vjp(f)` here.", zh="这里用 `gl.vjp(f)`。",
+                       was="Use `gl.vjp(f)` here.", stale=True)
+    assert zh.carry_code_changes(renamed) == [("`gl.vjp(f)`", "`gl.jacobians.vjp(f)`")]
+    assert renamed.zh == "这里用 `gl.jacobians.vjp(f)`。" and not renamed.stale and renamed.was is None
+    reworded = zh.Entry(en="Now call `gl.jacobians.vjp(f)` twice.", zh="这里用 `gl.vjp(f)`。",
+                        was="Use `gl.vjp(f)` here.", stale=True)
+    zh.carry_code_changes(reworded)
+    assert reworded.stale and "`gl.jacobians.vjp(f)`" in reworded.zh, "prose changed: a translator must look"

@@ -6,7 +6,9 @@
     python tools/translate.py update 02       # realign with the English: mark stale, add new cells
 
 ``update`` never loses a translation: a changed English cell keeps its Chinese text, gets
-``stale: true`` and the old English under ``was`` (with the difference as a comment); a new
+``stale: true`` and the old English under ``was`` (with the difference as a comment). Code in
+backticks renamed in the English (``gl.vjp`` -> ``gl.jacobians.vjp``) is renamed in the Chinese
+too, and a cell whose English changed only in such code is current again; a new
 English cell gets an empty ``zh``; a translation whose English cell is gone moves to
 ``orphans:`` at the end of the file. Then edit the ``zh`` texts, delete ``stale``/``was``,
 and rebuild the twin: ``python tools/build_notebooks.py --lang zh 02``.
@@ -84,6 +86,8 @@ def update(prefixes: list[str]) -> int:
                 e = zh.Entry(en=s.english, zh=e.zh, was=was, stale=True)
             elif s.status == "untranslated" and (e is None or e.en != s.english):
                 e = zh.Entry(en=s.english)
+            for gone, came in zh.carry_code_changes(e):
+                print(f"    {stem}: {gone} -> {came} (code renamed in the English; carried over)")
             cells.append(e)
         kept = [e for e in orphans if e.zh.strip()]
         zh.save(zh.Translation(stem, cells, kept), path)

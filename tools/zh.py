@@ -285,6 +285,33 @@ def problems(stem: str, root: Path | None = None, *, allow_untranslated: bool = 
     return out
 
 
+_SPAN = re.compile(r"`[^`\n]+`")
+
+
+def carry_code_changes(e: Entry) -> list[tuple[str, str]]:
+    """For a stale entry: apply the English's renamed code spans to ``zh``; return the renames.
+
+    A span of the old English (``e.was``) that is gone from the new one (``e.en``) is replaced,
+    in the Chinese, by the most similar new span (``gl.vjp`` -> ``gl.jacobians.vjp``). When the
+    English changed in its code spans only, the entry is current again (``stale`` cleared):
+    its prose was not touched, so neither is the translation's.
+    """
+    if not e.stale or e.was is None:
+        return []
+    old, new = _SPAN.findall(e.was), _SPAN.findall(e.en)
+    came = [s for s in dict.fromkeys(new) if s not in old]
+    done = []
+    for gone in (s for s in dict.fromkeys(old) if s not in new):
+        best = max(came, key=lambda c: _similarity(gone, c), default=None)
+        if best is not None and _similarity(gone, best) > 0.6 and gone in e.zh:
+            e.zh = e.zh.replace(gone, best)
+            done.append((gone, best))
+    leftover = [s for s in _SPAN.findall(e.zh) if s in old and s not in new]
+    if _SPAN.sub("`", e.was) == _SPAN.sub("`", e.en) and not leftover:
+        e.stale, e.was = False, None
+    return done
+
+
 # ----------------------------------------------------------------------------- the twin
 def chinese_title(english_title_line: str) -> str:
     """``# Summary · 总结`` -> ``# 总结`` (the title of an untranslated twin)."""
@@ -399,5 +426,5 @@ def build_twins(stems: list[str], english: dict[str, object] | None = None,
 
 
 __all__ = ["CHAPTERS", "CellState", "Entry", "Translation", "TranslationError", "align",
-           "build_twins", "chapter_report", "describe", "dumps", "english_code", "english_diff", "label", "load",
+           "build_twins", "carry_code_changes", "chapter_report", "describe", "dumps", "english_code", "english_diff", "label", "load",
            "problems", "resolve_links", "save", "translation_path", "zh_notebook"]
