@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
+from . import core
 from ._env import quiet_import_tensorflow
 from .i18n import N_, _
 
@@ -310,17 +311,6 @@ _WHERE_FIX = N_("the double where: make the input safe *before* the op, "
                 "finite numbers")
 
 
-def _finite(t) -> bool:
-    if t is None:
-        return True
-    if isinstance(t, tf.IndexedSlices):
-        t = t.values
-    t = tf.convert_to_tensor(t)
-    if not (t.dtype.is_floating or t.dtype.is_complex):
-        return True
-    return bool(tf.reduce_all(tf.math.is_finite(tf.math.real(t) if t.dtype.is_complex else t)).numpy())
-
-
 def _parse(err: Exception) -> tuple[str, int, str]:
     """(op type, output index, counts such as '1 NaN') from a check_numerics error."""
     text = str(err)
@@ -393,8 +383,8 @@ def find_nonfinite_source(loss_fn: Callable[[], object], variables: Sequence) ->
     """
     variables = _check_args(loss_fn, variables)
     loss, grads, _watched = _eager_gradients(loss_fn, variables)
-    loss_finite = _finite(loss)
-    if loss_finite and all(_finite(g) for g in grads):
+    loss_finite = core.is_finite(loss)
+    if loss_finite and all(core.is_finite(g) for g in grads):
         return None
     phase, err = _checked_run(loss_fn, variables)
     if phase is None:

@@ -160,32 +160,41 @@ def _one_line(err: BaseException) -> str:
 
 
 # ----------------------------------------------------------------------------- gradients
-def single_device_gradients(model, x, y) -> list[np.ndarray]:
-    """The gradient of the mean squared error over the whole batch, on one device (chapter 08)."""
+def single_device_gradients(model, x, y, sample_weight=None) -> list[np.ndarray]:
+    """The gradient of the mean squared error over the whole batch, on one device (chapter 08);
+    ``sample_weight`` weighs the examples as Keras does (``sum(w·l) / B``)."""
     x, y = core.coerce_batch(model, x, y)
+    sw = core.coerce_sample_weight(sample_weight, y)
     with tf.GradientTape() as tape:
-        loss = _mse(model, y, model(x, training=True))
+        pred = model(x, training=True)
+        core.Loss(model, "mse").check(y, pred, sw)
+        loss = core.mean_squared_error(y, pred, sw)
     return [g.numpy() for g in tape.gradient(loss, model.trainable_variables)]
 
 
-def replica_gradients(strategy, model, x, y, *, loss_reduction: str = "global"):
+def replica_gradients(strategy, model, x, y, *, loss_reduction: str = "global", sample_weight=None):
     """Each replica's gradient and their sum, for one global batch ``(x, y)`` (chapter 08).
 
     ``loss_reduction="global"`` divides each replica's summed per-example loss by the *global*
     batch size (``tf.nn.compute_average_loss(..., global_batch_size=B)``); ``"per_replica"``
     takes each replica's own mean (``tf.reduce_mean``), the classic bug. Returns
     ``(local, summed)``: ``local`` a list (one per replica in this process) of gradient lists,
-    ``summed`` the all-reduced (summed) gradient list an optimizer would apply.
+    ``summed`` the all-reduced (summed) gradient list an optimizer would apply. ``sample_weight``
+    weighs each example's loss before either reduction (Keras's meaning).
     """
     _check_strategy(strategy)
     x, y = core.coerce_batch(model, x, y)
+    sw = core.coerce_sample_weight(sample_weight, y)
+    if sw is None:
+        sw = tf.ones([int(x.shape[0])], y.dtype if y.dtype.is_floating else tf.float32)
     check_choice("loss_reduction", loss_reduction, LOSS_REDUCTIONS)
     global_batch = int(x.shape[0])
     variables = model.trainable_variables
 
-    def replica_fn(xr, yr):
+    def replica_fn(xr, yr, wr):
         with tf.GradientTape() as tape:
             per_example = _mse(model, yr, model(xr, training=True), per_example=True)
+            per_example = per_example * tf.cast(tf.reshape(wr, [-1]), per_example.dtype)
             if loss_reduction == "global":
                 loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
             else:
@@ -195,10 +204,10 @@ def replica_gradients(strategy, model, x, y, *, loss_reduction: str = "global"):
         return grads, summed
 
     @tf.function
-    def run(dist_x, dist_y):
-        return strategy.run(replica_fn, args=(dist_x, dist_y))
+    def run(dist_x, dist_y, dist_w):
+        return strategy.run(replica_fn, args=(dist_x, dist_y, dist_w))
 
-    local, summed = run(*split_batch(strategy, x, y))
+    local, summed = run(*split_batch(strategy, x, y, sw))
     local = [[t.numpy() for t in r] for r in zip(*[strategy.experimental_local_results(g) for g in local], strict=True)]
     summed = [strategy.experimental_local_results(g)[0].numpy() for g in summed]
     return local, summed
@@ -231,11 +240,11 @@ class LossScalingComparison:
         ])
 
 
-def compare_loss_scaling(strategy, model, x, y) -> LossScalingComparison:
+def compare_loss_scaling(strategy, model, x, y, sample_weight=None) -> LossScalingComparison:
     """The loss-scaling bug in numbers: per-replica mean vs global-batch loss vs one device (chapter 08)."""
-    single = single_device_gradients(model, x, y)
-    _local, good = replica_gradients(strategy, model, x, y, loss_reduction="global")
-    _local, bad = replica_gradients(strategy, model, x, y, loss_reduction="per_replica")
+    single = single_device_gradients(model, x, y, sample_weight)
+    _local, good = replica_gradients(strategy, model, x, y, loss_reduction="global", sample_weight=sample_weight)
+    _local, bad = replica_gradients(strategy, model, x, y, loss_reduction="per_replica", sample_weight=sample_weight)
     return LossScalingComparison(
         num_replicas=strategy.num_replicas_in_sync,
         single_norm=_global_norm(single),
@@ -281,7 +290,7 @@ class ClippingComparison:
         ])
 
 
-def compare_clipping(strategy, model, x, y, clip_norm: float) -> ClippingComparison:
+def compare_clipping(strategy, model, x, y, clip_norm: float, sample_weight=None) -> ClippingComparison:
     """Where to clip in a custom loop, in numbers (chapter 08).
 
     Clipping the summed (all-reduced) gradient reproduces single-device clipping; clipping each
@@ -289,8 +298,8 @@ def compare_clipping(strategy, model, x, y, clip_norm: float) -> ClippingCompari
     clipped pieces add up to a longer vector than ``clip_norm``).
     """
     clip_norm = check_positive("clip_norm", clip_norm)
-    single = single_device_gradients(model, x, y)
-    local, summed = replica_gradients(strategy, model, x, y, loss_reduction="global")
+    single = single_device_gradients(model, x, y, sample_weight)
+    local, summed = replica_gradients(strategy, model, x, y, loss_reduction="global", sample_weight=sample_weight)
     reference = _clip(single, clip_norm)
     after = _clip(summed, clip_norm)
     clipped = [_clip(r, clip_norm) for r in local]

@@ -34,6 +34,7 @@ from .mlp import (
     make_data,
     make_initializer,
 )
+from .tracing import total_tracing_count
 
 tf = quiet_import_tensorflow()
 import keras  # noqa: E402
@@ -220,7 +221,7 @@ class MLPGradientEngine:
 
     def tracing_count(self) -> int:
         """How many times the engine's functions have been traced, over all modes."""
-        return sum(int(f.experimental_get_tracing_count()) for f in self._steps.values())
+        return total_tracing_count(self._steps.values())
 
     def warm_up(self, activations=ACTIVATIONS, *, residual=(False,), norms=("none",),
                 dtypes=("float32",)) -> int:

@@ -30,6 +30,7 @@ from .jacobians import (
     shape_free_spec,
     tanh_matvec,
 )
+from .tracing import total_tracing_count
 
 tf = quiet_import_tensorflow()
 
@@ -114,7 +115,7 @@ class JacobianBench:
 
     def tracing_count(self) -> int:
         """Traces so far over all compiled functions (one per function and method)."""
-        return sum(int(f.experimental_get_tracing_count()) for f in self._compiled.values())
+        return total_tracing_count(self._compiled.values())
 
     def run(self, name: str, n: int, *, repeats: int = 3, loop_repeats: int = 1) -> JacobianRun:
         """The Jacobian of registry function ``name`` at size ``n`` by all three methods, timed.

@@ -30,6 +30,7 @@ from ._validate import check_int as _check_int
 from ._validate import check_positive as _check_positive
 from .core import CLIP_MODES, check_clip
 from .i18n import N_, _
+from .tracing import total_tracing_count
 from .verdict import Verdict, judge, status_word
 
 tf = quiet_import_tensorflow()
@@ -381,7 +382,7 @@ class TimeGradientEngine:
 
     def tracing_count(self) -> int:
         """How many times the engine's functions have been traced, over all cells."""
-        return sum(int(f.experimental_get_tracing_count()) for f in self._steps.values())
+        return total_tracing_count(self._steps.values())
 
     def report(self, cell: str = "simple_rnn", steps: int = 50, recurrent_initializer: str = "orthogonal",
                input_scale: float = 1.0, clip=None) -> TimeReport:

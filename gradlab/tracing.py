@@ -33,6 +33,7 @@ __all__ = [
     "error_summary",
     "format_timings",
     "time_step",
+    "total_tracing_count",
     "tracing_count",
 ]
 
@@ -53,6 +54,11 @@ def tracing_count(fn) -> int:
             "A plain Python function is never traced."
         )
     return int(getter())
+
+
+def total_tracing_count(functions) -> int:
+    """The traces of several tf.functions together (an engine's functions, one per mode)."""
+    return sum(tracing_count(f) for f in functions)
 
 
 def _describe(value) -> str:

@@ -248,7 +248,7 @@ class TrainingHistory:
 
 
 def train_mlp(model, x, y, *, optimizer, steps: int = 50, clip=None, stop_on_nonfinite: bool = True,
-              progress: bool = True, progress_every: int | None = None) -> TrainingHistory:
+              progress: bool = True, progress_every: int | None = None, sample_weight=None) -> TrainingHistory:
     """A short training run that monitors every Dense layer's gradient signal (chapter 01).
 
     A thin view of :func:`train_steps` with ``monitor_signals=True``: each step takes one tape
@@ -257,11 +257,11 @@ def train_mlp(model, x, y, *, optimizer, steps: int = 50, clip=None, stop_on_non
     applies them with ``optimizer`` (a mixed-precision model gets its loss scaled, as in
     ``fit``). A non-finite loss or gradient stops the run (``stop_on_nonfinite``) before that
     step is applied, because clipping cannot repair NaN. With ``progress`` a text progress bar
-    is printed a few times during the run.
+    is printed a few times during the run; ``sample_weight`` weighs the examples as ``fit`` does.
     """
     run = train_steps(model, x, y, optimizer=optimizer, steps=steps, clip=clip,
                       stop_on_nonfinite=stop_on_nonfinite, monitor_signals=True,
-                      progress=progress, progress_every=progress_every)
+                      progress=progress, progress_every=progress_every, sample_weight=sample_weight)
     return TrainingHistory(
         losses=list(run.losses),
         signal_norms=[np.asarray(s, dtype=np.float64) for s in run.signal_norms],

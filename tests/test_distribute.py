@@ -222,6 +222,29 @@ MIRRORED = textwrap.dedent(
                      before_norm=c.clip_before_norm, summed=c.summed_norm, single=c.single_norm, ref_norm=ref_norm,
                      replicas=list(c.replica_norms))
 
+    # sample weights across replicas, against an independent weighted tape (Keras: sum(w * l) / B)
+    w = np.linspace(0.0, 2.0, 32).astype("float32")
+    with tf.GradientTape() as tape:
+        wl = tf.reduce_sum(tf.reduce_mean(tf.square(y - model(x)), axis=-1) * w) / 32
+    wref = [g.numpy() for g in tape.gradient(wl, model.trainable_variables)]
+    _l, wsum = gl.distribute.replica_gradients(s, model, x, y, sample_weight=w)
+    r["weighted_error"] = gl.distribute.max_abs_difference(wsum, wref)
+    r["weighted_vs_unweighted"] = gl.distribute.max_abs_difference(wref, ref)
+
+    # make_train_step with a compiled loss under the strategy: Keras's losses divide by the replicas
+    # themselves, so the step must not divide again
+    with s.scope():
+        cm = gl.distribute.toy_model()
+        cm.compile(optimizer="sgd", loss="mse")
+        copt = keras.optimizers.SGD(0.1)
+    om = gl.distribute.toy_model()
+    om.compile(optimizer="sgd", loss="mse")
+    co = gl.make_train_step(cm, copt)(x[:16], y[:16])
+    oo = gl.make_train_step(om, keras.optimizers.SGD(0.1))(x[:16], y[:16])
+    r["compiled_step"] = dict(loss=float(co["loss"]), one_loss=float(oo["loss"]),
+                              moved=gl.distribute.max_abs_difference([v.numpy() for v in cm.trainable_variables],
+                                                                     [v.numpy() for v in om.trainable_variables]))
+
     # make_train_step under the strategy (the test compares it with one device), a NaN batch
     # skipped on both replicas
     r["step"] = gl.distribute.train_toy(s, steps=3)
@@ -329,3 +352,10 @@ def test_keras_fit_clips_before_the_all_reduce(mirrored):
     assert fit["plain"] < 1e-6
     assert fit["global_clipnorm"] > 1e-3
     assert "merge_call" in mirrored["accum_error"]
+
+
+def test_sample_weights_and_a_compiled_loss_under_the_strategy(mirrored):
+    assert mirrored["weighted_error"] < 1e-6 and mirrored["weighted_vs_unweighted"] > 1e-3
+    c = mirrored["compiled_step"]
+    assert c["loss"] == pytest.approx(c["one_loss"], rel=1e-6)  # the global-batch loss, not half of it
+    assert c["moved"] < 1e-6  # the same update as one device

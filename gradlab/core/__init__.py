@@ -70,7 +70,6 @@ from .update import (
     compute_gradients,
     fit_optimizer,
     loss_scale,
-    replicas_in_sync,
 )
 
 __all__ = [
@@ -110,7 +109,6 @@ __all__ = [
     "normalization_inside",
     "output_dtype",
     "reduce_weighted",
-    "replicas_in_sync",
     "resolve_loss",
     "restore",
     "snapshot",

@@ -147,8 +147,15 @@ def all_finite(grads):
 
 
 def is_finite(t) -> bool:
-    """``True`` when every element of ``t`` is finite (eagerly; integers are always finite)."""
+    """``True`` when every element of ``t`` is finite (eagerly): ``None`` and integers are,
+    ``IndexedSlices`` are judged by their values, complex numbers by both parts."""
+    if t is None:
+        return True
+    if isinstance(t, tf.IndexedSlices):
+        t = t.values
     t = tf.convert_to_tensor(t)
+    if t.dtype.is_complex:
+        return is_finite(tf.math.real(t)) and is_finite(tf.math.imag(t))
     if not t.dtype.is_floating:
         return True
     return bool(tf.reduce_all(tf.math.is_finite(t)).numpy())

@@ -22,14 +22,7 @@ from .norms import all_finite, global_norm, map_values
 tf = quiet_import_tensorflow()
 import keras  # noqa: E402
 
-__all__ = ["apply_update", "check_optimizer", "compute_gradients", "fit_optimizer", "loss_scale",
-           "replicas_in_sync"]
-
-
-def replicas_in_sync() -> int:
-    """The number of replicas of the current replica context (1 outside ``tf.distribute``)."""
-    ctx = tf.distribute.get_replica_context()
-    return ctx.num_replicas_in_sync if ctx is not None else 1
+__all__ = ["apply_update", "check_optimizer", "compute_gradients", "fit_optimizer", "loss_scale"]
 
 
 def check_optimizer(optimizer, variables) -> None:
