@@ -78,7 +78,7 @@ class CheckResult:
         return self.ok
 
     def __str__(self) -> str:
-        return f"{'✅' if self.ok else '❌'} {self.name}: {self.feedback}"
+        return ("✅ " if self.ok else "❌ ") + _("{title}: {feedback}").format(title=self.name, feedback=self.feedback)
 
     __repr__ = __str__
 
