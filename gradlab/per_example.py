@@ -22,9 +22,10 @@ Three ways to compute them, all inside one ``tf.function`` per model and method:
 * ``"jacobian"``: one forward pass of the whole batch, the vector of per-example losses, and
   ``tape.jacobian`` of that vector with respect to the variables (pfor over its rows).
 
-``method="auto"`` uses ``vectorized_map`` (the fastest in chapter 10's measurements on
-Dense, Conv, Embedding and LSTM models) and falls back to the loop if pfor cannot convert
-the model. The model runs with ``training=False`` by default, so BatchNorm uses its moving
+``method="auto"`` uses ``vectorized_map`` (usually the fastest from a batch of about 100 on,
+in chapter 10's measurements on Dense, Conv, Embedding and LSTM models), falls back to the
+Jacobian where pfor cannot convert the model's forward pass (TF 2.21: stacked recurrent
+layers), and to the loop where it cannot convert the backward pass either. The model runs with ``training=False`` by default, so BatchNorm uses its moving
 statistics and examples do not interact; nothing of the model changes (its variables are
 restored afterwards, BatchNorm statistics and RNN states included).
 

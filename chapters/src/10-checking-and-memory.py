@@ -361,8 +361,9 @@ plot_method_times(batch_sizes, times)
 # `vectorized_map` and the Jacobian run batched passes whose work grows far more slowly, so
 # at large B the loop falls behind by a wide margin. Which of the two batched ways wins
 # depends on the model and on B (the Jacobian pays for a second pfor, over the rows of the
-# loss vector; on larger batches and on Conv and LSTM models `vectorized_map` was ahead in
-# every run while this chapter was written, which is why gradlab uses it by default). Each
+# loss vector; on batches of 128 and more `vectorized_map` was ahead in most runs while this
+# chapter was written, by up to tenfold on Dense and Conv models, which is why gradlab uses it
+# by default; on an LSTM the two traded places from run to run). Each
 # number is the fastest of three calls; on a busy machine even that can break the order
 # between neighbouring sizes. What does not depend on the clock: all three give the same
 # numbers.
