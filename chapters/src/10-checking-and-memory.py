@@ -45,7 +45,7 @@ np.set_printoptions(precision=4, suppress=True)
 print("allocator statistics on the CPU:", gl.memory.allocator_stats_available("CPU:0"))  # True
 
 # %% [markdown]
-# ## Check a derivative with finite differences · 有限差分
+# ## Check a derivative with finite differences · 用有限差分检验导数
 #
 # The central difference $\frac{f(x+h) - f(x-h)}{2h}$ approximates $f'(x)$. Taylor's
 # theorem gives its two errors: the *truncation* error $\frac{h^2}{6} f'''(x)$, which falls
@@ -102,7 +102,7 @@ fd = (square_wrong(x + h) - square_wrong(x - h)) / (2 * h)
 print("tape:", float(tape.gradient(y, x)), " central difference:", f"{float(fd):.6f}")  # 1.5 against 3.0
 
 # %% [markdown]
-# ## `tf.test.compute_gradient`
+# ## `tf.test.compute_gradient` · TensorFlow 自带的梯度检验
 #
 # TensorFlow ships this comparison as `tf.test.compute_gradient(f, x, delta=None)`, where
 # `x` is a *list* of inputs. It returns two tuples, the theoretical Jacobians (from the tape,
@@ -133,7 +133,7 @@ for dtype in (tf.float32, tf.float64):
 # the size of the values (rounding is relative to |f|); in float64 the step 1/1024 leaves a
 # truncation error of about $h^2 e^2 / 6 \approx 1e{-6}$. Passing float64 inputs and a smaller `delta` is up to you.
 #
-# ## `gl.check_gradient`: a verdict, where, and why
+# ## `gl.check_gradient`: a verdict, where, and why · 结论、位置与原因
 #
 # `gl.check_gradient(f, *xs, delta=None)` makes the same comparison and returns a result with
 # `.ok`, `.max_rel_error`, `.theoretical`, `.numerical` (in `tf.test.compute_gradient`'s
@@ -378,7 +378,7 @@ for b in batch_sizes:
 print("every method agrees with the loop at every batch size:", all(agree))
 
 # %% [markdown]
-# ## Clip each example, as DP-SGD does
+# ## Clip each example, as DP-SGD does · 像 DP-SGD 那样逐样本裁剪
 #
 # DP-SGD (Abadi et al. 2016, [arXiv:1607.00133](https://arxiv.org/abs/1607.00133),
 # Algorithm 1) bounds each example's influence: clip each per-example gradient to norm C,
@@ -435,7 +435,7 @@ print(f"noise std per coordinate σ·C/B = {sigma * C / B:.3g}; cosine of the no
       f"{cosine(flat(private), others):.2f}")
 
 # %% [markdown]
-# ## Differentiate a gradient: a gradient penalty · 二阶反向传播
+# ## Differentiate a gradient: a gradient penalty · 对梯度求导：梯度惩罚
 #
 # WGAN-GP (Gulrajani et al. 2017, [arXiv:1704.00028](https://arxiv.org/abs/1704.00028),
 # Algorithm 1) adds to the critic's loss $\lambda\, \mathbb E\big[(\lVert \nabla_{\hat x} D(\hat x)
@@ -501,7 +501,7 @@ w2 = tf.random.stateless_normal([4, 1], seed=[5, 2], dtype=tf.float64)
 print(gl.check_gradient(small_penalty, w1, w2))
 
 # %% [markdown]
-# ### The mistakes
+# ### The mistakes · 常见错误
 #
 # **The inner gradient taken after the outer tape has closed.** Nothing records the ops of
 # $\nabla_{\hat x} D$, so the penalty has no gradient at all; added to the Wasserstein loss,
@@ -624,7 +624,7 @@ print(f"plain step {min(t_plain) * 1e3:.2f} ms, with the gradient penalty {min(t
 # came out between 2× and 3× on a quiet moment, and nearer 1× when other processes competed
 # for the CPU or the model was tiny, where per-call overhead dominates).
 #
-# ## Measure memory · 显存与内存
+# ## Measure memory · 测量内存
 #
 # **The method.** `gl.memory.measure_peak(fn)` calls `fn` once (to trace it), then resets
 # TensorFlow's allocator statistics (`tf.config.experimental.reset_memory_stats`), calls it
@@ -640,7 +640,7 @@ print(f"plain step {min(t_plain) * 1e3:.2f} ms, with the gradient penalty {min(t
 # statistics are there. The process's resident memory (RSS), the other common measure,
 # includes TensorFlow's own code and every cache, and rarely goes down.
 #
-# ### `tf.recompute_grad`
+# ### `tf.recompute_grad` · 重计算
 #
 # A deep stack keeps every layer's activation until the backward pass reaches it.
 # `tf.recompute_grad(f)` keeps only the input of `f` and runs `f` again during the backward
@@ -740,13 +740,13 @@ print("XLA without recompute_grad peaks higher than the graph executor:",
 print("with XLA, segments of 4 save at least half:", xla["4 layers"].peak_bytes < xla["none"].peak_bytes / 2)
 
 # %% [markdown]
-# ### Accumulate gradients on one device
+# ### Accumulate gradients on one device · 单设备上的梯度累加
 #
 # The other answer when a batch does not fit: split it into k micro-batches, add their
 # gradients, divide by k, apply once. With a mean loss and equal micro-batches, that is the
-# gradient of the whole batch (so any optimizer takes the same step; chapter 08 measured SGD
-# and Adam with Keras's `gradient_accumulation_steps`, and why it fails under
-# `MirroredStrategy`):
+# gradient of the whole batch (so any optimizer takes the same step;
+# [chapter 08](08-distributed.ipynb#Accumulate-gradients) measured SGD and Adam with Keras's
+# `gradient_accumulation_steps`, and why it fails under `MirroredStrategy`):
 
 # %%
 def accumulated_gradient(x, k, training=False, model=None):
