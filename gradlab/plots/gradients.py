@@ -16,10 +16,12 @@ import numpy as np
 from matplotlib.patches import Rectangle
 
 from ..i18n import N_, _
+from ..verdict import status_word
 from .live import LIVE_DPI, LivePlot, encode_png, figure_png, legend_handle, new_figure
 
 __all__ = [
     "ReportPlot",
+    "status_word",
     "STATUS_COLORS",
     "encode_png",
     "figure_png",
@@ -56,16 +58,6 @@ STATUS_COLORS = {
     "exploding": "#cf222e",
     "non-finite": "#8250df",
 }
-
-#: The status words as a learner reads them (the status itself stays an English key).
-STATUS_WORDS = {"healthy": N_("healthy"), "vanishing": N_("vanishing"),
-                "exploding": N_("exploding"), "non-finite": N_("non-finite")}
-
-
-def status_word(status: str) -> str:
-    """``status`` ("healthy", "vanishing", ...) in the current language."""
-    return _(STATUS_WORDS[status]) if status in STATUS_WORDS else status
-
 
 def _show(fig):
     """Return ``fig`` for display in a notebook cell (inline backend shows it once)."""

@@ -13,7 +13,8 @@ import numpy as np
 from matplotlib.patches import Rectangle
 
 from ..i18n import N_, _
-from .gradients import STATUS_COLORS, decade_limits, place_band, status_word
+from ..verdict import status_word
+from .gradients import STATUS_COLORS, decade_limits, place_band
 from .live import LIVE_DPI, LivePlot, legend_handle, new_figure
 
 __all__ = ["TimePlot", "plot_cliff", "plot_time_norms", "plot_time_report"]

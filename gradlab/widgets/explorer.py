@@ -16,8 +16,9 @@ from ..engine import MLPGradientEngine, check_mode
 from ..grads import check_clip
 from ..i18n import _
 from ..mlp import ACTIVATIONS, DTYPES, INITIALIZERS, NORMS
-from ..plots.gradients import ReportPlot, loss_scale_text, status_word
+from ..plots.gradients import ReportPlot, loss_scale_text
 from ..presets import PRESETS, QUANTITIES, compare_preset
+from ..verdict import status_word
 from .base import ClipControls, Explorer, css
 
 __all__ = ["GradientExplorer", "LOSS_SCALES"]

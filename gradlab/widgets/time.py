@@ -10,9 +10,9 @@ from .._validate import check_positive as _check_positive
 from ..advice import time_advice
 from ..grads import check_clip
 from ..i18n import _
-from ..plots.gradients import status_word
 from ..plots.recurrent import TimePlot
 from ..recurrent import CELLS, MAX_STEPS, RECURRENT_INITIALIZERS, TimeGradientEngine
+from ..verdict import status_word
 from .base import ClipControls, Explorer
 
 __all__ = ["TimeExplorer"]

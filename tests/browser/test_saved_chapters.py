@@ -23,9 +23,10 @@ from .conftest import ARTIFACTS, CHAPTERS, EXPLORER_ROOTS, SCRATCH_REOPEN
 pytestmark = pytest.mark.browser
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
-#: Real chapters opened unrun: chapter 01 (explorer outputs and snapshots) and, where it
-#: exists, a Chinese twin (its own build).
-OPENED = [p for p in ("01-vanishing-exploding.ipynb", "zh/00-introduction.ipynb") if (CHAPTERS / p).exists()]
+#: Real chapters opened unrun (nbval runs them): chapter 01 (explorer outputs and snapshots),
+#: 09 (the TransformerExplorer), 10 (no explorer, stored figures) and a Chinese twin.
+OPENED = [p for p in ("01-vanishing-exploding.ipynb", "09-transformers.ipynb", "10-checking-and-memory.ipynb",
+                      "zh/00-introduction.ipynb") if (CHAPTERS / p).exists()]
 
 
 def _shot(page, name: str) -> None:
