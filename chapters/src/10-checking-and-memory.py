@@ -745,7 +745,7 @@ print("with XLA, segments of 4 save at least half:", xla["4 layers"].peak_bytes 
 # The other answer when a batch does not fit: split it into k micro-batches, add their
 # gradients, divide by k, apply once. With a mean loss and equal micro-batches, that is the
 # gradient of the whole batch (so any optimizer takes the same step;
-# [chapter 08](08-distributed.ipynb#Accumulate-gradients) measured SGD and Adam with Keras's
+# [chapter 08](08-distributed.ipynb) measured SGD and Adam with Keras's
 # `gradient_accumulation_steps`, and why it fails under `MirroredStrategy`):
 
 # %%
