@@ -241,7 +241,9 @@ def per_example_gradients(model, x, y, *, loss: Callable | None = None, sample_w
     Returns a :class:`PerExampleGradients` list, one tensor ``(B, *variable.shape)`` per
     ``model.trainable_variables`` (``None`` where the loss does not depend on the variable).
     Example ``i``'s loss is that of a batch holding example ``i`` alone (``loss(y, y_pred)``
-    when given, else the compiled loss, else mean squared error; plus ``model.losses``),
+    when given, reduced to a scalar or one loss per example such as
+    ``keras.losses.mean_squared_error``; else the compiled loss, else mean squared error; plus
+    ``model.losses``),
     times ``sample_weight[i]`` when given, so that their mean is the batch gradient that
     ``fit`` would take. ``method`` is ``"auto"`` (``vectorized_map``, or the loop where pfor
     cannot convert the model), ``"loop"``, ``"vectorized_map"`` or ``"jacobian"``; all give the
@@ -275,7 +277,14 @@ def per_example_gradients(model, x, y, *, loss: Callable | None = None, sample_w
         raise ValueError("model has no trainable variables, so there is no gradient to take")
     resolved = core.resolve_loss(model, loss)
     x1, y1 = _one(x, 0), _one(y, 0)  # the loss's own checks (shapes, labels), eagerly, on one example
-    resolved.check(y1, model(x1, training=False), _one(w, 0))
+    pred1 = model(x1, training=False)
+    if w is None and resolved.kind == "given" and not isinstance(loss, keras.losses.Loss):
+        # a loss function that returns one loss per example (keras.losses.mean_squared_error) is
+        # natural here; weights of 1 send it through the core's per-example reduction, which on a
+        # batch of one is that example's loss
+        if tf.convert_to_tensor(loss(y1, pred1)).shape.rank:
+            w = tf.ones([int(tf.nest.flatten(x)[0].shape[0])], keras.backend.floatx())
+    resolved.check(y1, pred1, _one(w, 0))
     saved = core.snapshot(model)
     weighted = w is not None
     try:

@@ -182,6 +182,16 @@ def test_sample_weight_follows_keras_compute_loss():
         np.testing.assert_allclose(np.mean(np.asarray(g), axis=0), b.numpy(), rtol=1e-4, atol=1e-6)
 
 
+def test_a_loss_function_returning_one_loss_per_example_is_accepted():
+    model, x, y = shared("dense")
+    got = per_example_gradients(model, x, y, loss=keras.losses.mean_absolute_error)  # returns shape (B,)
+    xs, ys = tf.constant(x, tf.float32), tf.constant(y, tf.float32)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.abs(ys[5:6] - model(xs[5:6])))
+    for g, r in zip(got, tape.gradient(loss, model.trainable_variables), strict=True):
+        np.testing.assert_allclose(np.asarray(g)[5], r.numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_loss_callable_is_used_per_example():
     model, x, y = shared("dense")
 
