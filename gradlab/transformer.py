@@ -32,6 +32,7 @@ import numpy as np
 from . import core
 from ._env import quiet_import_tensorflow
 from ._validate import check_choice, check_int
+from .i18n import _
 
 tf = quiet_import_tensorflow()
 import keras  # noqa: E402
@@ -294,8 +295,9 @@ class TransformerReport:
 
     def summary(self) -> str:
         norms = " ".join(f"{v:.3g}" for v in self.layer_grad_norms)
-        return (f"{self.norm_position}-LN, {self.num_layers} blocks: loss {self.loss:.4g}; block gradient "
-                f"norms {norms} (last/first {self.ratio:.3g})")
+        return _("{position}-LN, {blocks} blocks: loss {loss}; block gradient norms {norms} "
+                 "(last/first {ratio})").format(position=self.norm_position, blocks=self.num_layers,
+                                                loss=f"{self.loss:.4g}", norms=norms, ratio=f"{self.ratio:.3g}")
 
     def __str__(self) -> str:
         return self.summary()
@@ -383,14 +385,14 @@ def _block(x, w, pre, causal, key_dim):
 class TransformerGradientEngine:
     """Per-block gradient norms at initialization for the TransformerExplorer (chapter 09).
 
-    Holds the initial weights of a :func:`build_transformer` model of ``max_layers`` blocks
-    (every weight of a shallower model or of the other norm position is among them, see
-    :func:`build_transformer`; they are drawn by the same initializers without building a Keras
-    model) and one batch :attr:`data` from :func:`markov_tokens`. The forward pass is written
-    once more in plain TensorFlow as one ``tf.function`` whose depth and norm position are
-    tensors (a ``tf.while_loop`` over the blocks), so no control change retraces.
-    :meth:`report` equals :func:`block_gradient_report` on :meth:`model` (the tests check it
-    against an independent tape).
+    Draws the initial weights of a :func:`build_transformer` model of ``max_layers`` blocks for
+    any seed (every weight of a shallower model or of the other norm position is among them,
+    see :func:`build_transformer`; they come from the same initializers, without building a
+    Keras model) and holds one batch :attr:`data` from :func:`markov_tokens`. The forward pass
+    is written once more in plain TensorFlow as one ``tf.function`` whose depth, norm position,
+    embedding, weights and batch are all inputs (a ``tf.while_loop`` over the blocks), so no
+    control change and no other seed retraces. :meth:`report` equals
+    :func:`block_gradient_report` on :meth:`model` (the tests check it against an independent tape).
     """
 
     def __init__(self, *, max_layers: int = 12, d_model: int = 64, num_heads: int = 4, ff_dim: int | None = None,
@@ -404,50 +406,60 @@ class TransformerGradientEngine:
                                  seq_len=seq_len, embedding_initializer=embedding_initializer,
                                  scale_embedding=scale_embedding, seed=seed)
         self.data = markov_tokens(batch_size, seq_len, vocab_size, seed=seed)
-        self._tokens: dict[str, tf.Tensor] = {}
-        self._position = TokenAndPositionEmbedding(vocab_size, seq_len, d_model, seed=seed) \
-            .position.embeddings_initializer((seq_len, d_model))
-        blocks = [TransformerBlock(d_model, num_heads, ff_dim, seed=_seed(seed, f"block_{i}")).initial_values()
-                  for i in range(self.max_layers)]
-        self._stacked = [tf.stack([b[j] for b in blocks]) for j in range(len(BLOCK_WEIGHTS))]
+        self._weights: dict[int, tuple] = {}
+        self._tokens: dict[tuple[str, int], tf.Tensor] = {}
         self._final = (tf.ones((d_model,)), tf.zeros((d_model,)))
-        self._head = (keras.initializers.GlorotUniform(_seed(seed, "logits"))((d_model, vocab_size)),
-                      tf.zeros((vocab_size,)))
         self._key_dim = d_model // num_heads
         allowed = tf.linalg.band_part(tf.ones([seq_len, seq_len]), -1, 0)
         self._causal = (1.0 - allowed) * -1e9
         self._x = tf.constant(self.data[0])
         self._y = tf.constant(self.data[1])
         tokens = tf.TensorSpec([None, seq_len], tf.int32)
+        stacked = [tf.TensorSpec([self.max_layers, *w.shape[1:]], tf.float32) for w in self._seed_weights(seed)[0]]
         self._function = tf.function(self._measure, input_signature=(
             tokens, tokens, tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.float32),
-            tf.TensorSpec([vocab_size, d_model], tf.float32), tf.TensorSpec([], tf.float32)))
+            tf.TensorSpec([vocab_size, d_model], tf.float32), tf.TensorSpec([], tf.float32),
+            tf.TensorSpec([seq_len, d_model], tf.float32), tf.TensorSpec([d_model, vocab_size], tf.float32),
+            stacked))
 
-    def _token_embedding(self, initializer: str) -> tf.Tensor:
-        if initializer not in self._tokens:
-            layer = TokenAndPositionEmbedding(self.model_kwargs["vocab_size"], self.model_kwargs["seq_len"],
-                                              self.model_kwargs["d_model"], initializer=initializer,
-                                              seed=self.model_kwargs["seed"])
-            self._tokens[initializer] = layer.token.embeddings_initializer(
-                (self.model_kwargs["vocab_size"], self.model_kwargs["d_model"]))
-        return self._tokens[initializer]
+    def _seed_weights(self, seed: int) -> tuple:
+        """``(stacked block weights, position embedding, head kernel)`` of ``seed`` (cached)."""
+        if seed not in self._weights:
+            kw = self.model_kwargs
+            d, v, t = kw["d_model"], kw["vocab_size"], kw["seq_len"]
+            blocks = [TransformerBlock(d, kw["num_heads"], kw["ff_dim"], seed=_seed(seed, f"block_{i}"))
+                      .initial_values() for i in range(self.max_layers)]
+            stacked = [tf.stack([b[j] for b in blocks]) for j in range(len(BLOCK_WEIGHTS))]
+            position = TokenAndPositionEmbedding(v, t, d, seed=seed).position.embeddings_initializer((t, d))
+            head = keras.initializers.GlorotUniform(_seed(seed, "logits"))((d, v))
+            self._weights[seed] = (stacked, position, head)
+        return self._weights[seed]
+
+    def _token_embedding(self, initializer: str, seed: int) -> tf.Tensor:
+        if (initializer, seed) not in self._tokens:
+            kw = self.model_kwargs
+            layer = TokenAndPositionEmbedding(kw["vocab_size"], kw["seq_len"], kw["d_model"], initializer=initializer,
+                                              seed=seed)
+            self._tokens[initializer, seed] = layer.token.embeddings_initializer((kw["vocab_size"], kw["d_model"]))
+        return self._tokens[initializer, seed]
 
     def model(self, num_layers: int, norm_position: str = "pre", **overrides) -> keras.Model:
         """A fresh :func:`build_transformer` model with the engine's weights (what :meth:`report` measures).
 
-        ``overrides``: ``embedding_initializer`` and ``scale_embedding``, as in :meth:`report`.
+        ``overrides``: ``embedding_initializer``, ``scale_embedding`` and ``seed``, as in :meth:`report`.
         """
         check_int("num_layers", num_layers, 1, self.max_layers)
-        unknown = set(overrides) - {"embedding_initializer", "scale_embedding"}
+        unknown = set(overrides) - {"embedding_initializer", "scale_embedding", "seed"}
         if unknown:
-            raise ValueError(f"unknown keyword(s) {sorted(unknown)}; allowed: embedding_initializer, scale_embedding")
+            raise ValueError(f"unknown keyword(s) {sorted(unknown)}; allowed: embedding_initializer, "
+                             "scale_embedding, seed")
         return build_transformer(num_layers, norm_position=norm_position, **{**self.model_kwargs, **overrides})
 
-    def _measure(self, x, y, num_layers, pre, token, multiplier):
-        stacked, causal, key_dim = self._stacked, self._causal, self._key_dim
+    def _measure(self, x, y, num_layers, pre, token, multiplier, position, head, stacked):
+        causal, key_dim = self._causal, self._key_dim
         with tf.GradientTape() as tape:
             tape.watch(stacked)
-            h = tf.gather(token, x) * multiplier + self._position
+            h = tf.gather(token, x) * multiplier + position
             rms = tf.TensorArray(tf.float32, size=self.max_layers + 1, clear_after_read=False)
             rms = rms.write(0, tf.sqrt(tf.reduce_mean(tf.square(h))))
 
@@ -458,7 +470,7 @@ class TransformerGradientEngine:
             __, h, rms = tf.while_loop(lambda i, h, rms: i < num_layers, body, (0, h, rms),
                                        maximum_iterations=self.max_layers)
             h = pre * _layer_norm(h, *self._final) + (1.0 - pre) * h
-            logits = h @ self._head[0] + self._head[1]
+            logits = h @ head                               # the head's bias starts at 0
             loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
         grads = tape.gradient(loss, stacked)  # each (max_layers, ...): zero beyond the depth
         sq = [tf.reduce_sum(tf.reshape(tf.square(tf.cast(g, tf.float64)), [self.max_layers, -1]), axis=1)
@@ -470,24 +482,27 @@ class TransformerGradientEngine:
         return int(self._function.experimental_get_tracing_count())
 
     def report(self, num_layers: int = 6, norm_position: str = "pre", *, embedding_initializer: str | None = None,
-               scale_embedding: bool | None = None, data=None) -> TransformerReport:
+               scale_embedding: bool | None = None, data=None, seed: int | None = None) -> TransformerReport:
         """The :class:`TransformerReport` of :meth:`model` ``(num_layers, norm_position, ...)``.
 
         Measured on :attr:`data`, or on ``data=(x, y)`` (int32 tokens of shape ``(batch, seq_len)``,
-        any batch size); ``embedding_initializer`` and ``scale_embedding`` default to the engine's.
+        any batch size); ``embedding_initializer``, ``scale_embedding`` and ``seed`` (the
+        model's weights) default to the engine's.
         """
         num_layers = check_int("num_layers", num_layers, 1, self.max_layers)
         check_choice("norm_position", norm_position, NORM_POSITIONS)
         kw = self.model_kwargs
         initializer = kw["embedding_initializer"] if embedding_initializer is None else embedding_initializer
         scale = kw["scale_embedding"] if scale_embedding is None else scale_embedding
+        seed = kw["seed"] if seed is None else seed
         _check_model_args(num_layers, kw["d_model"], kw["num_heads"], kw["ff_dim"], kw["vocab_size"],
-                          kw["seq_len"], norm_position, initializer, scale, kw["seed"])
+                          kw["seq_len"], norm_position, initializer, scale, seed)
         x, y = (self._x, self._y) if data is None else self._check_data(data)
         multiplier = math.sqrt(kw["d_model"]) if scale else 1.0
+        stacked, position, head = self._seed_weights(seed)
         loss, per_block, ffn, rms = self._function(
             x, y, tf.constant(num_layers, tf.int32), tf.constant(1.0 if norm_position == "pre" else 0.0),
-            self._token_embedding(initializer), tf.constant(multiplier, tf.float32))
+            self._token_embedding(initializer, seed), tf.constant(multiplier, tf.float32), position, head, stacked)
         return TransformerReport(norm_position, num_layers, float(loss.numpy()),
                                  per_block.numpy()[:num_layers], ffn.numpy()[:num_layers],
                                  rms.numpy().astype(np.float64))

@@ -194,6 +194,10 @@ def test_engine_embedding_and_data_overrides(engine):
     model = engine.model(2, "post", embedding_initializer="normal", scale_embedding=True)
     blocks, _, _ = tape_block_norms(model, x, y)
     np.testing.assert_allclose(report.layer_grad_norms, blocks, rtol=1e-3)
+    other = engine.report(3, "pre", seed=7, data=(x, y))
+    blocks, _, _ = tape_block_norms(engine.model(3, "pre", seed=7), x, y)
+    np.testing.assert_allclose(other.layer_grad_norms, blocks, rtol=1e-3)
+    assert not np.allclose(other.layer_grad_norms, engine.report(3, "pre", data=(x, y)).layer_grad_norms)
     with pytest.raises(ValueError, match="data"):
         engine.report(2, data=(x[:, :3], y[:, :3]))
     with pytest.raises(ValueError, match="outside"):
@@ -211,6 +215,7 @@ def test_engine_never_retraces(engine):
     for depth, position in ((1, "post"), (4, "pre"), (3, "post"), (2, "pre")):
         engine.report(depth, position)
     engine.report(2, "post", embedding_initializer="glorot_uniform", data=T.markov_tokens(9, 5, 11))
+    engine.report(2, "post", seed=3)
     assert engine.tracing_count() - before == 0
 
 
