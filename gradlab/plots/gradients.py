@@ -17,7 +17,15 @@ from matplotlib.patches import Rectangle
 
 from ..i18n import N_, _
 from ..verdict import status_word
-from .live import LIVE_DPI, LivePlot, encode_png, figure_png, legend_handle, new_figure
+from .live import (
+    LIVE_DPI,
+    LivePlot,
+    encode_png,
+    figure_png,
+    legend_below,
+    legend_handle,
+    new_figure,
+)
 
 __all__ = [
     "ReportPlot",
@@ -204,14 +212,10 @@ class ReportPlot(LivePlot):
         if drawn == self.drawn:
             return
         self.drawn = drawn
-        old = self.fig.legends[:]
-        for leg in old:
-            leg.remove()
-        if not self.legend or not drawn:
+        if not self.legend:
             return
-        handles = [legend_handle(self._series[name]) for name in drawn]
-        self.fig.legend(handles, [_(self.LABELS[name]) for name in drawn], loc="lower center",
-                        ncol=2, fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.0))
+        legend_below(self.fig, [legend_handle(self._series[name]) for name in drawn],
+                     [_(self.LABELS[name]) for name in drawn], axis_px=46)
 
     def static_key(self) -> tuple:
         return (self.drawn,)

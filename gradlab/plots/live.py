@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
-__all__ = ["LIVE_DPI", "LivePlot", "encode_png", "figure_png", "legend_handle", "new_figure"]
+__all__ = ["LIVE_DPI", "LivePlot", "encode_png", "figure_png", "legend_below", "legend_handle", "new_figure"]
 
 
 #: The dots per inch of every explorer's figure, whatever ``rcParams`` say: a 6.9-inch figure
@@ -71,6 +71,23 @@ def legend_handle(artist):
     return Line2D([], [], color=artist.get_color(), ls=artist.get_linestyle(), lw=artist.get_linewidth(),
                   marker=artist.get_marker(), ms=artist.get_markersize(), mfc=artist.get_markerfacecolor(),
                   alpha=artist.get_alpha())
+
+
+def legend_below(fig, handles, labels, *, axis_px: float, ncol: int = 2, fontsize: float = 8) -> None:
+    """A legend under the axes with just the room it needs: the bottom margin follows its rows.
+
+    ``axis_px`` is the height of the x axis's tick labels and label, in pixels, between the
+    axes and the legend.
+    """
+    for leg in fig.legends[:]:
+        leg.remove()
+    rows = -(-len(handles) // ncol)
+    row_px = fontsize * fig.dpi / 72 * 1.75
+    height = fig.get_figheight() * fig.dpi
+    fig.subplots_adjust(bottom=(axis_px + rows * row_px + 6) / height)
+    if handles:
+        fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=fontsize, frameon=False,
+                   bbox_to_anchor=(0.5, 0.0))
 
 
 class LivePlot:

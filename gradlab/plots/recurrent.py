@@ -15,7 +15,7 @@ from matplotlib.patches import Rectangle
 from ..i18n import N_, _
 from ..verdict import status_word
 from .gradients import STATUS_COLORS, decade_limits, place_band
-from .live import LIVE_DPI, LivePlot, legend_handle, new_figure
+from .live import LIVE_DPI, LivePlot, legend_below, legend_handle, new_figure
 
 __all__ = ["TimePlot", "plot_cliff", "plot_time_norms", "plot_time_report"]
 
@@ -110,12 +110,9 @@ class TimePlot(LivePlot):
         if drawn == self.drawn:
             return
         self.drawn = drawn
-        for leg in self.fig.legends[:]:
-            leg.remove()
-        if self.legend and drawn:
-            self.fig.legend([legend_handle(self._series[k]) for k in drawn],
-                            [_(self.LABELS[k]) for k in drawn], loc="lower center", ncol=2,
-                            fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.0))
+        if self.legend:
+            legend_below(self.fig, [legend_handle(self._series[k]) for k in drawn],
+                         [_(self.LABELS[k]) for k in drawn], axis_px=84)
 
     def static_key(self) -> tuple:
         return (self.drawn, self._names)
