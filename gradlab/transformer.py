@@ -507,6 +507,23 @@ class TransformerGradientEngine:
                                  per_block.numpy()[:num_layers], ffn.numpy()[:num_layers],
                                  rms.numpy().astype(np.float64))
 
+    def mean_report(self, num_layers: int = 6, norm_position: str = "pre", *, seeds=range(8),
+                    **kwargs) -> TransformerReport:
+        """:meth:`report` averaged over the initializations ``seeds``: the mean of each norm (chapter 09).
+
+        One model's per-block norms vary a lot from one random initialization to the next;
+        their mean over many is the *expected* gradient norm that mean-field analyses describe.
+        ``kwargs`` are :meth:`report`'s (``embedding_initializer``, ``scale_embedding``, ``data``).
+        """
+        seeds = list(seeds)
+        if not seeds:
+            raise ValueError("seeds must hold at least one seed")
+        reports = [self.report(num_layers, norm_position, seed=seed, **kwargs) for seed in seeds]
+        return TransformerReport(norm_position, num_layers, float(np.mean([r.loss for r in reports])),
+                                 np.mean([r.layer_grad_norms for r in reports], axis=0),
+                                 np.mean([r.ffn_grad_norms for r in reports], axis=0),
+                                 np.mean([r.stream_rms for r in reports], axis=0))
+
     def _check_data(self, data):
         if not isinstance(data, (tuple, list)) or len(data) != 2:
             raise ValueError(f"data must be an (x, y) pair of token arrays; got {type(data).__name__}")

@@ -208,6 +208,16 @@ def test_engine_embedding_and_data_overrides(engine):
         engine.report(2, "middle")
 
 
+def test_mean_report_averages_the_seeds(engine):
+    reports = [engine.report(3, "post", seed=s) for s in (0, 4, 5)]
+    mean = engine.mean_report(3, "post", seeds=(0, 4, 5))
+    np.testing.assert_allclose(mean.ffn_grad_norms, np.mean([r.ffn_grad_norms for r in reports], axis=0))
+    np.testing.assert_allclose(mean.layer_grad_norms, np.mean([r.layer_grad_norms for r in reports], axis=0))
+    assert mean.norm_position == "post" and mean.num_layers == 3
+    with pytest.raises(ValueError, match="seeds"):
+        engine.mean_report(3, seeds=())
+
+
 def test_engine_never_retraces(engine):
     engine.report(2, "pre")
     before = engine.tracing_count()
