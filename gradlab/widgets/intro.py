@@ -20,7 +20,7 @@ class TangentExplorer(Explorer):
     """Sliders ``w`` and ``learning_rate``; the plot shows L(w), its tangent and one step (chapter 00)."""
 
     css_name = "tangent"
-    controls_width = "300px"
+    controls_width = "320px"
 
     def __init__(self, w: float = -0.5, learning_rate: float = 0.3):
         slope_and_step(w, learning_rate)  # validates both

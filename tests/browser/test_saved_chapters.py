@@ -104,7 +104,7 @@ def test_a_notebook_built_by_the_chapter_build_opens_unmodified(page, lab_server
 def test_stored_chapter_opens_unmodified_with_its_pictures(page, lab_server, relpath):
     t0 = time.perf_counter()
     labpage.open_notebook(page, lab_server, f"chapters/{relpath}")
-    page.wait_for_timeout(2000)  # JupyterLab writes the kernel's language_info in once connected
+    page.wait_for_timeout(1000)  # JupyterLab writes the kernel's language_info in once connected
     assert not labpage.is_dirty(page), f"{relpath} is marked modified right after opening"
     assert labpage.widget_problems(page) == []
     stored = json.loads((CHAPTERS / relpath).read_text())
