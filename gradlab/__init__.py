@@ -83,34 +83,19 @@ __version__ = "0.1.0"
 _WIDGETS = {"GradientExplorer": "explorer", "TangentExplorer": "intro", "JacobianViewer": "jacobian",
             "TracingLab": "tracing", "TimeExplorer": "time", "TransformerExplorer": "transformer"}
 
-#: Names that ``gl.<name>`` used to star-export, with the module that holds them now. They stay
-#: reachable as ``gl.<name>`` only while chapters and tests move to ``gl.<module>.<name>``
-#: (issue 19); new code uses the module path.
-_MOVED = {
-    **{n: "mlp" for n in mlp.__all__},
-    **{n: "engine" for n in engine.__all__},
-    **{n: "presets" for n in presets.__all__},
-    **{n: "jacobians" for n in jacobians.__all__},
-    **{n: "jacobian_timing" for n in jacobian_timing.__all__},
-    **{n: "recurrent" for n in recurrent.__all__},
-    **{n: "rnn_theory" for n in rnn_theory.__all__},
-    **{n: "distribute" for n in distribute.__all__},
-    **{n: "intro" for n in intro.__all__},
-    **{n: "tracing" for n in tracing.__all__},
-    **{n: "training" for n in training.__all__},
-    **{n: "grads" for n in grads.__all__},
-    **{n: "diagnostics" for n in diagnostics.__all__},
-    **{n: "checks" for n in checks.__all__},
-    **{n: "plots" for n in plots.__all__},
-    "quiet_import_tensorflow": "_env",
-}
+#: Where the workbook's own names live (for the error that points an old ``gl.<name>`` there).
+_MODULES = ("mlp", "engine", "presets", "jacobians", "jacobian_timing", "recurrent", "rnn_theory", "distribute",
+            "intro", "tracing", "training", "fit", "grads", "diagnostics", "report", "verdict", "causes", "checks",
+            "plots", "core", "session", "transformer", "warmup", "gradcheck", "per_example", "memory", "advice")
 
 
 def __getattr__(name: str):
     if name in _WIDGETS:  # the package facade may load the top layer lazily (ipywidgets on first use)
         return getattr(importlib.import_module(f".widgets.{_WIDGETS[name]}", __name__), name)
-    if name in _MOVED:
-        return getattr(importlib.import_module(f".{_MOVED[name]}", __name__), name)
+    home = next((m for m in _MODULES if name in getattr(globals().get(m), "__all__", ())), None)
+    if home is not None:
+        raise AttributeError(f"module 'gradlab' has no attribute {name!r}: it is workbook machinery, "
+                             f"reachable as gl.{home}.{name} (gl.__all__ lists the tools for your own project)")
     raise AttributeError(f"module 'gradlab' has no attribute {name!r}")
 
 

@@ -50,8 +50,6 @@ __all__ = [
 
 #: The recurrent cells, by their Keras layer.
 CELLS: dict[str, str] = {"simple_rnn": "SimpleRNN", "gru": "GRU", "lstm": "LSTM"}
-#: Gates per cell: the recurrent kernel of a cell is ``[units, gates * units]``.
-_GATES = {"simple_rnn": 1, "gru": 3, "lstm": 4}
 #: Recurrent initializers offered by the explorer, with a short description.
 RECURRENT_INITIALIZERS: dict[str, str] = {
     "orthogonal": N_("orthogonal (Keras default)"),

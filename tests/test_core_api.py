@@ -46,3 +46,14 @@ def test_the_api_has_no_star_exports_and_only_curated_names():
     assert len(gl.__all__) == len(set(gl.__all__)) and 25 <= len(gl.__all__) <= 45
     for name in ("build_mlp", "MLPGradientEngine", "check_array", "toy_model", "jacobian", "plot_report"):
         assert name not in gl.__all__
+
+
+def test_workbook_machinery_is_reached_through_its_module():
+    import pytest
+
+    assert gl.mlp.build_mlp and gl.checks.check_array and gl.jacobians.jacobian and gl.plots.plot_report
+    for name, module in (("build_mlp", "mlp"), ("MLPGradientEngine", "engine"), ("toy_model", "distribute"),
+                         ("bptt_reference", "rnn_theory"), ("JacobianBench", "jacobian_timing")):
+        with pytest.raises(AttributeError, match=rf"reachable as gl\.{module}\.{name}"):
+            getattr(gl, name)
+    assert gl.GradientExplorer.__name__ == "GradientExplorer"  # the explorers load lazily

@@ -15,11 +15,11 @@ import pytest
 import gradlab as gl
 from gradlab.exercises import ch05
 
-tf = gl.quiet_import_tensorflow()
+tf = gl.session.quiet_import_tensorflow()
 
 
 def _fails(result, *needles):
-    assert isinstance(result, gl.CheckResult) and not result, result
+    assert isinstance(result, gl.checks.CheckResult) and not result, result
     for needle in needles:
         assert needle in result.feedback, result.feedback
     assert "\x1b[" not in result.feedback and "Arguments received" not in result.feedback, result.feedback

@@ -11,11 +11,11 @@ import pytest
 import gradlab as gl
 from gradlab.exercises import ch06, ch07, ch08
 
-tf = gl.quiet_import_tensorflow()
+tf = gl.session.quiet_import_tensorflow()
 
 
 def _fails(result, *needles):
-    assert isinstance(result, gl.CheckResult) and not result, result
+    assert isinstance(result, gl.checks.CheckResult) and not result, result
     for needle in needles:
         assert needle in result.feedback, result.feedback
 
