@@ -34,7 +34,6 @@ NOT_YET_TRANSLATED = {
     "06-none-and-nan": "English under review (H3)",
     "08-distributed": "English under review (H3)",
     "09-transformers": "being written (H4)",
-    "10-checking-and-memory": "being written (H5)",
 }
 CJK = re.compile(r"[\u4e00-\u9fff]")
 
