@@ -217,6 +217,20 @@ class TimeReport:
         return "\n".join(lines)
 
 
+def _input_mask(model, x, training: bool):
+    """The Keras mask the model's first layer call that receives one puts on ``x`` (a ``Masking``
+    layer's padding), or ``None``: one eager forward pass with the core's taps."""
+    with tf.GradientTape() as tape, core.tap_layers(model, tape) as taps:
+        model(x, training=training)
+    for call in taps.calls:
+        if call.mask is not None and tuple(call.mask.shape) == tuple(x.shape[:2]):
+            return call.mask
+        out_mask = getattr(call.outputs[0], "_keras_mask", None) if call.outputs else None
+        if out_mask is not None and tuple(out_mask.shape) == tuple(x.shape[:2]):
+            return out_mask
+    return None
+
+
 def _weight_name(model, v) -> str:
     name = getattr(v, "path", v.name)
     return name[len(model.name) + 1:] if name.startswith(model.name + "/") else name
@@ -233,7 +247,9 @@ def time_report(model: keras.Model, x, y, *, clip=None, compiled: bool = False, 
     The loss is the core's (:func:`gradlab.core.resolve_loss`): ``loss_fn``, else the compiled
     loss, else the mean squared error, whose ``y`` must have the output's shape (a ``y`` of
     shape ``(B,)`` against an output ``(B, 1)`` is a ``ValueError``, not a silent ``(B, B)``
-    broadcast); ``sample_weight`` weighs the examples as ``fit`` does. ``training=False``
+    broadcast); ``sample_weight`` weighs the examples as ``fit`` does. Steps masked as padding
+    (a ``Masking`` layer) are left out of ``time_step_norms``: the layer skips them, so their
+    gradient is 0 by construction, not because it vanished. ``training=False``
     (inference, the default) or ``True`` (dropout on). The states of stateful layers and the
     trackers are put back afterwards. ``compiled=True`` runs the same tape inside a
     ``tf.function`` (traced once per call): faster than eager for long sequences.
@@ -261,6 +277,8 @@ def time_report(model: keras.Model, x, y, *, clip=None, compiled: bool = False, 
             model(x)
             core.restore(saved)
         weights = model.trainable_weights
+        mask = _input_mask(model, x, training)  # padding (Masking): those steps are skipped, not vanished
+        core.restore(saved)
 
         def grads(x, y, sw):
             with tf.GradientTape() as tape:
@@ -282,7 +300,7 @@ def time_report(model: keras.Model, x, y, *, clip=None, compiled: bool = False, 
     clipped = core.clip_gradients([g for _w, g in pairs], clip)
     return TimeReport.from_norms(
         loss=float(value.numpy()),
-        time_step_norms=core.step_norms(dx),
+        time_step_norms=core.step_norms(dx, mask),
         weight_names=[_weight_name(model, w) for w, _g in pairs],
         weight_norms=[core.true_norm(g) for _w, g in pairs],
         clipped_weight_norms=[core.true_norm(g) for g in clipped],

@@ -511,7 +511,11 @@ def test_inspect_and_report_match_an_independent_tape_and_touch_nothing(name):
         _restore(model, start)
         dx = tgrads[-1]
         assert close(t.loss, tloss, c.rtol)
-        np.testing.assert_allclose(t.time_step_norms, np.sqrt((dx ** 2).sum(axis=(0, 2))), rtol=max(c.rtol, 1e-5) * 10)
+        ref_steps = np.sqrt((dx ** 2).sum(axis=(0, 2)))
+        if any(isinstance(layer, keras.layers.Masking) for layer in model.layers):
+            ref_steps = ref_steps[np.any(np.asarray(c.x) != 0, axis=(0, 2))]  # padded steps are left out
+            assert t.status != "exploding" and np.isfinite(t.ratio)
+        np.testing.assert_allclose(t.time_step_norms, ref_steps, rtol=max(c.rtol, 1e-5) * 10)
 
 
 TRAIN = [n for n, c in ZOO.items() if c.train]
