@@ -55,7 +55,7 @@ print("TensorFlow", tf.__version__, "· Keras", keras.__version__)
 w = tf.constant(-0.5)
 with tf.GradientTape() as tape:
     tape.watch(w)              # w is a plain tensor, so we ask the tape to watch it
-    loss = gl.toy_loss(w)      # (3w - 6)² / 9 + 0.5·sin(2w)
+    loss = gl.intro.toy_loss(w)      # (3w - 6)² / 9 + 0.5·sin(2w)
 slope = tape.gradient(loss, w)
 print("loss :", round(float(loss), 4))
 print("dL/dw:", round(float(slope), 4))  # negative: the loss falls if w grows
@@ -68,7 +68,7 @@ print("dL/dw:", round(float(slope), 4))  # negative: the loss falls if w grows
 eta = 0.3
 w_next = w - eta * slope
 print("w after one step:", round(float(w_next), 4))
-print("loss after     :", round(float(gl.toy_loss(w_next)), 4))  # smaller than before
+print("loss after     :", round(float(gl.intro.toy_loss(w_next)), 4))  # smaller than before
 
 # %% [markdown]
 # ### Try it: drag the weight · 交互体验
@@ -83,21 +83,23 @@ tangent = gl.TangentExplorer(w=-0.5, learning_rate=0.3)
 tangent
 
 # %% [markdown]
-# The explorer is an ordinary Python object, so you can also drive it from code. Setting a
-# control recomputes immediately, and `snapshot()` stores a picture of the new state:
+# The explorer is an ordinary Python object, so you can also drive it from code. The cells
+# below drive a copy, `step = tangent.copy()`, so the explorer above keeps its settings.
+# Setting a control recomputes immediately, and `snapshot()` stores a picture of the new state:
 
 # %%
-tangent.w.value = 3.5
-tangent.snapshot()
+step = tangent.copy()
+step.w.value = 3.5
+step.snapshot()
 
 # %% [markdown]
 # Now a learning rate of 1.5 from `w = 0`. The slope there is -3, so the step is
 # $-1.5 \cdot (-3) = 4.5$: it jumps far past the minimum near 2, to a *higher* loss:
 
 # %%
-tangent.w.value = 0.0
-tangent.learning_rate.value = 1.5
-tangent.snapshot()
+step.w.value = 0.0
+step.learning_rate.value = 1.5
+step.snapshot()
 
 # %% [markdown]
 # Three learning rates from the same point. 0.3 moves towards the minimum, 1.0 jumps past it
@@ -105,8 +107,8 @@ tangent.snapshot()
 
 # %%
 for lr in [0.3, 1.0, 1.5]:
-    loss, slope, w_next = gl.slope_and_step(0.0, lr)
-    print(f"lr {lr}: w 0 -> {w_next:.2f}, loss {loss:.3f} -> {float(gl.toy_loss(w_next)):.3f}")
+    loss, slope, w_next = gl.intro.slope_and_step(0.0, lr)
+    print(f"lr {lr}: w 0 -> {w_next:.2f}, loss {loss:.3f} -> {float(gl.intro.toy_loss(w_next)):.3f}")
 
 # %% [markdown]
 # Too large a step is the one-weight version of *exploding* updates, which chapter 01
@@ -236,11 +238,30 @@ print("dense_shape:", g.dense_shape.numpy())  # [4 3]
 print(tf.convert_to_tensor(g).numpy())  # rows 1 and 3 are 0
 
 # %% [markdown]
-# Optimizers accept the `IndexedSlices` as it is and update only the rows that were read:
+# Optimizers accept the `IndexedSlices` as it is. Plain SGD then updates only the rows that
+# were read:
 
 # %%
 keras.optimizers.SGD(learning_rate=1.0).apply_gradients([(g, table)])  # g is still IndexedSlices
 print(table.numpy())  # row 0 minus 1, row 2 minus 2; rows 1 and 3 untouched
+
+# %% [markdown]
+# An optimizer with state is different. With momentum (or Adam) every row keeps a running
+# velocity, and each step moves every row by its velocity, so a row that was read once keeps
+# moving in later steps that do not read it. Two steps, the first reading row 0 and the
+# second only row 2:
+
+# %%
+for name, optimizer in [("SGD", keras.optimizers.SGD(0.1)),
+                        ("SGD, momentum=0.9", keras.optimizers.SGD(0.1, momentum=0.9))]:
+    rows = tf.Variable(tf.zeros((4, 3)))
+    for read in ([0], [2]):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.gather(rows, read))
+        before = rows.numpy().copy()
+        optimizer.apply_gradients([(tape.gradient(loss, rows), rows)])
+    moved = np.flatnonzero(np.any(rows.numpy() != before, axis=1))
+    print(f"{name:18s} rows changed by the step that read row 2: {moved}")  # [2], then [0 2]
 
 # %% [markdown]
 # An `Embedding` layer does the same, both in ordinary *eager* code (each op runs as soon as
@@ -287,6 +308,8 @@ print("inside tf.function:", type(embedding_gradient()).__name__)  # IndexedSlic
 # | 06 | [Where None and NaN gradients come from · 梯度为 None 与 NaN 的根源](06-none-and-nan.ipynb) | The error messages users really see, the ops that cut the gradient path, NaN traps such as `tf.where`, `tf.custom_gradient`, and an inspector that names the cause. |
 # | 07 | [Gradients through time · 循环网络中的梯度](07-through-time.ipynb) | Back-propagation through time, why tanh RNNs vanish or explode, what gates change before and after training, and clipping for sequences; with the **TimeExplorer**. |
 # | 08 | [Gradients across devices and workers · 分布式训练中的梯度](08-distributed.ipynb) | `tf.distribute` on two logical CPUs and two real worker processes: loss scaling across replicas, where clipping happens, gradient accumulation. |
+# | 09 | [Transformers, warmup and long runs · Transformer 的梯度与学习率预热](09-transformers.ipynb) | Per-block gradients of post-LN and pre-LN Transformers and the conditions behind Xiong et al.'s picture, Adam's first steps and Keras's warmup, the Tuning Playbook's recipe for unstable runs, TensorBoard. The **TransformerExplorer**. |
+# | 10 | [Check, bend and budget gradients · 梯度的检验、改造与内存](10-checking-and-memory.ipynb) | Is my gradient right? Finite differences and `gl.check_gradient`; one gradient per example (and DP-SGD's clipping); a gradient of a gradient (WGAN-GP's penalty); and what `tf.recompute_grad` and gradient accumulation really save in memory. |
 
 # %% [markdown]
 # ## How to use this workbook

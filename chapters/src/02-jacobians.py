@@ -81,11 +81,11 @@ print("gradient shape:", tape.gradient(target, w).shape)  # (2, 3), like w
 # which element of `y` moved. When you need it, you need the **Jacobian**: one row per
 # element of the target, one column per element of the source.
 #
-# The three tape methods give three different answers. `gl.shape_table()` calls each one on
+# The three tape methods give three different answers. `gl.jacobians.shape_table()` calls each one on
 # a grid of target and source shapes and reports what really came back:
 
 # %%
-print(gl.format_shape_table(gl.shape_table()))
+print(gl.jacobians.format_shape_table(gl.jacobians.shape_table()))
 
 # %% [markdown]
 # Read it column by column:
@@ -156,11 +156,11 @@ print(tape.jacobian(y, x).numpy())  # diag(2x) = diag([2, 4, 6])
 # %%
 layer = tf.keras.layers.Dense(3, activation="tanh", kernel_initializer=tf.keras.initializers.GlorotUniform(seed=1))
 xb = tf.random.stateless_normal([4, 5], seed=[0, 1])
-full = gl.jacobian(layer, xb)
+full = gl.jacobians.jacobian(layer, xb)
 print("full Jacobian shape:", full.shape)  # (4, 3, 4, 5)
 
 # %%
-gl.plot_jacobian(full, title="Dense(3, tanh) on a batch of 4")
+gl.plots.plot_jacobian(full, title="Dense(3, tanh) on a batch of 4")
 
 # %% [markdown]
 # Flattened to a 12 × 20 matrix it is **block diagonal**: example 1's outputs depend only on
@@ -168,9 +168,9 @@ gl.plot_jacobian(full, title="Dense(3, tanh) on a batch of 4")
 # zeros anyway. `tape.batch_jacobian` computes only the diagonal blocks:
 
 # %%
-bj = gl.batch_jacobian(layer, xb)
+bj = gl.jacobians.batch_jacobian(layer, xb)
 print("batch_jacobian shape:", bj.shape)  # (4, 3, 5)
-print("equals the diagonal blocks:", np.allclose(bj, gl.diagonal_blocks(full), atol=1e-6))  # True
+print("equals the diagonal blocks:", np.allclose(bj, gl.jacobians.diagonal_blocks(full), atol=1e-6))  # True
 
 # %% [markdown]
 # How does it get them so cheaply? For output unit $j$ it differentiates
@@ -188,9 +188,9 @@ def center(x):
 
 
 xc = tf.reshape(tf.range(12, dtype=tf.float32), [4, 3])
-full_c = gl.jacobian(center, xc)
-true_blocks = gl.diagonal_blocks(full_c)
-bj_c = gl.batch_jacobian(center, xc)
+full_c = gl.jacobians.jacobian(center, xc)
+true_blocks = gl.jacobians.diagonal_blocks(full_c)
+bj_c = gl.jacobians.batch_jacobian(center, xc)
 print("true block of example 0:\n", true_blocks[0])  # (1 - 1/4) * I = 0.75 * I
 print("batch_jacobian's block 0:\n", bj_c[0])  # all zeros: wrong
 print("largest error:", np.abs(bj_c - true_blocks).max())  # 0.75
@@ -201,7 +201,7 @@ print("largest error:", np.abs(bj_c - true_blocks).max())  # 0.75
 # entries `batch_jacobian` never computes. Every cell shows its number.
 
 # %%
-gl.plot_block_diagonals(full_c, {"true diagonal blocks": true_blocks, "batch_jacobian": bj_c})
+gl.plots.plot_block_diagonals(full_c, {"true diagonal blocks": true_blocks, "batch_jacobian": bj_c})
 
 # %% [markdown]
 # In the full Jacobian every off-diagonal block holds $-1/4$ on its diagonal. For each
@@ -210,8 +210,8 @@ gl.plot_block_diagonals(full_c, {"true diagonal blocks": true_blocks, "batch_jac
 # check on a small batch that the cross-example entries are zero:
 
 # %%
-print("Dense layer, largest cross-example entry:", gl.cross_example_max(full))  # 0.0: safe
-print("centering,   largest cross-example entry:", gl.cross_example_max(full_c))  # 0.25: unsafe
+print("Dense layer, largest cross-example entry:", gl.jacobians.cross_example_max(full))  # 0.0: safe
+print("centering,   largest cross-example entry:", gl.jacobians.cross_example_max(full_c))  # 0.25: unsafe
 
 # %% [markdown]
 # ## Use persistent tapes with care · persistent=True 与 del tape
@@ -465,7 +465,7 @@ print("x shape:", x.shape, " 'gradient' shape:", g.shape)  # (3,) vs (3, 3)
 
 # %% [markdown]
 # So "the gradient has the source's shape" holds only when `output_gradients` has the
-# target's exact shape. Check `v.shape == y.shape` yourself (`gl.vjp` does).
+# target's exact shape. Check `v.shape == y.shape` yourself (`gl.jacobians.vjp` does).
 #
 # **`Shape (3,) must have rank at least 2`**: `batch_jacobian` needs a batch axis on both
 # sides:
@@ -508,7 +508,7 @@ with tf.GradientTape() as tape:
     tape.watch(x3)
     y = f(x3)
 vjp = tape.gradient(y, x3, output_gradients=v)
-J = gl.jacobian(f, x3)
+J = gl.jacobians.jacobian(f, x3)
 print("J shape:", J.shape)  # (2, 3): 2 outputs, 3 inputs
 print("output_gradients=v:", np.round(vjp.numpy(), 4))
 print("J.T @ v:           ", np.round(J.T @ v.numpy(), 4))  # the same
@@ -536,7 +536,7 @@ print("J @ u:                 ", np.round(J @ u.numpy(), 4))  # the same
 # %% [markdown]
 # ### Forward vs reverse mode, measured
 #
-# `gl.vjp(f, x, v)` and `gl.jvp(f, x, u)` wrap both. Which one builds a full Jacobian faster?
+# `gl.jacobians.vjp(f, x, v)` and `gl.jacobians.jvp(f, x, u)` wrap both. Which one builds a full Jacobian faster?
 # Reverse mode needs one pass per output, forward mode one pass per input. So for a function
 # with **many inputs and few outputs** (a loss: millions of weights, one number) reverse mode
 # should win, and for **few inputs and many outputs** forward mode should. The next cell
@@ -547,8 +547,8 @@ print("J @ u:                 ", np.round(J @ u.numpy(), 4))  # the same
 # is tested.
 
 # %% tags=["nbval-ignore-output"]
-timing = gl.time_forward_reverse(sizes=(4, 16, 64, 256, 1024), fixed=4)
-gl.plot_forward_reverse(timing)
+timing = gl.jacobian_timing.time_forward_reverse(sizes=(4, 16, 64, 256, 1024), fixed=4)
+gl.plots.plot_forward_reverse(timing)
 
 # %% [markdown]
 # At small sizes fixed overheads dominate and the two modes are hard to tell apart. As a
@@ -628,13 +628,13 @@ del tape
 print("shape:", j_pfor.shape, " same as the loop:", np.allclose(j_pfor, j_loop))  # (9, 4) True
 
 # %% [markdown]
-# `gl.pfor_fallbacks(f, x)` computes the same Jacobian with TensorFlow's logger at DEBUG
+# `gl.jacobians.pfor_fallbacks(f, x)` computes the same Jacobian with TensorFlow's logger at DEBUG
 # level, collected into a list instead of the screen, and returns the fallback messages:
 
 # %%
-_, fallbacks = gl.pfor_fallbacks(upscale, v4)
+_, fallbacks = gl.jacobians.pfor_fallbacks(upscale, v4)
 print(fallbacks)  # the op that fell back to a while_loop
-_, fallbacks = gl.pfor_fallbacks(f, x3)
+_, fallbacks = gl.jacobians.pfor_fallbacks(f, x3)
 print(fallbacks)  # [] for tanh(W x): fully vectorised
 
 # %% [markdown]
@@ -643,7 +643,7 @@ print(fallbacks)  # [] for tanh(W x): fully vectorised
 # while_loop, inside a `tf.function` and eagerly (machine-dependent, so not compared):
 
 # %% tags=["nbval-ignore-output"]
-pfor_timing = gl.time_pfor_vs_loop(sizes=(16, 64, 256), repeats=5)
+pfor_timing = gl.jacobian_timing.time_pfor_vs_loop(sizes=(16, 64, 256), repeats=5)
 print("n:                         ", pfor_timing.sizes)
 print("eager, pfor, ms:           ", np.round(1e3 * pfor_timing.eager["pfor"], 2))
 print("eager, while_loop, ms:     ", np.round(1e3 * pfor_timing.eager["while_loop"], 2))
@@ -723,7 +723,7 @@ print("Hv by forward over reverse:", acc.jvp(g).numpy())  # A @ v = [ 4.  8. -6.
 print("H @ v:                     ", (H.numpy() @ vq.numpy()))
 
 # %% [markdown]
-# `gl.hessian(f, x)` and `gl.hvp(f, x, v)` wrap both; `gl.hvp(..., method="reverse_over_reverse")`
+# `gl.jacobians.hessian(f, x)` and `gl.jacobians.hvp(f, x, v)` wrap both; `gl.jacobians.hvp(..., method="reverse_over_reverse")`
 # instead differentiates $g \cdot v$ with an outer tape, which gives the same vector.
 
 # %%
@@ -731,8 +731,8 @@ def quad(x):
     return 0.5 * tf.tensordot(x, tf.linalg.matvec(A, x), 1)
 
 
-print("forward over reverse:", gl.hvp(quad, xq, vq))  # [ 4.  8. -6.]
-print("reverse over reverse:", gl.hvp(quad, xq, vq, method="reverse_over_reverse"))  # the same
+print("forward over reverse:", gl.jacobians.hvp(quad, xq, vq))  # [ 4.  8. -6.]
+print("reverse over reverse:", gl.jacobians.hvp(quad, xq, vq, method="reverse_over_reverse"))  # the same
 
 # %% [markdown]
 # How much does an HVP cost? A rule of thumb says "about two gradients": forward over
@@ -744,7 +744,7 @@ print("reverse over reverse:", gl.hvp(quad, xq, vq, method="reverse_over_reverse
 # median over rounds; machine-dependent, so not compared):
 
 # %% tags=["nbval-ignore-output"]
-hvp_timing = gl.time_gradient_vs_hvp(n=256, repeats=30)
+hvp_timing = gl.jacobian_timing.time_gradient_vs_hvp(n=256, repeats=30)
 for name, ratio in hvp_timing.relative().items():
     print(f"{name:26s} {ratio:5.2f} × the gradient's time")
 
@@ -774,36 +774,38 @@ viewer = gl.JacobianViewer(function="softmax", size=8)
 viewer
 
 # %% [markdown]
-# The controls are ordinary attributes, so a cell can drive the viewer too. Setting a value
-# recomputes everything before the assignment returns. `viewer.snapshot()` stores a picture
-# of the new state, so a saved copy of the notebook shows it too:
+# The controls are ordinary attributes, so a cell can drive the viewer too. The cells below
+# drive a copy, `lab = viewer.copy()` (it shares the compiled functions), so the viewer above
+# keeps its settings. Setting a value recomputes everything before the assignment returns.
+# `lab.snapshot()` stores a picture of the new state, so a saved copy of the notebook shows it too:
 
 # %%
-viewer.function.value = "dense_batch"
-viewer.size.value = 6
-print(viewer.description_text)  # dense_batch · n=6 → jacobian shape (4, 3, 4, 6)
-print("rows of the heatmap:", int(np.prod(viewer.jacobian.shape[:2])))  # 4 examples × 3 units = 12
-viewer.snapshot()
+lab = viewer.copy()
+lab.function.value = "dense_batch"
+lab.size.value = 6
+print(lab.description_text)  # dense_batch · n=6 → jacobian shape (4, 3, 4, 6)
+print("rows of the heatmap:", int(np.prod(lab.jacobian.shape[:2])))  # 4 examples × 3 units = 12
+lab.snapshot()
 
 # %% [markdown]
-# `viewer.tracing_count()` counts the traces of the viewer's compiled functions. Each
+# `lab.tracing_count()` counts the traces of the viewer's compiled functions. Each
 # function is traced once for `tape.jacobian` and once for `tape.batch_jacobian` the first
 # time it is chosen; after that, new sizes reuse the graphs:
 
 # %%
-before = viewer.tracing_count()
+before = lab.tracing_count()
 for n in [3, 12, 5, 16]:
-    viewer.size.value = n  # what moving the slider does
+    lab.size.value = n  # what moving the slider does
 print("traces before the size changes:", before)  # 4: softmax and dense_batch, 2 each
-print("traces after 4 new sizes:      ", viewer.tracing_count())  # still 4
-viewer.size.value = 6
+print("traces after 4 new sizes:      ", lab.tracing_count())  # still 4
+lab.size.value = 6
 
 # %% [markdown]
 # The timings of the current setting (they vary from machine to machine and run to run, so
 # this output is not compared):
 
 # %% tags=["nbval-ignore-output"]
-print(viewer.status_text)
+print(lab.status_text)
 
 # %% [markdown]
 # Try the sizes yourself. On most machines the loop is the slowest of the three and falls
@@ -903,7 +905,7 @@ print(ch02.check_jacobian_row(row_1, f, x3))
 # %% [markdown]
 # **4. Is `batch_jacobian` safe here?** Read the function `layer_norm` below: which axis
 # do its mean and variance run over? Decide whether `batch_jacobian` gives the right blocks
-# for it (`True` or `False`), then confirm with `gl.cross_example_max`.
+# for it (`True` or `False`), then confirm with `gl.jacobians.cross_example_max`.
 
 # %%
 def layer_norm(x):
@@ -957,5 +959,5 @@ print(ch02.check_jacobian_row(row_1, f, x3))
 
 # %% tags=["solution"]
 print("largest cross-example entry:",
-      gl.cross_example_max(gl.jacobian(layer_norm, tf.random.stateless_normal([3, 4], seed=[0, 2]))))  # 0.0
+      gl.jacobians.cross_example_max(gl.jacobians.jacobian(layer_norm, tf.random.stateless_normal([3, 4], seed=[0, 2]))))  # 0.0
 print(ch02.check_batch_jacobian_safe(True, layer_norm))

@@ -196,10 +196,10 @@ print("modes:", list(steps))
 
 # %% tags=["nbval-ignore-output"]
 timings = [gl.time_step(fn, (x32, y32), warmup=5, repeats=50, name=name) for name, fn in steps.items()]
-print(gl.format_timings(timings))
+print(gl.tracing.format_timings(timings))
 
 # %%
-gl.plot_step_times(timings)
+gl.plots.plot_step_times(timings)
 
 # %% [markdown]
 # Rather than claim a speed-up, let the cell read the table and say what it shows:
@@ -234,11 +234,13 @@ steps_big = {
 }
 timings_big = [gl.time_step(fn, (x4096, y4096), warmup=2, repeats=15, name=name)
                for name, fn in steps_big.items()]
-print(gl.format_timings(timings_big))
+print(gl.tracing.format_timings(timings_big))
 
 # %% [markdown]
-# The speed-up shrinks, but it may not fall all the way to 1x. Is the graph making the big
-# matrix multiplication itself faster? Time that one op alone, eagerly and as a
+# The speed-up shrinks. How far depends on the machine and on what else runs on it: on a
+# quiet machine some speed-up is usually left, on a busy one both graph modes can even come
+# out slower than eager (below 1×), because timings of large ops are dominated by how much
+# of the CPU the step gets. Is the graph making the big matrix multiplication itself faster? Time that one op alone, eagerly and as a
 # `tf.function`. A busy machine makes single timings noisy, so the cell alternates the two
 # and keeps each one's fastest call:
 
@@ -256,10 +258,10 @@ print(f"eager / tf.function: {fastest['eager'] / fastest['tf.function']:.2g}")  
 
 # %% [markdown]
 # The lone matmul is no faster in a graph (a ratio of about 1, or below 1): a graph does not
-# make one large op faster. Whatever speed-up is left at batch 4096 comes from the rest of
-# the step: Keras's Python work on every layer call, and the ops around the large matmuls
-# (the loss, the gradient's smaller ops, the update), each dispatched from Python in eager
-# mode.
+# make one large op faster. Whatever difference is left at batch 4096, in either direction,
+# comes from the rest of the step (Keras's Python work on every layer call, and the ops around
+# the large matmuls: the loss, the gradient's smaller ops, the update, each dispatched from
+# Python in eager mode) and from the load on the machine.
 #
 # Two lessons that hold whatever your numbers are:
 #
@@ -356,7 +358,7 @@ print("\n".join(relaxed.log))
 try:
     with_signature(tf.ones([2, 2]), tf.constant(1.0))
 except TypeError as err:
-    print(gl.error_summary(err).split(" Received args")[0])
+    print(gl.tracing.error_summary(err).split(" Received args")[0])
 print("input_signature :", with_signature)  # 5 calls, still 1 trace
 
 # %% [markdown]
@@ -506,7 +508,7 @@ print("fresh function:", predict(ones).numpy())  # [[0.]]
 # traced a **second** time straight away, to get a graph that only uses them. The function
 # below creates a new variable each time its Python body runs, so that second trace creates
 # another one, and the very first call already fails. (We catch the error and print it
-# with `gl.error_summary`, which keeps the line that matters.)
+# with `gl.tracing.error_summary`, which keeps the line that matters.)
 
 # %%
 @tf.function
@@ -518,7 +520,7 @@ def make_and_use(x):
 try:
     make_and_use(tf.constant(2.0))
 except ValueError as err:
-    print(gl.error_summary(err))
+    print(gl.tracing.error_summary(err))
 
 # %% [markdown]
 # An optimizer holds variables too (its iteration count, momentum slots), so creating one
@@ -540,7 +542,7 @@ def step_with_new_optimizer(x):
 try:
     step_with_new_optimizer(tf.constant(2.0))
 except ValueError as err:
-    print(gl.error_summary(err))
+    print(gl.tracing.error_summary(err))
 
 # %% [markdown]
 # Fix: create models, optimizers and variables **outside** the function, once, and build
@@ -559,7 +561,7 @@ print("traces:", dense_fn.experimental_get_tracing_count(), " weights:", len(bui
 try:
     dense_fn(tf.ones([2, 5]))  # 5 features, but the kernel is 4 x 3
 except ValueError as err:
-    print(gl.error_summary(err))
+    print(gl.tracing.error_summary(err))
 
 # %% [markdown]
 # ### Python side effects run only while tracing
@@ -623,7 +625,7 @@ for checked in numerics_checks:
     try:
         tf.function(checked)(zero_and_one)
     except tf.errors.InvalidArgumentError as err:
-        print(f"{checked.__name__:24s}", gl.error_summary(err))
+        print(f"{checked.__name__:24s}", gl.tracing.error_summary(err))
 
 # %% [markdown]
 # Now the same three functions with `jit_compile=True`:
@@ -676,9 +678,59 @@ for line in (run.stdout + run.stderr).splitlines():
 # NaN from `sqrt(-1)` comes back. (This notebook runs on a CPU and shows what TF 2.21
 # does there. XLA compiles these ops separately for each kind of device, so on a GPU the
 # result may differ: run the probe above on your own hardware before you rely on either
-# behaviour.) A check you rely on under XLA must therefore be part of the
-# computation: compute a boolean tensor and act on it, for example skip the update, and
-# return it so the caller can see it.
+# behaviour.)
+
+# %% [markdown]
+# This is not only about code that asks for `jit_compile=True`. Keras's `model.compile()`
+# defaults to `jit_compile="auto"`, and "auto" turns XLA on when the machine has a GPU (or
+# another accelerator), no distribution strategy is active, every layer supports XLA and op
+# determinism is off (`_resolve_auto_jit_compile` and `model_supports_jit` in
+# `keras/src/trainers/trainer.py`, Keras 3.15). So on a GPU machine a plain `model.fit` runs
+# under XLA, and a `check_numerics` inside a layer stops nothing. On this CPU "auto" means no
+# XLA. This notebook cannot show XLA in `fit` either, because `gl.setup` turns on op
+# determinism, and with it Keras refuses XLA:
+
+# %%
+import warnings  # noqa: E402
+
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    refusing = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    refusing.compile(optimizer="sgd", loss="mse", jit_compile=True)
+print("asked for jit_compile=True, got model.jit_compile =", refusing.jit_compile)  # False
+print("warning:", [str(w.message) for w in caught])
+
+# %% [markdown]
+# So the next cell runs `fit` in a fresh Python process (no `gl.setup`, so no determinism):
+# a layer with a `check_numerics` on `log(x)` and an input of 0, once with the default
+# `jit_compile="auto"` (here: no XLA, a CPU) and once with XLA, as "auto" would choose on a
+# GPU machine:
+
+# %%
+fit_probe = """import numpy as np, keras, tensorflow as tf
+class CheckedLog(keras.layers.Layer):
+    def call(self, inputs):
+        return tf.debugging.check_numerics(tf.math.log(inputs), "log in CheckedLog")
+x, y = np.array([[1.0], [0.0]], np.float32), np.zeros((2, 1), np.float32)  # log(0) = -inf
+for jit in ("auto", True):
+    model = keras.Sequential([keras.Input((1,)), CheckedLog(), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse", jit_compile=jit)
+    try:
+        outcome = "fit ran to the end, loss %s" % model.fit(x, y, epochs=1, verbose=0).history["loss"][0]
+    except tf.errors.InvalidArgumentError as err:
+        outcome = "InvalidArgumentError: " + [l for l in str(err).splitlines() if "CheckedLog" in l][0].strip()
+    print("jit_compile=%-5s (model.jit_compile = %-5s): %s" % (jit, model.jit_compile, outcome))
+"""
+run = subprocess.run([sys.executable, "-c", fit_probe], capture_output=True, text=True, timeout=300)
+print("\n".join(line for line in run.stdout.splitlines() if line.startswith("jit_compile")))
+
+# %% [markdown]
+# Without XLA the check stops `fit` at the first `-inf`; with XLA the same `fit` runs to the
+# end and reports an infinite loss. On a GPU machine that is what "auto" gives you.
+
+# %% [markdown]
+# A check you rely on under XLA must therefore be part of the computation: compute a boolean
+# tensor and act on it, for example skip the update, and return it so the caller can see it.
 
 # %%
 def finite_flag(x):
@@ -755,7 +807,7 @@ net = keras.Sequential([
     keras.layers.Dense(1, name="output"),
 ])
 step = gl.make_train_step(net, keras.optimizers.SGD(0.05), clip_global_norm=5.0)
-print("layers:", gl.layer_names(net))
+print("layers:", gl.training.layer_names(net))
 
 # %%
 for i in range(60):
@@ -835,7 +887,8 @@ print("skipped steps :", history.history["skipped_steps"])
 print("layers logged :", list(norm_logger.history))
 
 # %%
-norm_logger.plot(title="Per-layer gradient norms, last batch of each epoch")
+gl.plots.plot_grad_norm_history(norm_logger.history, steps=norm_logger.steps, xlabel="epoch",
+                                title="Per-layer gradient norms, last batch of each epoch")
 
 # %% [markdown]
 # ### A callback for any model
@@ -872,7 +925,8 @@ for layer_name, norms in probe_logger.history.items():
     print(f"{layer_name:8s} probe norms:", np.round(norms, 3))
 
 # %%
-probe_logger.plot(title="Gradient norms on a fixed probe batch, once per epoch")
+gl.plots.plot_grad_norm_history(probe_logger.history, steps=probe_logger.steps, xlabel="epoch",
+                                title="Gradient norms on a fixed probe batch, once per epoch")
 
 # %% [markdown]
 # One point per epoch, each after the same batch. The curves need not fall with the loss:
@@ -901,7 +955,7 @@ probe_logger.plot(title="Gradient norms on a fixed probe batch, once per epoch")
 # - `tf.config.run_functions_eagerly(True)` is for debugging only.
 
 # %% tags=["nbval-ignore-output"]
-print(gl.format_timings(timings))  # this machine, batch of 32, from the timing section
+print(gl.tracing.format_timings(timings))  # this machine, batch of 32, from the timing section
 
 # %%
 print("source train_step, 610 calls:", train_step.experimental_get_tracing_count(), "traces")  # 2

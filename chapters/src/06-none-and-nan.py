@@ -21,15 +21,18 @@
 
 # %%
 import gradlab as gl  # noqa: I001  (first: it imports TensorFlow quietly)
+import inspect
 import os
 import shutil
 import tempfile
 import warnings
+from pathlib import Path
 
 import keras
 import numpy as np
 import tensorflow as tf
 from gradlab.exercises import ch06
+from gradlab.plots.traps import plot_where_trap
 
 gl.setup(seed=0)
 
@@ -40,12 +43,10 @@ print("x:", x.shape, " y:", y.shape)  # (32, 4) (32, 1)
 # %% [markdown]
 # ## Read the messages users see · 常见报错信息
 #
-# In the public issue trackers of TensorFlow and Keras, the gradient questions people ask
-# most are not about depth. A sample counted when this chapter was planned (lower bounds, not
-# reproduced here): "No gradients provided for any variable" in about 17 threads, "Gradients
-# do not exist for variables" 16, `None` from `tape.gradient` 15, NaN losses or gradients 20,
-# the `IndexedSlices` warning 20, custom-layer gradients 20, `tf.custom_gradient` 10. Each message below comes from a
-# minimal model run right here, so what you read is what TF 2.21 and Keras 3 print.
+# In the public issue trackers of TensorFlow and Keras, many gradient questions are not about
+# depth at all: a gradient that is `None`, a loss that turns NaN, a warning about
+# `IndexedSlices`, a custom gradient that misbehaves. Each message below comes from a minimal
+# model run right here, so what you read is what TF 2.21 and Keras 3 print.
 #
 # ### "No gradients provided for any variable"
 #
@@ -197,13 +198,45 @@ dense_bytes = tf.convert_to_tensor(g).numpy().nbytes
 print(f"as slices: {sparse_bytes} bytes; as a dense tensor: {dense_bytes / 1e6:.1f} MB")  # 12.8 MB
 
 # %% [markdown]
-# A Keras optimizer applies the slices as they are, row by row:
+# A Keras optimizer applies the slices as they are. Plain SGD changes only the rows that
+# were looked up:
 
 # %%
 table_before = embedding.embeddings.numpy().copy()
 keras.optimizers.SGD(0.1).apply_gradients([(g, embedding.embeddings)])
 changed = np.flatnonzero(np.any(embedding.embeddings.numpy() != table_before, axis=1))
 print("rows changed by the update:", changed)  # [ 3 17 42]
+
+# %% [markdown]
+# "Only the rows that were read" holds for plain SGD (and Adagrad), not for every optimizer.
+# Momentum and Adam keep a running average per row, and every step moves every row by it: a
+# row read in one step keeps moving in the next steps, which do not read it. Weight decay
+# (AdamW, or `weight_decay=` on any optimizer) shrinks every row in every step. Two steps
+# on a 4-row table, the first reading row 0, the second only row 2, eagerly and in a
+# `tf.function`:
+
+# %%
+def rows_changed(make_optimizer, compiled: bool):
+    rows = tf.Variable(tf.ones((4, 3)))
+    optimizer = make_optimizer()
+
+    def step(read):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.gather(rows, read))
+        optimizer.apply_gradients([(tape.gradient(loss, rows), rows)])
+
+    step = tf.function(step) if compiled else step
+    step(tf.constant([0]))
+    before = rows.numpy().copy()
+    step(tf.constant([2]))
+    return np.flatnonzero(np.any(rows.numpy() != before, axis=1))
+
+
+for name, make in [("SGD", lambda: keras.optimizers.SGD(0.1)), ("Adagrad", lambda: keras.optimizers.Adagrad(0.1)),
+                   ("SGD, momentum=0.9", lambda: keras.optimizers.SGD(0.1, momentum=0.9)),
+                   ("Adam", lambda: keras.optimizers.Adam(0.1)), ("AdamW", lambda: keras.optimizers.AdamW(0.1))]:
+    print(f"{name:18s} step 2 read row 2 and changed rows: eager {rows_changed(make, False)}, "
+          f"tf.function {rows_changed(make, True)}")
 
 # %% [markdown]
 # Anything that needs a dense tensor (`tf.convert_to_tensor`, most math ops) turns the slices
@@ -246,7 +279,7 @@ for fn in (dense_gradient_unknown_rows, dense_gradient_huge):
 # [chapter 03](03-tape-and-function.ipynb) shows what triggers it and how to stop it.
 
 # %% [markdown]
-# ## Find the ops that cut the path
+# ## Find the ops that cut the path · 找出切断梯度的运算
 #
 # A gradient is `None` when no recorded, differentiable path leads from the variable to the
 # loss. Some ops have no gradient at all; others have a gradient that is zero almost
@@ -403,7 +436,7 @@ print("gradient:", tape.gradient(out, count))  # None
 print(gl.explain_none_gradients(lambda: 2.0 * tf.cast(count, tf.float32), [count])[0])
 
 # %% [markdown]
-# ## Avoid the NaN traps
+# ## Avoid the NaN traps · 避开 NaN 陷阱
 #
 # A NaN gradient with a finite loss usually comes from an op whose derivative is infinite or
 # undefined where it is evaluated. The usual suspects, at -1, 0 and 1:
@@ -473,24 +506,91 @@ with tf.GradientTape() as tape:
 print(f"double where: loss {float(out):.4g}  gradient {tape.gradient(out, xs).numpy()}")  # [0 0 0.25]
 
 # %% [markdown]
-# Which ops fall into the trap? In TF 2.21 not all of them: the same `where` around
-# different ops, at -4, 0 and 4:
+# Which ops fall into the trap? The same `where` around different ops, at -4, 0 and 4,
+# eagerly, in a `tf.function`, and compiled with XLA (`jit_compile=True`):
 
 # %%
-for name, fn in {"x ** 0.5": lambda t: t ** 0.5, "tf.math.log(x)": tf.math.log, "1 / x": lambda t: 1.0 / t,
-                 "tf.sqrt(x)": tf.sqrt, "tf.math.rsqrt(x)": tf.math.rsqrt,
-                 "tf.math.reciprocal(x)": tf.math.reciprocal}.items():
-    with tf.GradientTape() as tape:
-        tape.watch(xs)
-        out = tf.reduce_sum(tf.where(xs > 0, fn(xs), 0.0))
-    print(f"tf.where(x > 0, {name + ', 0)':25s} gradient {tape.gradient(out, xs).numpy()}")
+where_ops = {"x ** 0.5": lambda t: t ** 0.5, "tf.math.log(x)": tf.math.log, "1 / x": lambda t: 1.0 / t,
+             "tf.sqrt(x)": tf.sqrt, "tf.math.rsqrt(x)": tf.math.rsqrt, "tf.math.reciprocal(x)": tf.math.reciprocal}
+
+
+def where_gradient(op):
+    def gradient(t):
+        with tf.GradientTape() as tape:
+            tape.watch(t)
+            out = tf.reduce_sum(tf.where(t > 0, op(t), 0.0))
+        return tape.gradient(out, t)
+
+    return gradient
+
+
+print(f"{'tf.where(x > 0, f, 0) with f =':30s} {'eager':22s} {'tf.function':22s} {'jit_compile=True':22s}")
+for name, op in where_ops.items():
+    gradient = where_gradient(op)
+    cells = [gradient(xs), tf.function(gradient)(xs), tf.function(gradient, jit_compile=True)(xs)]
+    print(f"{name:30s} " + " ".join(f"{np.array2string(g.numpy(), precision=3):22s}" for g in cells))
 
 # %% [markdown]
-# `Pow`, `Log` and division still give NaN. `tf.sqrt`, `tf.math.rsqrt` and
-# `tf.math.reciprocal` do not: their gradients come out as 0 where the incoming gradient is
-# 0, so the textbook example written with `tf.sqrt` no longer shows the trap. Do not count
-# on it: the same `1/x` written as a division has the trap, and the double where is safe for
-# every op.
+# `Pow` (`x ** 0.5`) has the trap everywhere, `Log` and division at 0 (at -4 their
+# derivatives, $1/x$ and $-1/x^2$, are finite, and $0 \times$ finite is 0). `tf.sqrt`,
+# `tf.math.rsqrt` and `tf.math.reciprocal` look safe eagerly and in a `tf.function`:
+# TensorFlow's own kernels for their gradients (`SqrtGrad`, `RsqrtGrad`, `ReciprocalGrad`)
+# return 0 where the incoming gradient is 0. Under XLA the same gradient ops compute the plain
+# formula and the trap is back: `[nan nan 0.25]` for `tf.sqrt`. So the textbook example
+# written with `tf.sqrt` hides the trap in eager code and shows it as soon as the step is
+# compiled. The gradient op itself, fed the unselected branch's values ($\sqrt{-4}$ = NaN,
+# $\sqrt{0} = 0$) and an incoming gradient of 0:
+
+# %%
+def sqrt_grad_op(y, dy):
+    return tf.raw_ops.SqrtGrad(y=y, dy=dy)  # what the tape runs for tf.sqrt: dy * 0.5 / y
+
+
+y_values, upstream = tf.constant([np.nan, 0.0, 2.0]), tf.constant([0.0, 0.0, 1.0])
+print("SqrtGrad, TensorFlow kernel:", sqrt_grad_op(y_values, upstream).numpy())  # [0 0 0.25]
+print("SqrtGrad, XLA              :", tf.function(sqrt_grad_op, jit_compile=True)(y_values, upstream).numpy())
+
+# %% [markdown]
+# That matters beyond `jit_compile=True` in your own code: Keras's `compile()` defaults to
+# `jit_compile="auto"`, which turns XLA **on** when the machine has a GPU (or another
+# accelerator), no distribution strategy is active, every layer supports XLA and op
+# determinism is off. On this CPU-only machine it resolves to `False`; the rule, printed from
+# the installed Keras:
+
+# %%
+auto_model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+auto_model.compile(optimizer="sgd", loss="mse")
+print("jit_compile after compile() on this machine:", auto_model.jit_compile)  # False: CPU only
+source, first_line = inspect.getsourcelines(keras.Model._resolve_auto_jit_compile)
+path = inspect.getsourcefile(keras.Model._resolve_auto_jit_compile)
+print(f"{path[path.index('keras/'):]}, lines {first_line}-{first_line + len(source) - 1}:")
+for number, line in enumerate(source, first_line):
+    if any(word in line for word in ("devices", "CPU", "distribute", "model_supports_jit(")):
+        print(f"{number:6d}  {line.strip()}")
+supports_jit = inspect.getmodule(keras.Model._resolve_auto_jit_compile).model_supports_jit
+source, first_line = inspect.getsourcelines(supports_jit)
+for number, line in enumerate(source, first_line):
+    if "determinism" in line.lower() and "import" not in line or "supports_jit for" in line:
+        print(f"{number:6d}  {line.strip()}")
+
+# %% [markdown]
+# (`model_supports_jit` returns `False` when op determinism is on, as `gl.setup` turns it on
+# for the workbook, or when a layer does not support XLA.) The double where is safe in every
+# mode. The picture: the value is the same finite curve whichever way it is written, while
+# the gradient of the single `where` is NaN on the whole half-line $x \le 0$:
+
+# %%
+grid = tf.constant(np.linspace(-1.0, 1.0, 81), tf.float32)
+trap_gradients = {
+    "tf.where(x > 0, x ** 0.5, 0)": where_gradient(lambda t: t ** 0.5)(grid).numpy(),
+    "tf.where(x > 0, tf.sqrt(x), 0)\njit_compile=True":
+        tf.function(where_gradient(tf.sqrt), jit_compile=True)(grid).numpy(),
+}
+with tf.GradientTape() as tape:
+    tape.watch(grid)
+    out = tf.reduce_sum(double_where_sqrt(grid))
+trap_gradients["double where"] = tape.gradient(out, grid).numpy()
+plot_where_trap(grid.numpy(), double_where_sqrt(grid).numpy(), trap_gradients, value_label="√x for x > 0, else 0")
 
 # %% [markdown]
 # `gl.find_nonfinite_source(loss_fn, variables)` says where the NaN is born and which fix
@@ -522,22 +622,65 @@ logits = tf.constant([[0.0, 200.0]])
 onehot = tf.constant([[1.0, 0.0]])
 losses = {
     "-log(softmax(z))": lambda z: -tf.reduce_sum(onehot * tf.math.log(tf.nn.softmax(z))),
-    "keras CE of softmax(z)": lambda z: keras.losses.categorical_crossentropy(onehot, tf.nn.softmax(z))[0],
+    "keras CE of tf.nn.softmax(z)": lambda z: keras.losses.categorical_crossentropy(onehot, tf.nn.softmax(z))[0],
+    "keras CE of keras.ops.softmax(z)":
+        lambda z: keras.losses.categorical_crossentropy(onehot, keras.ops.softmax(z))[0],
     "keras CE, from_logits=True": lambda z: keras.losses.categorical_crossentropy(onehot, z, from_logits=True)[0],
     "tf.nn.softmax_cross_entropy_with_logits": lambda z: tf.nn.softmax_cross_entropy_with_logits(onehot, z)[0],
 }
+
+
+def loss_and_gradient(fn):
+    def run(z):
+        with tf.GradientTape() as tape:
+            tape.watch(z)
+            out = fn(z)
+        return out, tape.gradient(out, z)
+
+    return run
+
+
 for name, fn in losses.items():
-    with tf.GradientTape() as tape:
-        tape.watch(logits)
-        out = fn(logits)
-    print(f"{name:40s} loss {float(out):8.4g}  gradient {tape.gradient(out, logits).numpy()}")
+    for mode, run in (("eager", loss_and_gradient(fn)), ("tf.function", tf.function(loss_and_gradient(fn)))):
+        out, grad = run(logits)
+        print(f"{name:40s} {mode:12s} loss {float(out):8.4g}  gradient {grad.numpy()}")
 
 # %% [markdown]
-# The hand-written version is `inf` with NaN gradients. Keras's loss on probabilities clips
-# them to `[1e-7, 1 - 1e-7]`, so it stays finite, but the loss is stuck at 16.1 and the
-# gradient is exactly 0: the model cannot learn its way out. Only the versions that receive
-# the logits compute `log_softmax` stably and get the true loss, 200, and the true gradient.
-# The same holds for the other stable forms:
+# The hand-written version is `inf` with NaN gradients, in both modes. Keras's loss on
+# probabilities made by `tf.nn.softmax` gives two different answers. Eagerly it clips the
+# probabilities to `[1e-7, 1 - 1e-7]`: the loss stays finite but is stuck at 16.1 and the
+# gradient is exactly 0, so the model cannot learn its way out. Inside a `tf.function`, and
+# so in `fit` (unless `run_eagerly=True`), Keras's TensorFlow backend looks at the op that produced the
+# probabilities; when it is a `Softmax`, it takes that op's input, the logits, and computes
+# the stable loss: 200, gradient `[-1, 1]`. `keras.ops.softmax` (and a layer with
+# `activation="softmax"`) attaches its logits to the output tensor, so Keras finds them in
+# both modes. The rescue lives in `_get_logits` of the installed Keras:
+
+# %%
+nn_source = Path(keras.__file__).parent / "src" / "backend" / "tensorflow" / "nn.py"  # read as text
+lines = nn_source.read_text().splitlines()
+start = next(i for i, line in enumerate(lines) if line.startswith("def _get_logits("))
+end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("def "))
+print(f"keras/src/backend/tensorflow/nn.py, lines {start + 1}-{end}:")
+for number in range(start, end):
+    if any(word in lines[number] for word in ("_keras_logits", "op.type == op_type", "op.inputs[0]")):
+        print(f"{number + 1:6d}  {lines[number].strip()}")
+
+# %% [markdown]
+# Do not rely on it: anything between the softmax and the loss (a `tf.identity`, a clip, a
+# cast, a probability computed by hand) hides the `Softmax` op, and the loss is stuck at 16.1
+# again, also inside `tf.function`:
+
+# %%
+hidden = lambda z: keras.losses.categorical_crossentropy(onehot, tf.identity(tf.nn.softmax(z)))[0]  # noqa: E731
+out, grad = tf.function(loss_and_gradient(hidden))(logits)
+print(f"keras CE of tf.identity(softmax(z)), tf.function: loss {float(out):.4g}  gradient {grad.numpy()}")
+
+# %% [markdown]
+# Only the versions that receive the logits, `from_logits=True` or
+# `tf.nn.softmax_cross_entropy_with_logits`, compute `log_softmax` stably whatever surrounds
+# them, and get the true loss, 200, and the true gradient. The same holds for the other stable
+# forms:
 
 # %%
 big = tf.constant([100.0, 101.0, 102.0])
@@ -549,7 +692,7 @@ print("log(1 + exp(100)):", tf.math.log(1.0 + tf.exp(tf.constant(100.0))).numpy(
       " softplus(100):", tf.math.softplus(tf.constant(100.0)).numpy())  # inf vs 100
 
 # %% [markdown]
-# ## Find the op that made the NaN
+# ## Find the op that made the NaN · 找出产生 NaN 的运算
 #
 # ### `tf.debugging.enable_check_numerics`
 #
@@ -589,49 +732,46 @@ print("gradient of sum(sqrt(x²)) at [-4, 0, 4]:", tape.gradient(out, xs_var).nu
 #
 # `tf.debugging.experimental.enable_dump_debug_info(folder)` records, instead of raising,
 # every eagerly executed op and function call, the graphs, the source files and stack traces,
-# and a summary of the tensors computed inside the traced graph. We write it to a temporary folder:
+# and a summary of every tensor computed inside a traced graph. What it can summarise depends
+# on where the tape is. In `fit` (and in `gl.make_train_step`) the tape sits *inside* the
+# `tf.function`, so the backward ops are part of the traced graph too. We write two dumps to
+# temporary folders, one with the tape outside the function and one with it inside:
 
 # %%
-dump_dir = tempfile.mkdtemp(prefix="gradlab-dbg-")
-tf.debugging.experimental.enable_dump_debug_info(dump_dir, tensor_debug_mode="CONCISE_HEALTH",
-                                                 circular_buffer_size=-1)
-with tf.GradientTape() as tape:
-    out = tf.function(lambda: tf.reduce_sum(where_sqrt(xs_var)))()
-tape.gradient(out, xs_var)
-tf.debugging.experimental.disable_dump_debug_info()
-print(sorted(name.rsplit(".", 1)[-1] for name in os.listdir(dump_dir)))
+def dump(run, prefix):
+    folder = tempfile.mkdtemp(prefix=prefix)
+    tf.debugging.experimental.enable_dump_debug_info(folder, tensor_debug_mode="CONCISE_HEALTH",
+                                                     circular_buffer_size=-1)
+    run()
+    tf.debugging.experimental.disable_dump_debug_info()
+    return folder
+
+
+def tape_outside():
+    with tf.GradientTape() as tape:
+        out = tf.function(lambda: tf.reduce_sum(where_sqrt(xs_var)))()
+    tape.gradient(out, xs_var)
+
+
+@tf.function
+def tape_inside():  # as in fit: forward and backward in one graph
+    with tf.GradientTape() as tape:
+        out = tf.reduce_sum(where_sqrt(xs_var))
+    return tape.gradient(out, xs_var)
+
+
+dumps = {"tape outside": dump(tape_outside, "gradlab-dbg-out-"), "tape inside": dump(tape_inside, "gradlab-dbg-in-")}
+print(sorted(name.rsplit(".", 1)[-1] for name in os.listdir(dumps["tape inside"])))
 
 # %% [markdown]
-# Each file is a stream of `DebugEvent` protocol buffers. With `CONCISE_HEALTH` the record of
-# each tensor is `[tensor id, elements, -inf count, +inf count, NaN count]`:
-
-# %%
-from tensorflow.core.protobuf import debug_event_pb2  # noqa: E402
-
-traces = next(name for name in os.listdir(dump_dir) if name.endswith(".graph_execution_traces"))
-for record in tf.data.TFRecordDataset(os.path.join(dump_dir, traces)):
-    trace = debug_event_pb2.DebugEvent.FromString(record.numpy()).graph_execution_trace
-    health = tf.make_ndarray(trace.tensor_proto)
-    print(f"{trace.op_name:22s} elements {int(health[1])}  -inf {int(health[2])}  +inf {int(health[3])}  "
-          f"NaN {int(health[4])}")
-execution = next(name for name in os.listdir(dump_dir) if name.endswith(".execution"))
-calls = [debug_event_pb2.DebugEvent.FromString(r.numpy()).execution.op_type
-         for r in tf.data.TFRecordDataset(os.path.join(dump_dir, execution))]
-print("function calls:", [name[: name.index("<lambda>") + len("<lambda>")] for name in calls])
-
-# %% [markdown]
-# The `Pow` row has 1 NaN. All eight rows are ops of the *forward* function: the backward
-# function that `tape.gradient` ran appears in the `execution` file as one call, but its
-# tensors get no rows here, so this dump shows where the forward NaN is born, not how the
-# gradient became NaN (`find_nonfinite_source` above covers the backward pass). To browse such a dump, run `tensorboard --logdir <folder>` and
-# open the **Debugger V2** tab: it lists the alerts (the first NaN or inf and the op that
-# produced it), the graph, and the line of your source that created each op. The
-# `FULL_HEALTH` mode records more per tensor; `NO_TENSOR` only which ops ran. We delete the
-# folder:
-
-# %%
-shutil.rmtree(dump_dir)
-print("removed:", not os.path.exists(dump_dir))  # True
+# To browse a dump, run `tensorboard --logdir <folder>` and open the **Debugger V2** tab: it
+# lists the alerts (the first NaN or inf and the op that produced it), the graphs, and the
+# line of your source that created each op. With `CONCISE_HEALTH` each traced tensor gets a
+# record of its element count and its -inf, +inf and NaN counts; `FULL_HEALTH` records more,
+# `NO_TENSOR` only which ops ran. The optional [appendix](#Appendix:-read-a-Debugger-V2-dump-by-hand-·-附录：手动读取调试转储)
+# reads these two dumps without TensorBoard: with the tape outside the function only the 8
+# forward ops have records (the `Pow` with 1 NaN); with the tape inside, the backward ops
+# `gradient_tape/pow/...` have records too, and their NaNs show how the gradient became NaN.
 
 # %% [markdown]
 # ### `keras.callbacks.TerminateOnNaN`
@@ -654,7 +794,7 @@ print("epochs run:", len(history.history["loss"]), "of 10; losses:",
 # It tells you *when*, not *where*: for that, use the tools above.
 
 # %% [markdown]
-# ## Write your own gradient with `tf.custom_gradient`
+# ## Write your own gradient with `tf.custom_gradient` · 自定义梯度
 #
 # `@tf.custom_gradient` wraps a function that returns its output *and* a function `grad(dy)`
 # that returns the gradient with respect to each input, given the upstream gradient `dy`.
@@ -805,21 +945,63 @@ for label, call in calls.items():
 # is enabled." **Rule:** pass tensors to a custom-gradient function positionally.
 
 # %% [markdown]
-# ## Summary
+# ## Summary · 总结
 #
 # | Message or trap | What this chapter showed | Fix |
 # |---|---|---|
 # | "No gradients provided for any variable." | `tf.round` in the loss: every gradient `None`, `apply_gradients` raises `ValueError`. | Round only outside the loss, or a straight-through gradient. |
 # | "Gradients do not exist for variables [...] when minimizing the loss." | A layer built but not used in `call`: a `UserWarning`, the others train. | Use the layer (or delete it). |
 # | "None values not supported." | A `None` gradient reaching `tf.clip_by_norm` inside `tf.function`; eagerly "Attempt to convert a value (None)...". | Repair the cause of the `None`; skipping pairs hides it. |
-# | `IndexedSlices` to dense | 4 lookups: 1 KB of slices against a 12.8 MB dense gradient. TF 2.21 no longer warns for an unknown shape, only at ≥ 1e8 elements while tracing. | Keep the gradient sparse until the optimizer. |
+# | `IndexedSlices` to dense | 4 lookups: 1 KB of slices against a 12.8 MB dense gradient. TF 2.21 no longer warns for an unknown shape, only at ≥ 1e8 elements while tracing. Plain SGD updates only the rows read; momentum and Adam also move rows read earlier, weight decay every row. | Keep the gradient sparse until the optimizer. |
 # | Ops that cut the path | `argmax`, `round`, `floor`, integer casts, comparisons: `None`; `sign`: zeros; `stop_gradient`, `stop_recording`, `watch_accessed_variables=False`, frozen layers (frozen BatchNorm also stops its statistics). | Train on a differentiable surrogate (logits, cross-entropy). |
 # | NumPy round-trip | `.numpy()`/`np.*` in the forward pass: `None` eagerly, an error in `tf.function`. | Use `tf.*` or `keras.ops.*`. |
 # | `sqrt`, `x ** 0.5`, `log`, `1/x`, `tf.norm` at 0 | Infinite or NaN derivatives at 0. | An epsilon, `divide_no_nan`, or the double where. |
-# | The `tf.where` trap | `tf.where(x > 0, x ** 0.5, 0.)`: finite loss, NaN gradient at -4 and 0, eager and graph; also with `log` and `1/x`, but no longer with `tf.sqrt`, `rsqrt`, `reciprocal` in TF 2.21. | The double where. |
-# | Log of a softmax | `inf` and NaN gradients; Keras on probabilities: finite but a zero gradient. | `from_logits=True`, `softplus`, `log1p`, `reduce_logsumexp`. |
-# | Finding the op | `enable_check_numerics` names the `Pow`; Debugger V2 records its NaN count for TensorBoard; `TerminateOnNaN` stops `fit`. | `gl.find_nonfinite_source`, `gl.inspect_training_step`. |
+# | The `tf.where` trap | `tf.where(x > 0, x ** 0.5, 0.)`: finite loss, NaN gradient at -4 and 0, eager and graph; `log` and `1/x` at 0; `tf.sqrt`, `rsqrt`, `reciprocal` only under XLA (`jit_compile=True`, and Keras's `compile()` default on a GPU machine). | The double where. |
+# | Log of a softmax | `inf` and NaN gradients; Keras on `tf.nn.softmax` probabilities: 16.1 with a zero gradient eagerly, the stable 200 and `[-1, 1]` inside `tf.function` (Keras finds the `Softmax` op), stuck again if anything sits between. | `from_logits=True`, `softplus`, `log1p`, `reduce_logsumexp`. |
+# | Finding the op | `enable_check_numerics` names the `Pow`; Debugger V2 records NaN counts for TensorBoard (the backward ops only when the tape is inside the `tf.function`, as in `fit`); `TerminateOnNaN` stops `fit`. | `gl.find_nonfinite_source`, `gl.inspect_training_step`. |
 # | `tf.custom_gradient` | Straight-through `sign`, stable and clipped backward passes; `grad(dy, variables=None)` is required with variables; keyword arguments skip the custom gradient eagerly and raise in a graph. | Pass tensors positionally. |
+
+# %% [markdown]
+# ## Appendix: read a Debugger V2 dump by hand · 附录：手动读取调试转储
+#
+# Optional: TensorBoard reads the dump for you; this is what it reads. Each file of the dump folder is
+# a stream of `DebugEvent` protocol buffers (records of a TFRecord file). With
+# `CONCISE_HEALTH`, the record of each traced tensor is `[tensor id, elements, -inf count,
+# +inf count, NaN count]`. The rows of the two dumps made in the Debugger V2 section, one line
+# per op that produced a tensor:
+
+# %%
+from tensorflow.core.protobuf import debug_event_pb2  # noqa: E402
+
+
+def health_rows(folder):
+    traces = next(name for name in os.listdir(folder) if name.endswith(".graph_execution_traces"))
+    rows = []
+    for record in tf.data.TFRecordDataset(os.path.join(folder, traces)):
+        trace = debug_event_pb2.DebugEvent.FromString(record.numpy()).graph_execution_trace
+        health = tf.make_ndarray(trace.tensor_proto)
+        rows.append((trace.op_name, *(int(v) for v in health[1:5])))
+    return rows
+
+
+for label, folder in dumps.items():
+    rows = health_rows(folder)
+    print(f"{label}: {len(rows)} rows")
+    for op_name, elements, minus_inf, plus_inf, nan in rows:
+        if minus_inf or plus_inf or nan or op_name in ("pow", "SelectV2"):
+            print(f"    {op_name:26s} elements {elements}  -inf {minus_inf}  +inf {plus_inf}  NaN {nan}")
+
+# %% [markdown]
+# With the tape outside, the backward function that `tape.gradient` ran appears in the
+# `execution` file as one call, but its tensors get no rows: the dump shows where the forward
+# NaN is born, not how the gradient became NaN. With the tape inside, the `Pow` of the
+# backward pass (`gradient_tape/pow/Pow`, $x^{-0.5}$: +inf at 0, NaN at -4) and the multiply
+# after it carry the NaNs into the gradient. We delete the folders:
+
+# %%
+for folder in dumps.values():
+    shutil.rmtree(folder)
+print("removed:", not any(os.path.exists(folder) for folder in dumps.values()))  # True
 
 # %% [markdown]
 # ## Exercises

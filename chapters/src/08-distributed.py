@@ -23,18 +23,23 @@
 # So this chapter asks gradlab for the split: the environment variable
 # `GRADLAB_LOGICAL_CPUS` is read by `import gradlab` just before that first op. It must be
 # set before the first `import gradlab` of the kernel (after a kernel restart, if another
-# chapter ran in it).
+# chapter ran in it). The second variable quiets TensorFlow's C++ log down to fatal errors:
+# a batch that does not split evenly over the replicas (a section below needs one) makes
+# TF 2.21 log a harmless `NodeDef mentions attribute use_unbounded_threadpool` error line.
 
 # %%
 import os
 
 os.environ["GRADLAB_LOGICAL_CPUS"] = "2"  # before the first `import gradlab`
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"  # TensorFlow's C++ log: keep even its ERROR lines out (see below)
 
 import gradlab as gl  # noqa: E402,I001  (first: it imports TensorFlow quietly)
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
+from pathlib import Path  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from gradlab.exercises import ch08  # noqa: E402
+from gradlab.plots.replicas import plot_clip_placement  # noqa: E402
 
 gl.setup(seed=0)
 SGD = keras.optimizers.SGD
@@ -56,7 +61,7 @@ tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfigur
 print("two devices again: accepted;", len(tf.config.list_logical_devices("CPU")), "logical CPUs")  # 2
 
 # %% [markdown]
-# ## Mirror a model on two devices
+# ## Mirror a model on two devices · 在两个设备上镜像模型
 #
 # `MirroredStrategy` keeps one copy of every variable on each device ("replica") and
 # keeps the copies equal: each replica computes gradients on its share of the batch, the
@@ -68,20 +73,20 @@ print("two devices again: accepted;", len(tf.config.list_logical_devices("CPU"))
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 print("replicas:", strategy.num_replicas_in_sync)  # 2
 
-x, y = gl.toy_data(n=32)  # one global batch of 32 examples, 4 features
+x, y = gl.distribute.toy_data(n=32)  # one global batch of 32 examples, 4 features
 with strategy.scope():
-    model = gl.toy_model(seed=0)  # Dense(16, tanh) -> Dense(1), seeded weights
+    model = gl.distribute.toy_model(seed=0)  # Dense(16, tanh) -> Dense(1), seeded weights
 print(type(model.layers[0].kernel.value).__name__)  # a variable with one copy per replica
 print("x:", x.shape, "y:", y.shape)
 
 # %% [markdown]
-# `gl.mirrored_strategy(2)` builds the same strategy, and says what to do when the devices
-# are missing. `gl.split_batch(strategy, x, y)` gives replica *i* rows
+# `gl.distribute.mirrored_strategy(2)` builds the same strategy, and says what to do when the devices
+# are missing. `gl.distribute.split_batch(strategy, x, y)` gives replica *i* rows
 # `16*i ... 16*i + 15` of the global batch, so every number below can be checked against
 # one device running the whole batch.
 
 # %% [markdown]
-# ## Scale the loss by the global batch
+# ## Scale the loss by the global batch · 按全局批量缩放损失
 #
 # On one device the loss is the mean over the batch of $B = 32$ examples. Under a strategy
 # each replica sees $B/2 = 16$ of them. If each replica takes the mean *of its own share*
@@ -110,7 +115,7 @@ def gradient_on_replicas(dist_x, dist_y, global_mean):
     return [strategy.experimental_local_results(g)[0] for g in summed]  # same on every replica
 
 
-dist_x, dist_y = gl.split_batch(strategy, x, y)
+dist_x, dist_y = gl.core.split_batch(strategy, x, y)
 with tf.GradientTape() as tape:  # the reference: one device, the whole batch
     loss = tf.reduce_mean(tf.square(y - model(x)))
 single = tape.gradient(loss, variables)
@@ -122,11 +127,11 @@ for global_mean in (True, False):
     print(f"{label:<24} gradient norm / one-device norm = {float(ratio):.4f}")  # 1, then 2
 
 # %% [markdown]
-# `gl.compare_loss_scaling` packages the same measurement (norms in float64, and the
+# `gl.distribute.compare_loss_scaling` packages the same measurement (norms in float64, and the
 # largest element-wise error against the single-device gradient):
 
 # %%
-scaling = gl.compare_loss_scaling(strategy, model, x, y)
+scaling = gl.distribute.compare_loss_scaling(strategy, model, x, y)
 print(scaling)
 
 # %% [markdown]
@@ -147,11 +152,77 @@ for name, make in (("SGD(0.1)", lambda: SGD(0.1)), ("Adam(0.01)", lambda: keras.
 # %% [markdown]
 # That is why the bug can go unnoticed for a long time with Adam, and appears when someone
 # switches to SGD or changes the number of devices with a learning-rate schedule tuned for
-# another. Keras 3's `fit` scales correctly by itself: each replica's loss is divided by
-# the number of replicas (the next sections compare `fit` with one device).
+# another.
+#
+# Keras 3's `fit` takes each replica's mean loss and divides it by the number of replicas
+# (`scale_loss_for_distribution` in `keras/src/losses/loss.py`). That equals the global-batch
+# mean only when every replica gets the same number of examples. The last batch of an epoch
+# is smaller when the batch size does not divide the data; split over the replicas, it can
+# leave them unequal shares. `fit` on one device and under the strategy, batches of 16, 2
+# epochs, with 32, 33 and 34 examples (33 ends each epoch with a batch of 1, which one replica
+# gets alone; 34 with a batch of 2, one example each):
+
+# %%
+def difference(d: float) -> str:
+    """A weight difference as printed here: float rounding (below 1e-6) is not worth its digits."""
+    return "< 1e-6 (float rounding)" if d < 1e-6 else f"{d:.2g}"
+
+
+for n in (32, 33, 34):
+    xn, yn = gl.distribute.toy_data(n=n)
+    run = gl.distribute.compare_fit(strategy, xn, yn, lambda: SGD(0.1))
+    print(f"{n} examples: max |w_one_device - w_distributed| = {difference(run.max_abs_difference)}"
+          f"  (weight norm {run.weight_norm:.3g})")
 
 # %% [markdown]
-# ## Clip after the all-reduce
+# With 33 examples the weights differ from one device by 0.023 (of a weight norm of 2.9).
+# The last batch holds one example, and one replica gets it alone: that replica's mean is
+# that example's loss, divided by 2 replicas, and the empty replica adds 0. So the step on
+# that batch is half the one-device step. One epoch under the strategy against one device
+# that takes its last step at half the learning rate:
+
+# %%
+x33, y33 = gl.distribute.toy_data(n=33)
+with strategy.scope():
+    distributed = gl.distribute.toy_model(seed=0)
+    distributed.compile(optimizer=SGD(0.1), loss="mse")
+distributed.fit(x33, y33, batch_size=16, epochs=1, shuffle=False, verbose=0)
+weights_distributed = [v.numpy() for v in distributed.trainable_variables]
+for last_lr in (0.1, 0.05):
+    one = gl.distribute.toy_model(seed=0)
+    one.compile(optimizer=SGD(0.1), loss="mse")
+    one.fit(x33[:32], y33[:32], batch_size=16, epochs=1, shuffle=False, verbose=0)  # the two full batches
+    with tf.GradientTape() as tape:
+        last_loss = tf.reduce_mean(tf.square(one(x33[32:]) - y33[32:]))  # the one-example batch
+    for v, g in zip(one.trainable_variables, tape.gradient(last_loss, one.trainable_variables), strict=True):
+        v.assign_sub(last_lr * g)
+    d = gl.distribute.max_abs_difference([v.numpy() for v in one.trainable_variables], weights_distributed)
+    print(f"one device, last step at lr {last_lr}: max |w - w_distributed| = {difference(d)}")
+
+# %% [markdown]
+# Give every replica an equal share: drop the remainder
+# (`tf.data.Dataset.batch(..., drop_remainder=True)`), or choose a dataset size and batch size
+# that the number of replicas divides. In a custom loop, divide by the true global batch with
+# `tf.nn.compute_average_loss` as above, and for a ragged last batch pass its real size.
+
+# %%
+def fit_dataset(where, drop_remainder: bool):
+    with where.scope():
+        m = gl.distribute.toy_model(seed=0)
+        m.compile(optimizer=SGD(0.1), loss="mse")
+    data = tf.data.Dataset.from_tensor_slices((x33, y33)).batch(16, drop_remainder=drop_remainder)
+    m.fit(data, epochs=2, shuffle=False, verbose=0)
+    return [v.numpy() for v in m.trainable_variables]
+
+
+for drop in (False, True):
+    one_device = fit_dataset(tf.distribute.get_strategy(), drop)
+    two_replicas = fit_dataset(strategy, drop)
+    print(f"33 examples, drop_remainder={drop!s:5}: max |w_one_device - w_distributed| = "
+          f"{difference(gl.distribute.max_abs_difference(one_device, two_replicas))}")
+
+# %% [markdown]
+# ## Clip after the all-reduce · 在全归约之后裁剪
 #
 # Global-norm clipping rescales the gradient when its norm exceeds `clip_norm`. On one
 # device the gradient is one vector. Across replicas, each replica holds only a part of it.
@@ -160,7 +231,7 @@ for name, make in (("SGD(0.1)", lambda: SGD(0.1)), ("Adam(0.01)", lambda: keras.
 # replica's own norm is a different number:
 
 # %%
-local, summed = gl.replica_gradients(strategy, model, x, y)
+local, summed = gl.distribute.replica_gradients(strategy, model, x, y)
 print("global norm, one device:         ", f"{float(tf.linalg.global_norm(single)):.4g}")
 print("global norm of the summed grads: ", f"{float(tf.linalg.global_norm(summed)):.4g}")
 for i, grads in enumerate(local):
@@ -172,7 +243,7 @@ for i, grads in enumerate(local):
 # points in a slightly different direction than the single-device one (a cosine below 1):
 
 # %%
-clipping = gl.compare_clipping(strategy, model, x, y, clip_norm=0.5)
+clipping = gl.distribute.compare_clipping(strategy, model, x, y, clip_norm=0.5)
 print(clipping)
 clip_before = [tf.add_n(parts) for parts in zip(*[tf.clip_by_global_norm(g, 0.5)[0] for g in local])]
 cosine = sum(float(tf.reduce_sum(a * b)) for a, b in zip(clip_before, single)) / (
@@ -180,14 +251,24 @@ cosine = sum(float(tf.reduce_sum(a * b)) for a, b in zip(clip_before, single)) /
 print(f"cosine(clip before the all-reduce, one-device gradient) = {cosine:.4f}")
 
 # %% [markdown]
-# ## What `clipnorm` and `global_clipnorm` do under `fit`
+# The same vectors in a picture. Each replica's gradient is one vector (all its tensors
+# together); the plane through the two replica gradients contains every vector drawn, so
+# lengths and angles are true. Replica 0's gradient (norm 0.44) is inside the circle of
+# radius 0.5 and is not clipped, replica 1's (0.96) is shortened to 0.5, and their sum points
+# off the one-device direction and is longer than 0.5:
+
+# %%
+plot_clip_placement(local, 0.5)
+
+# %% [markdown]
+# ## What `clipnorm` and `global_clipnorm` do under `fit` · `fit` 中的裁剪参数
 #
 # Older `tf.keras` releases (TensorFlow 2.2, for example) refused optimizer clipping under a
 # strategy: "Gradient clipping in the optimizer (by setting clipnorm or clipvalue) is
 # currently unsupported when using a distribution strategy". The TensorFlow team explained why
 # ([tensorflow#33929](https://github.com/tensorflow/tensorflow/issues/33929)): the
 # optimizer clipped *before* aggregating, "usually wrong". Keras 3 accepts the arguments.
-# Does it clip in the right place? `gl.compare_fit` runs `fit` twice from the same start
+# Does it clip in the right place? `gl.distribute.compare_fit` runs `fit` twice from the same start
 # on the same batches of 16, on one device and under the strategy, and prints the largest
 # weight difference after 2 epochs (4 steps):
 
@@ -199,7 +280,7 @@ runs = {
     "SGD, global_clipnorm=100": lambda: SGD(0.1, global_clipnorm=100.0),
 }
 for label, optimizer in runs.items():
-    print(gl.compare_fit(strategy, x, y, optimizer, label=label))
+    print(gl.distribute.compare_fit(strategy, x, y, optimizer, label=label))
 
 # %% [markdown]
 # Without clipping, `fit` under the strategy matches one device to float rounding. So does a
@@ -227,10 +308,10 @@ for method in (SGD._backend_apply_gradients, SGD._backend_update_step):
 
 # %%
 def grad_norm_model():
-    return gl.GradNormSequential(gl.toy_model().layers, clip_global_norm=0.5)
+    return gl.GradNormSequential(gl.distribute.toy_model().layers, clip_global_norm=0.5)
 
 
-print(gl.compare_fit(strategy, x, y, lambda: SGD(0.1), label="GradNormSequential(clip 0.5)",
+print(gl.distribute.compare_fit(strategy, x, y, lambda: SGD(0.1), label="GradNormSequential(clip 0.5)",
                      make_model=grad_norm_model))
 histories = {}
 for name, where in (("one device", tf.distribute.get_strategy()), ("2 replicas", strategy)):
@@ -242,23 +323,23 @@ for name, where in (("one device", tf.distribute.get_strategy()), ("2 replicas",
           f"grad_norm of each epoch's last batch {np.round(h['grad_norm'], 4)}")
 
 # %% [markdown]
-# ## Use gradlab's training step under a strategy
+# ## Use gradlab's training step under a strategy · 在分布式策略下使用 gradlab 的训练步
 #
 # `gl.make_train_step` (chapter 03) also works with a model built in `strategy.scope()`: it
 # runs the step on every replica with `strategy.run`, splits a global batch evenly, divides
 # each replica's loss by the number of replicas, and clips after the all-reduce.
-# `gl.train_toy` runs three steps of it with SGD(0.1) and `clip_global_norm=0.5`:
+# `gl.distribute.train_toy` runs three steps of it with SGD(0.1) and `clip_global_norm=0.5`:
 
 # %%
-one = gl.train_toy(None, steps=3)
-two = gl.train_toy(strategy, steps=3)
+one = gl.distribute.train_toy(None, steps=3)
+two = gl.distribute.train_toy(strategy, steps=3)
 print("one device losses:", np.round(one["losses"], 4), "norms:", np.round(one["grad_norms"], 4))
 print("2 replicas losses:", np.round(two["losses"], 4), "norms:", np.round(two["grad_norms"], 4))
-diff = gl.max_abs_difference(one["weights"], two["weights"])
-print(f"max |w_one_device - w_2_replicas| = {diff:.1g}")  # float rounding
+diff = gl.distribute.max_abs_difference(one["weights"], two["weights"])
+print(f"max |w_one_device - w_2_replicas| = {difference(diff)}")
 
 # %% [markdown]
-# ## Accumulate gradients
+# ## Accumulate gradients · 梯度累积
 #
 # When a batch does not fit in memory, Keras 3 can add the gradients of several smaller
 # batches and apply their mean: `gradient_accumulation_steps=k` on the optimizer updates
@@ -267,7 +348,7 @@ print(f"max |w_one_device - w_2_replicas| = {diff:.1g}")  # float rounding
 
 # %%
 for name, opt in (("SGD", lambda **kw: SGD(0.1, **kw)), ("Adam", lambda **kw: keras.optimizers.Adam(0.01, **kw))):
-    print(f"{name:<5}", gl.compare_accumulation(x, y, opt, steps=2))
+    print(f"{name:<5}", gl.distribute.compare_accumulation(x, y, opt, steps=2))
 
 # %% [markdown]
 # Under `MirroredStrategy`, Keras 3.15 cannot run it: the optimizer chooses between
@@ -277,7 +358,7 @@ for name, opt in (("SGD", lambda **kw: SGD(0.1, **kw)), ("Adam", lambda **kw: ke
 # ([keras#17429](https://github.com/keras-team/keras/issues/17429)):
 
 # %%
-print(gl.compare_accumulation(x, y, lambda **kw: SGD(0.1, **kw), steps=2, strategy=strategy))
+print(gl.distribute.compare_accumulation(x, y, lambda **kw: SGD(0.1, **kw), steps=2, strategy=strategy))
 
 # %% [markdown]
 # Under a strategy, the replicas themselves are an accumulation: a global batch of 32 split
@@ -287,7 +368,7 @@ print(gl.compare_accumulation(x, y, lambda **kw: SGD(0.1, **kw), steps=2, strate
 # k steps, with the choice made outside the function that `strategy.run` runs per replica.
 
 # %% [markdown]
-# ## Train with two real workers
+# ## Train with two real workers · 用两个真实进程训练
 #
 # `MultiWorkerMirroredStrategy` does the same across processes, usually on different
 # machines. Each process reads its place in the cluster from the environment variable
@@ -301,16 +382,16 @@ tf_config = {"cluster": {"worker": ["127.0.0.1:20000", "127.0.0.1:20001"]},
 print(json.dumps(tf_config))
 
 # %% [markdown]
-# `gl.run_workers(2)` starts two Python processes on this machine (127.0.0.1, two free
+# `gl.distribute.run_workers(2)` starts two Python processes on this machine (127.0.0.1, two free
 # ports), each running `gradlab/distribute_worker.py` with its own `TF_CONFIG`. Each worker
 # creates `tf.distribute.MultiWorkerMirroredStrategy()` *before* running any op (collective
 # ops must be configured at program start, so the script creates the strategy before
-# it imports gradlab, whose import runs an op), runs `gl.train_toy` on its half of every
+# it imports gradlab, whose import runs an op), runs `gl.distribute.train_toy` on its half of every
 # global batch of 16, and prints its losses, gradient norms and final weights as JSON. The workers are killed if they take
 # longer than the timeout. Then the same training runs here, in one process on one device:
 
 # %%
-workers = gl.run_workers(2, steps=3, timeout=120)
+workers = gl.distribute.run_workers(2, steps=3, timeout=120)
 print(workers)
 
 # %% [markdown]
@@ -319,14 +400,77 @@ print(workers)
 # is the whole-batch gradient, added in a different order.
 
 # %% [markdown]
-# ## What changes at larger scale
+# ## What changes at larger scale · 更大规模时的变化
 #
-# Nothing here needs a GPU, but everything carries over:
+# Nothing here needs a GPU, but everything carries over, with one trap that shows up only
+# with mixed precision.
+#
+# ### Dynamic loss scaling looks at one replica
+#
+# With `mixed_float16`, `LossScaleOptimizer.apply_gradients` checks whether the gradients are
+# finite: if they are, it unscales and applies them; if not, it skips the step and halves the
+# scale (chapter 05). Under `MirroredStrategy` each replica hands it its *own* gradients (the
+# inner optimizer all-reduces them later, in the update step), and Keras 3.15 decides from the
+# first replica's alone. One replica's gradient holds an inf, the other's is finite
+# ($2^{14}$ in each element); the inf is on replica 0, then on replica 1, inside a
+# `tf.function` as in `fit`, on the two logical CPUs:
+
+# %%
+def lso_step(bad_replica):
+    with strategy.scope():
+        v = keras.Variable([1.0, 2.0])
+        lso = keras.mixed_precision.LossScaleOptimizer(SGD(1.0))
+        lso.build([v])
+
+    @tf.function
+    def step():
+        def replica_fn():
+            replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+            g = tf.where(tf.equal(replica, bad_replica), tf.constant([np.inf, 1.0]), tf.constant([16384.0, 16384.0]))
+            lso.apply_gradients([(g, v)])
+
+        strategy.run(replica_fn)
+
+    step()
+    weights = [w.numpy() for w in strategy.experimental_local_results(v.value)]
+    return weights, int(lso.iterations.numpy()), float(lso.dynamic_scale.numpy())
+
+
+for bad in (0, 1):
+    weights, steps, scale = lso_step(bad)
+    print(f"inf on replica {bad}: weights on the replicas {[np.round(w, 4).tolist() for w in weights]}, "
+          f"steps {steps}, scale {scale:g}")
+
+# %% [markdown]
+# With the inf on replica 0 the step is skipped and the scale halves, as on one device. With
+# the inf on replica 1 the check passes, the sum of the two replicas' gradients holds the inf,
+# and it is applied: the first weight becomes `-inf` on both replicas, the second moves by
+# $(1 + 2^{14})/2^{15} \approx 0.5$, the step counts, and the scale stays.
+# Under `fit` the replicas' shares differ, so replica 1 can overflow while replica 0 does not.
+# The source says why:
+
+# %%
+lso_source = Path(keras.__file__).parent / "src" / "optimizers" / "loss_scale_optimizer.py"
+lso_lines = lso_source.read_text().splitlines()
+start = next(i for i, line in enumerate(lso_lines) if "def _handle_cross_replica" in line)
+print(f"keras/src/optimizers/loss_scale_optimizer.py, lines {start + 1}-{start + 12}:")
+for number in range(start, start + 12):
+    print(f"{number + 1:6d}  {lso_lines[number].rstrip()}")
+
+# %% [markdown]
+# The comment assumes that `grads` were already all-reduced, which is not what `fit` and
+# `apply_gradients` hand it. In a custom loop, all-reduce first and give every replica its
+# share of the sum, so that replica 0's check sees the global gradient: `gl.make_train_step`
+# does that (it sums the replicas' gradients, then hands each replica the sum divided by the
+# number of replicas).
+#
+# ### Other scales
 #
 # - **GPUs.** `MirroredStrategy()` without arguments takes every visible GPU and all-reduces
 #   with NCCL. Loss scaling and clipping are exactly as above; with mixed precision, Keras'
 #   `LossScaleOptimizer` multiplies the loss by a dynamic factor on top (the
-#   [distributed training guide](https://www.tensorflow.org/guide/distributed_training)).
+#   [distributed training guide](https://www.tensorflow.org/guide/distributed_training)),
+#   with the one-replica check above.
 # - **Many machines.** `MultiWorkerMirroredStrategy` as in the last section, with one
 #   `TF_CONFIG` per machine; the global batch grows with the number of workers, and the
 #   learning rate is usually scaled with it, with a warm-up (Goyal et al., 2017,
@@ -346,12 +490,16 @@ print(workers)
 #   is clipped and applied alone.
 
 # %% [markdown]
-# ## Summary
+# ## Summary · 总结
 #
 # - A strategy splits the global batch over replicas and sums their gradients. For the
 #   sum to be the single-device gradient, each replica's loss must be its sum over the
 #   *global* batch size (`tf.nn.compute_average_loss`); a per-replica mean makes gradients
-#   as many times too large as there are replicas. Keras 3's `fit` scales correctly.
+#   as many times too large as there are replicas. Keras 3's `fit` divides each replica's mean
+#   by the number of replicas, which is right only when every replica gets as many examples
+#   (33 examples in batches of 16: weights 0.023 off; `drop_remainder=True` fixes it).
+# - Under `MirroredStrategy`, Keras 3.15's `LossScaleOptimizer` decides from replica 0's
+#   gradients alone: an inf on replica 1 is applied (`-inf` weights) instead of skipped.
 # - Clip after the all-reduce: the global norm of the summed gradients is the single-device
 #   norm. Keras 3.15's `clipnorm` and `global_clipnorm` clip per replica, before the sum, so
 #   `fit` with a binding clip differs from one device; `gl.GradNormSequential` and
