@@ -58,7 +58,9 @@ def test_computation_modules_do_not_import_ipywidgets():
     proc = run_python(
         "import sys, gradlab, gradlab.grads, gradlab.jacobians, gradlab.tracing, gradlab.checks, "
         "gradlab.diagnostics, gradlab.plots, gradlab.core, gradlab.causes, gradlab.engine, "
-        "gradlab.mlp, gradlab.presets, gradlab.recurrent, gradlab.distribute, "
+        "gradlab.mlp, gradlab.presets, gradlab.recurrent, gradlab.distribute, gradlab.verdict, gradlab.report, "
+        "gradlab.rules, gradlab.training, gradlab.fit, gradlab.rnn_theory, gradlab.jacobian_timing, "
+        "gradlab.session, gradlab.core.loss, gradlab.core.state, "
         "gradlab.exercises.ch00, gradlab.exercises.ch01, gradlab.exercises.ch02, gradlab.exercises.ch03, "
         "gradlab.exercises.ch04, gradlab.exercises.ch05, gradlab.exercises.ch06, gradlab.exercises.ch07, "
         "gradlab.exercises.ch08\n"
