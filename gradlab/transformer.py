@@ -375,6 +375,12 @@ def _block(x, w, pre, causal, key_dim):
     so is its gradient, so one traced function serves both norm positions.
     """
     attn, (g1, b1, g2, b2), (k1, c1, k2, c2) = w[:8], w[8:12], w[12:]
+    if isinstance(pre, (int, float)) and pre in (0, 1):   # a fixed position: only its own branch
+        if pre:
+            x = x + _attention(_layer_norm(x, g1, b1), attn, causal, key_dim)
+            return x + tf.nn.relu(_layer_norm(x, g2, b2) @ k1 + c1) @ k2 + c2
+        x = _layer_norm(x + _attention(x, attn, causal, key_dim), g1, b1)
+        return _layer_norm(x + tf.nn.relu(x @ k1 + c1) @ k2 + c2, g2, b2)
     post = 1.0 - pre
     s = x + _attention(pre * _layer_norm(x, g1, b1) + post * x, attn, causal, key_dim)
     x = pre * s + post * _layer_norm(s, g1, b1)
@@ -455,27 +461,68 @@ class TransformerGradientEngine:
                              "scale_embedding, seed")
         return build_transformer(num_layers, norm_position=norm_position, **{**self.model_kwargs, **overrides})
 
-    def _measure(self, x, y, num_layers, pre, token, multiplier, position, head, stacked):
+    def initial_weights(self, *, seed: int | None = None, embedding_initializer: str | None = None,
+                        scale_embedding: bool | None = None) -> dict:
+        """The initial weights of :meth:`model` as tensors, for :meth:`forward` (chapter 09's runs).
+
+        ``token`` and ``position`` embeddings, the embedding ``multiplier``, ``blocks`` (one
+        tensor per entry of :data:`BLOCK_WEIGHTS`, stacked over the ``max_layers`` blocks),
+        ``final`` (the final LayerNorm's gamma and beta) and ``head`` (the logits' kernel, bias).
+        """
+        kw = self.model_kwargs
+        seed = kw["seed"] if seed is None else seed
+        initializer = kw["embedding_initializer"] if embedding_initializer is None else embedding_initializer
+        scale = kw["scale_embedding"] if scale_embedding is None else scale_embedding
+        _check_model_args(1, kw["d_model"], kw["num_heads"], kw["ff_dim"], kw["vocab_size"], kw["seq_len"], "pre",
+                          initializer, scale, seed)
+        stacked, position, head = self._seed_weights(seed)
+        return {"token": self._token_embedding(initializer, seed), "position": position,
+                "multiplier": math.sqrt(kw["d_model"]) if scale else 1.0, "blocks": list(stacked),
+                "final": self._final, "head": (head, tf.zeros((kw["vocab_size"],)))}
+
+    def forward(self, x, weights: dict, num_layers, pre):
+        """Logits of the first ``num_layers`` blocks (a tensor is fine) and the stream's rms per block.
+
+        ``weights`` as :meth:`initial_weights` returns them (tensors or variables), ``pre`` 1.0
+        for pre-LN, 0.0 for post-LN. The same computation as :meth:`model`'s call. With
+        ``weights["block_list"]`` (one list of :data:`BLOCK_WEIGHTS` per block) instead of the
+        stacked ``blocks``, the blocks are unrolled (a fixed depth, faster to differentiate) and
+        the rms is not computed (``None``).
+        """
         causal, key_dim = self._causal, self._key_dim
+        h = tf.gather(weights["token"], x) * weights["multiplier"] + weights["position"]
+        if "block_list" in weights:
+            for w in weights["block_list"][:num_layers]:
+                h = _block(h, w, pre, causal, key_dim)
+            if isinstance(pre, (int, float)):
+                h = _layer_norm(h, *weights["final"]) if pre else h
+            else:
+                h = pre * _layer_norm(h, *weights["final"]) + (1.0 - pre) * h
+            return h @ weights["head"][0] + weights["head"][1], None
+        stacked = weights["blocks"]
+        rms = tf.TensorArray(tf.float32, size=self.max_layers + 1, clear_after_read=False)
+        rms = rms.write(0, tf.sqrt(tf.reduce_mean(tf.square(h))))
+
+        def body(i, h, rms):  # one block per iteration: traced once, whatever the depth
+            h = _block(h, [w[i] for w in stacked], pre, causal, key_dim)
+            return i + 1, h, rms.write(i + 1, tf.sqrt(tf.reduce_mean(tf.square(h))))
+
+        __, h, rms = tf.while_loop(lambda i, h, rms: i < num_layers, body, (0, h, rms),
+                                   maximum_iterations=self.max_layers)
+        h = pre * _layer_norm(h, *weights["final"]) + (1.0 - pre) * h
+        return h @ weights["head"][0] + weights["head"][1], rms.gather(tf.range(num_layers + 1))
+
+    def _measure(self, x, y, num_layers, pre, token, multiplier, position, head, stacked):
+        weights = {"token": token, "multiplier": multiplier, "position": position, "blocks": stacked,
+                   "final": self._final, "head": (head, 0.0)}          # the head's bias starts at 0
         with tf.GradientTape() as tape:
             tape.watch(stacked)
-            h = tf.gather(token, x) * multiplier + position
-            rms = tf.TensorArray(tf.float32, size=self.max_layers + 1, clear_after_read=False)
-            rms = rms.write(0, tf.sqrt(tf.reduce_mean(tf.square(h))))
-
-            def body(i, h, rms):  # one block per iteration: traced once, whatever the depth
-                h = _block(h, [w[i] for w in stacked], pre, causal, key_dim)
-                return i + 1, h, rms.write(i + 1, tf.sqrt(tf.reduce_mean(tf.square(h))))
-
-            __, h, rms = tf.while_loop(lambda i, h, rms: i < num_layers, body, (0, h, rms),
-                                       maximum_iterations=self.max_layers)
-            h = pre * _layer_norm(h, *self._final) + (1.0 - pre) * h
-            logits = h @ head                               # the head's bias starts at 0
+            logits, rms = self.forward(x, weights, num_layers, pre)
             loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
         grads = tape.gradient(loss, stacked)  # each (max_layers, ...): zero beyond the depth
         sq = [tf.reduce_sum(tf.reshape(tf.square(tf.cast(g, tf.float64)), [self.max_layers, -1]), axis=1)
               for g in grads]
-        return loss, tf.sqrt(tf.add_n(sq)), tf.sqrt(sq[_FFN_2]), rms.gather(tf.range(num_layers + 1))
+        return loss, tf.sqrt(tf.add_n(sq)), tf.sqrt(sq[_FFN_2]), rms
 
     def tracing_count(self) -> int:
         """How many times the engine's function has been traced (1 after the first report)."""

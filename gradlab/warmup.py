@@ -23,7 +23,7 @@ from . import core
 from ._env import quiet_import_tensorflow
 from ._validate import check_choice, check_int, check_positive
 from .i18n import _
-from .transformer import NORM_POSITIONS, build_transformer, markov_tokens
+from .transformer import MAX_LAYERS, NORM_POSITIONS, TransformerGradientEngine, markov_tokens
 
 tf = quiet_import_tensorflow()
 import keras  # noqa: E402
@@ -117,40 +117,73 @@ class TrainingCurve:
 class TrainingRuns:
     """Adam runs of one Transformer from the same initial weights on the same batches (chapter 09).
 
+    The model is :func:`gradlab.transformer.build_transformer`'s ``(num_layers, norm_position,
+    seed, **model_kwargs)``: its initial weights, and its forward pass as
+    :class:`gradlab.transformer.TransformerGradientEngine` writes it in plain TensorFlow (the
+    tests check both against the Keras model), held in variables that Keras's ``Adam`` updates
+    through :func:`gradlab.core.apply_update`. That keeps one run of a few hundred steps to a
+    few seconds; the learning rate of each step is an input of the one traced step.
     ``runs.run(learning_rate, warmup_steps=..., clip_norm=...)`` restores the initial weights,
-    resets Adam and trains ``steps`` steps (each on the next batch of the stream). Results are
-    cached per setting. A run that meets a non-finite loss or gradient stops there (the step
-    is not applied) and the rest of its curve is NaN.
+    resets Adam and trains ``steps`` steps, each on the next batch of a fixed stream of
+    :func:`gradlab.transformer.markov_tokens` batches; at the 1-based steps in ``outliers``
+    the batch's targets are uniform random tokens instead (a corrupted batch, the cause of a
+    loss spike in chapter 09). Results are cached per setting. A run
+    that meets a non-finite loss or gradient stops there (that step is not applied) and the
+    rest of its curve is NaN.
     """
 
     def __init__(self, num_layers: int = 6, norm_position: str = "pre", *, steps: int = 200,
-                 batch_size: int = 16, seed: int = 0, **model_kwargs):
+                 batch_size: int = 16, seed: int = 0, outliers=(), **model_kwargs):
         check_choice("norm_position", norm_position, NORM_POSITIONS)
         self.steps = check_int("steps", steps, 1, 100_000)
         self.batch_size = check_int("batch_size", batch_size, 1, 100_000)
-        self.model = build_transformer(num_layers, norm_position=norm_position, seed=seed, **model_kwargs)
-        self.model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-        seq_len, vocab = self.model.input_shape[1], self.model.output_shape[-1]
-        x, y = markov_tokens(self.steps * self.batch_size, seq_len, vocab, seed=seed + 1)
-        self.x = tf.constant(x.reshape(self.steps, self.batch_size, seq_len))
-        self.y = tf.constant(y.reshape(self.steps, self.batch_size, seq_len))
+        self.num_layers = check_int("num_layers", num_layers, 1, MAX_LAYERS)
+        self.norm_position = norm_position
+        unknown = set(model_kwargs) - {"d_model", "num_heads", "ff_dim", "vocab_size", "seq_len",
+                                       "embedding_initializer", "scale_embedding"}
+        if unknown:
+            raise ValueError(f"unknown keyword(s) {sorted(unknown)} for the model; allowed: those of "
+                             "gl.build_transformer")
+        self.model_kwargs = {**model_kwargs, "seed": seed}
+        self.engine = TransformerGradientEngine(max_layers=self.num_layers, batch_size=1, **self.model_kwargs)
+        kw = self.engine.model_kwargs
+        start = self.engine.initial_weights()
+        self._initial = [tf.convert_to_tensor(t) for t in _flat(start)]
+        self.variables = [tf.Variable(t, trainable=True) for t in self._initial]
+        self._weights = _unflat(start, self.variables)
+        x, y = markov_tokens(self.steps * self.batch_size, kw["seq_len"], kw["vocab_size"], seed=seed + 1)
+        y = y.reshape(self.steps, self.batch_size, kw["seq_len"])
+        self.outliers = tuple(check_int("outliers", at, 1, self.steps) for at in outliers)
+        for k, at in enumerate(self.outliers):   # an outlier batch: the same inputs, random targets
+            y[at - 1] = markov_tokens(self.batch_size, kw["seq_len"], kw["vocab_size"], targets="random",
+                                      seed=seed + 100 + k)[1]
+        self.x = tf.constant(x.reshape(self.steps, self.batch_size, kw["seq_len"]))
+        self.y = tf.constant(y)
         self.name = _("{position}-LN, {blocks} blocks").format(position=norm_position, blocks=num_layers)
         self.optimizer = keras.optimizers.Adam(0.0)
-        self.optimizer.build(self.model.trainable_variables)
-        self._initial = core.snapshot(self.model)
+        self.optimizer.build(self.variables)
         self._steps: dict = {}
         self._cache: dict = {}
 
+    def model(self):
+        """The Keras model these runs train (a fresh :func:`~gradlab.transformer.build_transformer`)."""
+        return self.engine.model(self.num_layers, self.norm_position)
+
+    def loss(self, x, y):
+        """The mean sparse cross-entropy of the current weights on ``(x, y)`` (a tensor)."""
+        logits, __ = self.engine.forward(x, self._weights, self.num_layers,
+                                         1.0 if self.norm_position == "pre" else 0.0)
+        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
+
     def _step(self, clip):
         if clip not in self._steps:
-            model, optimizer, variables = self.model, self.optimizer, self.model.trainable_variables
-            loss = core.resolve_loss(model)
+            optimizer, variables = self.optimizer, self.variables
 
             @tf.function
             def step(x, y, learning_rate):
                 optimizer.learning_rate = learning_rate
                 with tf.GradientTape() as tape:
-                    value = loss(x, y, model(x, training=True), True)
+                    value = self.loss(x, y)
                 grads = core.compute_gradients(tape, value, variables, optimizer)
                 out = core.apply_update(optimizer, grads, variables, clip=clip, check_finite=True)
                 return value, out["global_norm"], out["finite"]
@@ -160,6 +193,12 @@ class TrainingRuns:
 
     def tracing_count(self) -> int:
         return sum(int(f.experimental_get_tracing_count()) for f in self._steps.values())
+
+    def _reset(self) -> None:
+        for v, t in zip(self.variables, self._initial, strict=True):
+            v.assign(t)
+        for v in self.optimizer.variables:
+            v.assign(tf.zeros_like(v))
 
     def _key(self, learning_rate, warmup_steps, clip_norm, clip, steps):
         learning_rate = check_positive("learning_rate", learning_rate)
@@ -194,9 +233,7 @@ class TrainingRuns:
             return self._cache[key]
         schedule = warmup_schedule(learning_rate, warmup_steps, steps)
         rates = np.array([float(schedule(i)) for i in range(steps)], dtype=np.float64)
-        core.restore(self._initial)
-        for v in self.optimizer.variables:
-            v.assign(tf.zeros_like(v))
+        self._reset()
         step = self._step(clip)
         losses = np.full(steps, np.nan)
         norms = np.full(steps, np.nan)
@@ -211,5 +248,20 @@ class TrainingRuns:
             name=self.name, lr=f"{learning_rate:.3g}", warmup=warmup_steps)
         curve = TrainingCurve(label, losses, norms, rates, clip)
         self._cache[key] = curve
-        core.restore(self._initial)
+        self._reset()
         return curve
+
+
+def _flat(weights: dict) -> list:
+    """Every weight as one list: embeddings, each block's weights block by block, final norm, head."""
+    blocks = [t[i] for i in range(int(weights["blocks"][0].shape[0])) for t in weights["blocks"]]
+    return [weights["token"], weights["position"], *blocks, *weights["final"], *weights["head"]]
+
+
+def _unflat(template: dict, values: list) -> dict:
+    """:func:`_flat`'s list back as :meth:`TransformerGradientEngine.forward`'s ``weights`` (unrolled blocks)."""
+    k, depth = len(template["blocks"]), int(template["blocks"][0].shape[0])
+    blocks = [values[2 + i * k:2 + (i + 1) * k] for i in range(depth)]
+    rest = values[2 + depth * k:]
+    return {"token": values[0], "position": values[1], "multiplier": template["multiplier"],
+            "block_list": blocks, "final": tuple(rest[:2]), "head": tuple(rest[2:4])}

@@ -43,21 +43,27 @@ def test_clip_threshold_is_the_percentile():
         W.clip_threshold([np.nan])
 
 
-def test_first_step_equals_a_plain_keras_step(runs):
-    """Step 1 against an independent loop: a fresh model with the same seed, a tape, Adam."""
-    curve = runs.run(3e-3, steps=1)
+def test_first_steps_equal_plain_keras_steps(runs):
+    """Three steps against an independent loop: the Keras model with the same seed, a tape, Adam."""
+    curve = runs.run(3e-3, steps=3)
     model = build_transformer(2, norm_position="post", **SMALL)
+    adam = keras.optimizers.Adam(3e-3)
+    for i in range(3):
+        x, y = runs.x[i], runs.y[i]
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(y, model(x, training=True),
+                                                                               from_logits=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        norm = np.sqrt(sum(float(np.sum(np.asarray(tf.convert_to_tensor(g), np.float64) ** 2)) for g in grads))
+        assert curve.losses[i] == pytest.approx(float(loss), rel=1e-4), i
+        assert curve.grad_norms[i] == pytest.approx(norm, rel=1e-3), i
+        adam.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+    # after the run the weights are the initial ones again: the loss is the fresh model's
+    fresh = build_transformer(2, norm_position="post", **SMALL)
     x, y = runs.x[0], runs.y[0]
-    with tf.GradientTape() as tape:
-        loss = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(y, model(x, training=True),
-                                                                           from_logits=True))
-    grads = tape.gradient(loss, model.trainable_variables)
-    norm = np.sqrt(sum(float(np.sum(np.asarray(tf.convert_to_tensor(g), np.float64) ** 2)) for g in grads))
-    assert curve.losses[0] == pytest.approx(float(loss), rel=1e-5)
-    assert curve.grad_norms[0] == pytest.approx(norm, rel=1e-4)
-    # after the run the model holds its initial weights again
-    for a, b in zip(runs.model.variables, model.variables, strict=True):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, err_msg=a.path)
+    want = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(y, fresh(x), from_logits=True))
+    assert float(runs.loss(x, y)) == pytest.approx(float(want), rel=1e-5)
+    assert runs.model().name == fresh.name
 
 
 def test_runs_are_reproducible_cached_and_share_one_trace(runs):
@@ -89,10 +95,10 @@ def test_clipping_records_the_unclipped_norm_and_the_share(runs):
 
 def test_a_run_that_blows_up_stops_at_the_first_non_finite_step():
     runs = W.TrainingRuns(1, "pre", steps=12, batch_size=4, **SMALL)
-    start = [np.asarray(v).copy() for v in runs.model.variables]
+    start = [np.asarray(v).copy() for v in runs.variables]
     curve = runs.run(1e30, 0)          # step 1 moves every weight by about 1e30: step 2 is NaN
     assert np.isfinite(curve.losses[0]) and np.all(np.isnan(curve.losses[1:])) and curve.diverged
-    for v, w in zip(runs.model.variables, start, strict=True):
+    for v, w in zip(runs.variables, start, strict=True):
         np.testing.assert_array_equal(np.asarray(v), w)     # the initial weights are back
 
 
@@ -101,3 +107,5 @@ def test_bad_arguments():
         W.TrainingRuns(1, "middle", **SMALL)
     with pytest.raises(ValueError, match="steps"):
         W.TrainingRuns(1, "pre", steps=0, **SMALL)
+    with pytest.raises(ValueError, match="unknown keyword"):
+        W.TrainingRuns(1, "pre", dropout=0.1, **SMALL)
