@@ -151,8 +151,9 @@ class ReportPlot(LivePlot):
         ax.yaxis.set_minor_locator(matplotlib.ticker.NullLocator())
         ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(numticks=8))
         self.drawn: tuple[str, ...] = ()
+        # the note (loss scale) changes rarely: it belongs to the cached background (static_key)
         self.animate(self.band, self.theory, self.forward, self.weight, self.clipped, self.signal,
-                     self.zeros, self.nonfinite, self.title, self.note)
+                     self.zeros, self.nonfinite, self.title)
         if report is not None:
             self.update(report)
 
@@ -197,7 +198,7 @@ class ReportPlot(LivePlot):
         self.zeros.set_data(zero_x, np.full(zero_x.size, 0.03))
         self.nonfinite.set_data(bad_x, np.full(bad_x.size, 0.97))
         self.title.set_text(title if title is not None else _(
-            "{status}: signal ratio layer 1 / layer {depth} = {ratio}").format(
+            "{status}: layer 1 / layer {depth} = {ratio}").format(
                 status=status_word(report.status), depth=n, ratio=f"{report.ratio:.3g}"))
         self.title.set_color(STATUS_COLORS.get(report.status, "black"))
         scale = float(getattr(report, "loss_scale", 1.0))
@@ -218,7 +219,7 @@ class ReportPlot(LivePlot):
                      [_(self.LABELS[name]) for name in drawn], axis_px=46)
 
     def static_key(self) -> tuple:
-        return (self.drawn,)
+        return (self.drawn, self.note.get_text())
 
     def legend_labels(self) -> list[str]:
         """The labels the legend shows, in order (only the series that are drawn)."""
