@@ -7,6 +7,7 @@ import time
 import ipywidgets as widgets
 import numpy as np
 
+from ..core import mean_squared_error
 from ..i18n import _
 from ..plots.tracing import RETRACE_COLOR, CallTimePlot
 from ..tracing import tf
@@ -24,9 +25,9 @@ def _make_step(x, y, w0):
         w = tf.identity(w0)
         with tf.GradientTape() as tape:
             tape.watch(w)
-            loss = tf.reduce_mean(tf.square(x @ w - y))
+            loss = mean_squared_error(y, x @ w)  # the core's loss, one implementation
         w_next = w - learning_rate * tape.gradient(loss, w)
-        return tf.reduce_mean(tf.square(x @ w_next - y))
+        return mean_squared_error(y, x @ w_next)
 
     return tf.function(sgd_step)
 
