@@ -10,6 +10,7 @@ threshold, and a loss spike with the gradient norm around it.
 from __future__ import annotations
 
 import numpy as np
+from matplotlib.ticker import NullFormatter
 
 from ..i18n import _
 from .gradients import decade_limits
@@ -23,6 +24,14 @@ WARMUP_COLOR, PLAIN_COLOR = "#0969da", "#bc4c00"
 
 def _steps(curve) -> np.ndarray:
     return np.arange(1, curve.losses.size + 1)
+
+
+def _plain_log(*axes) -> None:
+    """Log axes with labels at the decades only (minor labels overlap on a short range)."""
+    for ax in axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            if axis.get_scale() == "log":
+                axis.set_minor_formatter(NullFormatter())
 
 
 def _limits(values, pad: float = 1.15) -> tuple[float, float]:
@@ -130,6 +139,7 @@ def plot_block_norms(reports: dict, *, which: str = "block", title: str | None =
         ax.set_title(_("all of each block's variables") if kind == "block" else _("second FFN kernel of each block"),
                      fontsize=9)
         ax.legend(fontsize=7.5)
+        _plain_log(ax)
     if title:
         fig.suptitle(title, fontsize=10)
     return fig
@@ -154,6 +164,7 @@ def plot_training_curves(curves, *, clip_norm: float | None = None, title: str |
     norm_ax.set_yscale("log")
     norm_ax.set_xlabel(_("training step"))
     norm_ax.set_ylabel(_("global gradient norm (log scale)"))
+    _plain_log(norm_ax)
     if title:
         fig.suptitle(title, fontsize=10)
     return fig
@@ -207,11 +218,12 @@ def plot_grad_norm_distribution(curve, *, clip_norm: float, figsize=(9.0, 3.2)):
                                                                        p=f"{100 * share:.0f}"), fontsize=9)
     hax.set_xlabel(_("gradient norm (log scale)"))
     hax.set_ylabel(_("steps"))
+    _plain_log(ax, hax)
     return fig
 
 
 def plot_spike(curve, *, at: int | None = None, window: int = 40, figsize=(7.2, 4.0)):
-    """Loss (top) and gradient norm (bottom, log scale) around step ``at`` (default: the largest loss jump)."""
+    """Loss (top) and gradient norm (bottom) around step ``at`` (default: the largest loss jump)."""
     losses = np.asarray(curve.losses, dtype=np.float64)
     if at is None:
         jumps = np.diff(losses)
@@ -223,9 +235,8 @@ def plot_spike(curve, *, at: int | None = None, window: int = 40, figsize=(7.2, 
     nax.plot(steps, curve.grad_norms[lo - 1:hi], lw=1.1, color="#bc4c00")
     for a in (ax, nax):
         a.axvline(at, color="0.4", ls=":", lw=1)
-    nax.set_yscale("log")
     ax.set_ylabel(_("loss"))
-    nax.set_ylabel(_("gradient norm (log scale)"))
+    nax.set_ylabel(_("gradient norm"))
     nax.set_xlabel(_("training step"))
     ax.set_title(_("step {step}: the loss jumps").format(step=at), fontsize=9)
     return fig
