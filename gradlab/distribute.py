@@ -55,6 +55,7 @@ __all__ = [
     "mirrored_strategy",
     "reference_run",
     "replica_gradients",
+    "rounding_bound",
     "run_workers",
     "single_device_gradients",
     "split_batch",
@@ -129,6 +130,18 @@ def _mse(model, y, y_pred, *, per_example: bool = False):
     """The core's mean squared error, ``y`` checked against the output's shape first."""
     core.Loss(model, "mse").check(y, y_pred)
     return core.mean_squared_error(y, y_pred, per_example=per_example)
+
+
+#: Differences below this are float rounding, and their digits change from one CPU to another.
+ROUNDING = 1e-6
+
+
+def rounding_bound(value: float) -> str:
+    """A difference as the reports print it: ``"< 1e-6"`` when it is float rounding (its digits would
+    change from one CPU to another), else two significant digits (chapter 08)."""
+    if value != value:  # NaN
+        return "nan"
+    return "< 1e-6" if abs(value) < ROUNDING else f"{value:.2g}"
 
 
 def max_abs_difference(a: Sequence, b: Sequence) -> float:
@@ -234,7 +247,7 @@ class LossScalingComparison:
             _("{n} replicas, global norm of the applied gradient:").format(n=self.num_replicas),
             _("  one device, mean over the batch:         {norm}").format(norm=f"{self.single_norm:.4g}"),
             _("  compute_average_loss(global_batch_size): {norm}  (max abs error {error})").format(
-                norm=f"{self.global_loss_norm:.4g}", error=f"{self.global_loss_error:.1e}"),
+                norm=f"{self.global_loss_norm:.4g}", error=rounding_bound(self.global_loss_error)),
             _("  reduce_mean on each replica:             {norm}  ({ratio}x too large)").format(
                 norm=f"{self.per_replica_mean_norm:.4g}", ratio=f"{self.ratio:.4g}"),
         ])
@@ -284,9 +297,9 @@ class ClippingComparison:
             _("clip_norm={clip}, norm of the applied gradient (one device: {one}):").format(
                 clip=f"{self.clip_norm:g}", one=f"{min(self.single_norm, self.clip_norm):.4g}"),
             _("  clip after the all-reduce:  {norm}  (max abs error vs one device {error})").format(
-                norm=f"{self.clip_after_norm:.4g}", error=f"{self.clip_after_error:.1e}"),
+                norm=f"{self.clip_after_norm:.4g}", error=rounding_bound(self.clip_after_error)),
             _("  clip before the all-reduce: {norm}  (max abs error vs one device {error})").format(
-                norm=f"{self.clip_before_norm:.4g}", error=f"{self.clip_before_error:.1e}"),
+                norm=f"{self.clip_before_norm:.4g}", error=rounding_bound(self.clip_before_error)),
         ])
 
 
@@ -339,7 +352,7 @@ class FitComparison:
         if self.error:
             return _("{label} fails: {error}").format(label=f"{self.label:<34}", error=self.error)
         return _("{label} max |w_one_device - w_distributed| = {difference}  (weight norm {norm})").format(
-            label=f"{self.label:<34}", difference=f"{self.max_abs_difference:.2g}", norm=f"{self.weight_norm:.3g}")
+            label=f"{self.label:<34}", difference=rounding_bound(self.max_abs_difference), norm=f"{self.weight_norm:.3g}")
 
 
 def compare_fit(strategy, x, y, optimizer: Callable, *, label: str = "", make_model: Callable | None = None,
@@ -382,7 +395,7 @@ class AccumulationComparison:
         return _("1 step on {n} examples vs gradient_accumulation_steps={steps} on {steps} x {micro}: max |dw| "
                  "difference {difference} (update size {norm})").format(
             n=self.steps * self.micro_batch, steps=self.steps, micro=self.micro_batch,
-            difference=f"{self.max_abs_difference:.2g}", norm=f"{self.update_norm:.3g}")
+            difference=rounding_bound(self.max_abs_difference), norm=f"{self.update_norm:.3g}")
 
 
 def compare_accumulation(x, y, optimizer: Callable, *, steps: int = 2, strategy=None,
@@ -500,7 +513,7 @@ class MultiWorkerRun:
             norms = ", ".join(f"{v:.4g}" for v in r["grad_norms"])
             rows.append(f"{name:<22} {r['replicas']:>8}  {losses:<28} {norms}")
         rows.append(_("workers hold identical weights: {agree}; max |w_worker - w_one_process| = {difference}").format(
-            agree=self.workers_agree, difference=f"{self.max_abs_difference:.2g}"))
+            agree=self.workers_agree, difference=rounding_bound(self.max_abs_difference)))
         return "\n".join(rows)
 
 

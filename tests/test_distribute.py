@@ -359,3 +359,9 @@ def test_sample_weights_and_a_compiled_loss_under_the_strategy(mirrored):
     c = mirrored["compiled_step"]
     assert c["loss"] == pytest.approx(c["one_loss"], rel=1e-6)  # the global-batch loss, not half of it
     assert c["moved"] < 1e-6  # the same update as one device
+
+
+def test_reports_print_float_rounding_as_a_bound():
+    assert gl.distribute.rounding_bound(6e-8) == "< 1e-6" and gl.distribute.rounding_bound(0.0082) == "0.0082"
+    fit = gl.distribute.FitComparison("plain SGD", 6e-8, 1.5)
+    assert "< 1e-6" in str(fit) and "6e-08" not in str(fit)
