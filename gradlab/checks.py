@@ -526,7 +526,6 @@ def check_arrays(name: str, got: Sequence, expected: Sequence, *, labels: Sequen
                                      ratio=False).feedback
             tail = _ratio_text(r, across=True, explain=not hint)
         tail += hint
-    item_text = item_text.rstrip(".")
     if labels[first] != f"{name}[{first}]":
         text = _("item {i} ({label}): {feedback}").format(i=first, label=labels[first], feedback=item_text)
     else:
@@ -534,9 +533,9 @@ def check_arrays(name: str, got: Sequence, expected: Sequence, *, labels: Sequen
     if len(bad) > 1:
         others = len(bad) - 1
         rest = ", ".join(map(str, bad[1:]))
-        text += (_("; {k} more items are wrong ({which})") if others > 1 else
-                 _("; {k} more item is wrong ({which})")).format(k=others, which=rest)
-    return CheckResult(name, False, text + "." + tail)
+        text += " " + (_("{k} more items are wrong ({which}).") if others > 1 else
+                       _("{k} more item is wrong ({which}).")).format(k=others, which=rest)
+    return CheckResult(name, False, text + tail)
 
 
 def check_status(name: str, got: str, expected: str, *, allowed: Sequence[str] = ()) -> CheckResult:

@@ -15,6 +15,7 @@ import numpy as np
 
 from .._env import quiet_import_tensorflow
 from ..checks import CheckResult, check_array, check_arrays, describe_error
+from ..core import mean_squared_error
 from ..i18n import N_, _
 
 tf = quiet_import_tensorflow()
@@ -53,7 +54,7 @@ def check_derivative(answer) -> CheckResult:
 def reference_gradients(model, x, y) -> list:
     """The gradients of ``mean((model(x) - y)²)`` with respect to ``model.trainable_variables``."""
     with tf.GradientTape() as tape:
-        loss = tf.reduce_mean(tf.square(model(x) - y))
+        loss = mean_squared_error(y, model(x))
     return tape.gradient(loss, model.trainable_variables)
 
 

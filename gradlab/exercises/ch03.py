@@ -23,6 +23,7 @@ import numpy as np
 
 from .._env import quiet_import_tensorflow
 from ..checks import CheckResult, describe_error
+from ..core import mean_squared_error, true_global_norm
 from ..i18n import _
 from ..tracing import TraceCounter
 
@@ -143,8 +144,8 @@ def _fresh_model():
 
 def _raw_norm(model, x, y) -> float:
     with tf.GradientTape() as tape:
-        loss = tf.reduce_mean(tf.square(y - model(x)))
-    return float(tf.linalg.global_norm(tape.gradient(loss, model.trainable_variables)))
+        loss = mean_squared_error(y, model(x))
+    return true_global_norm(tape.gradient(loss, model.trainable_variables))
 
 
 def _distance_moved(make_step: Callable, x, y, steps: int = 1):

@@ -20,6 +20,7 @@ import numpy as np
 
 from .._env import quiet_import_tensorflow
 from ..checks import CheckResult, as_number_answer, clean_message, describe_error
+from ..core import mean_squared_error
 from ..engine import MLPGradientEngine
 from ..i18n import _
 from ..mlp import ACTIVATIONS, INITIALIZERS, NORMS, build_mlp, make_data
@@ -194,7 +195,7 @@ def _ex3_setup():
 
 def _reference_step(model, optimizer, x, y):
     with tf.GradientTape() as tape:
-        loss = tf.reduce_mean(tf.square(tf.cast(model(x, training=True), tf.float32) - y))
+        loss = mean_squared_error(y, model(x, training=True))  # float32 even for a float16 output
         scaled = optimizer.scale_loss(loss)
     grads = tape.gradient(scaled, model.trainable_variables)
     optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))

@@ -19,6 +19,7 @@ import numpy as np
 
 from .._env import quiet_import_tensorflow
 from ..checks import CheckResult, as_int_answer, check_array, describe_error
+from ..core import global_norm, mean_squared_error, true_global_norm
 from ..i18n import _
 from ..recurrent import TimeGradientEngine, build_rnn, make_sequence_data, time_report
 
@@ -152,8 +153,8 @@ def _small_targets(x, y, norm: float):
     """
     model = build_rnn("gru", 16, 8, seed=5)
     with tf.GradientTape() as tape:
-        loss = tf.reduce_mean(tf.square(model(x) - y))
-    raw = float(tf.linalg.global_norm(tape.gradient(loss, model.trainable_weights)))
+        loss = mean_squared_error(y, model(x))
+    raw = true_global_norm(tape.gradient(loss, model.trainable_weights))
     pred = model(x)
     return pred + (norm / raw) * (y - pred)
 
@@ -167,10 +168,10 @@ def _reference_weights(y_override=None, *, rescale_to: float | None = None, **cl
     model = build_rnn("gru", 16, 8, seed=5)
     opt = keras.optimizers.SGD(0.1, **clip)
     with tf.GradientTape() as tape:
-        loss = tf.reduce_mean(tf.square(model(x) - y))
+        loss = mean_squared_error(y, model(x))
     grads = tape.gradient(loss, model.trainable_weights)
     if rescale_to is not None:
-        norm = tf.linalg.global_norm(grads)
+        norm = tf.cast(global_norm(grads), tf.float32)
         grads = [g * (rescale_to / norm) for g in grads]
     opt.apply_gradients(zip(grads, model.trainable_weights, strict=True))
     return [w.numpy() for w in model.trainable_weights]

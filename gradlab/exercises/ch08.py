@@ -16,6 +16,7 @@ import numpy as np
 
 from .._env import quiet_import_tensorflow
 from ..checks import CheckResult, call_answer, check_array, check_arrays, is_float_number
+from ..core import true_global_norm
 from ..i18n import _
 
 tf = quiet_import_tensorflow()
@@ -127,7 +128,7 @@ def _same(got, want) -> bool:
 def _check_clip_summed_at(name: str, clip_summed: Callable, replica_grads, clip_norm: float) -> CheckResult:
     summed = [a + b for a, b in zip(*replica_grads, strict=True)]
     expected, _norm = tf.clip_by_global_norm(summed, clip_norm)
-    norm = float(tf.linalg.global_norm(summed))
+    norm = true_global_norm(summed)
     value, problem = call_answer(name, clip_summed, [list(r) for r in replica_grads], clip_norm, what="clip_summed")
     if problem is not None:
         return problem
