@@ -30,7 +30,6 @@ TWINS = [p.stem for p in zh_chapter_paths()]
 NOT_YET_TRANSLATED = {
     "01-vanishing-exploding": "English under review (H3)",
     "04-summary": "English under review (H3)",
-    "05-beyond-the-source": "English under review (H3)",
     "08-distributed": "English under review (H3)",
     "09-transformers": "being written (H4)",
 }
