@@ -18,9 +18,18 @@ WIDGET_PROBLEM_TEXT = ("Loading widget...", "Loading widget…", "Error displayi
 _JS_PANEL = "(() => { const w = window.jupyterapp.shell.currentWidget; return w && w.context ? w : null; })()"
 
 
-def open_notebook(page, server, relpath: str, *, timeout_ms: float = 90_000) -> None:
-    """Open ``relpath`` (relative to the server root) in a fresh workspace; wait for its kernel."""
+def open_notebook(page, server, relpath: str, *, timeout_ms: float = 90_000, kernel: bool = True) -> None:
+    """Open ``relpath`` (relative to the server root) in a fresh workspace; wait for its kernel.
+
+    ``kernel=False`` opens it without starting one (JupyterLab's "No Kernel"), as a learner
+    sees a saved notebook whose kernel is gone.
+    """
     workspace = f"t{time.monotonic_ns()}"  # a fresh layout: no tabs restored from another test
+    if not kernel:
+        page.goto(f"{server.url}/lab/workspaces/{workspace}?token={server.token}",
+                  wait_until="domcontentloaded", timeout=timeout_ms)
+        open_in_page(page, relpath, kernel=False, timeout_ms=timeout_ms)
+        return
     url = f"{server.url}/lab/workspaces/{workspace}/tree/{quote(relpath)}?token={server.token}"
     page.goto(url, wait_until="domcontentloaded", timeout=timeout_ms)
     page.wait_for_function(
@@ -37,9 +46,35 @@ def open_notebook(page, server, relpath: str, *, timeout_ms: float = 90_000) -> 
     page.locator(".jp-NotebookPanel .jp-Cell").first.wait_for(state="attached")
 
 
+def open_in_page(page, relpath: str, *, kernel: bool, timeout_ms: float = 90_000) -> None:
+    """Open ``relpath`` in the JupyterLab already loaded in ``page`` (no reload), with or without a kernel."""
+    page.wait_for_function("() => window.jupyterapp && window.jupyterapp.commands.hasCommand('docmanager:open')",
+                           timeout=timeout_ms)
+    page.evaluate("""async ([path, kernel]) => { await window.jupyterapp.commands.execute('docmanager:open', {
+        path, factory: 'Notebook',
+        kernelPreference: kernel ? {shouldStart: true} : {shouldStart: false, canStart: false}}); }""",
+                  [relpath, kernel])
+    page.wait_for_function(
+        f"""(kernel) => {{ const w = {_JS_PANEL};
+            if (!w || w.context.path !== {relpath!r} || !w.context.isReady) return false;
+            if (!kernel) return true;
+            const k = w.sessionContext.session && w.sessionContext.session.kernel;
+            return k && k.connectionStatus === 'connected' && k.status === 'idle'; }}""",
+        arg=kernel, timeout=timeout_ms)
+    page.locator(".jp-NotebookPanel .jp-Cell").first.wait_for(state="attached")
+
+
+def close_current(page) -> None:
+    """Close the current tab without saving (the tests never change what they open)."""
+    page.evaluate("""async () => { const w = window.jupyterapp.shell.currentWidget;
+        if (!w || !w.context) return;
+        await w.context.sessionContext.shutdown();
+        w.dispose(); }""")
+
+
 def run_all_cells(page) -> None:
     """Run All Cells through JupyterLab's command (what Run > Run All Cells calls), in any UI language."""
-    page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    page.evaluate("async () => { await window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
 
 
 def is_dirty(page) -> bool:
@@ -52,7 +87,7 @@ def open_file_browser(page) -> None:
     page.evaluate("""() => {
         const app = window.jupyterapp;
         if (!app.shell.leftCollapsed) return;
-        return app.commands.execute('filebrowser:activate');
+        app.commands.execute('filebrowser:activate');
     }""")
     page.locator(".jp-FileBrowser").first.wait_for(state="visible")
 

@@ -70,6 +70,14 @@ def test_saved_explorers_reopen_with_a_fresh_kernel_and_show_their_pictures(page
     assert len(shown) >= len(EXPLORER_ROOTS), f"{len(shown)} pictures shown after reopening: {images}"
     assert not labpage.is_dirty(fresh), "the reopened notebook is marked modified"
     _shot(fresh, "reopened-fresh-kernel.png")
+    lab_server.shutdown_kernel_of(SCRATCH_REOPEN)
+    fresh.close()
+    none = page.context.new_page()  # and with no kernel at all
+    labpage.open_notebook(none, lab_server, SCRATCH_REOPEN, kernel=False)
+    none.wait_for_timeout(1000)
+    assert labpage.widget_problems(none) == []
+    shown = [i for i in output_images(none) if i["complete"] and i["w"] > 100]
+    assert len(shown) >= len(EXPLORER_ROOTS), f"{len(shown)} pictures shown without a kernel"
     print(f"save + reopen with a fresh kernel: {time.perf_counter() - t0:.1f} s")
 
 
@@ -100,20 +108,28 @@ def test_a_notebook_built_by_the_chapter_build_opens_unmodified(page, lab_server
 
 
 @pytest.mark.skipif(not OPENED, reason="no stored chapter to open")
-@pytest.mark.parametrize("relpath", OPENED)
-def test_stored_chapter_opens_unmodified_with_its_pictures(page, lab_server, relpath):
-    t0 = time.perf_counter()
-    labpage.open_notebook(page, lab_server, f"chapters/{relpath}")
-    page.wait_for_timeout(1000)  # JupyterLab writes the kernel's language_info in once connected
-    assert not labpage.is_dirty(page), f"{relpath} is marked modified right after opening"
-    assert labpage.widget_problems(page) == []
-    stored = json.loads((CHAPTERS / relpath).read_text())
-    n_png = sum("image/png" in o.get("data", {}) for c in stored["cells"] for o in c.get("outputs", []))
-    page.evaluate("() => new Promise((r) => setTimeout(r, 500))")
-    images = [i for i in output_images(page) if i["w"] > 0]
-    assert len(images) >= n_png, f"{relpath}: {n_png} stored pictures, {len(images)} shown"
-    lab_server.shutdown_kernel_of(f"chapters/{relpath}")
-    print(f"\n{relpath}: opened unmodified, {len(images)} pictures, {time.perf_counter() - t0:.1f} s")
+def test_stored_chapters_open_unmodified_with_their_pictures(page, lab_server):
+    """Real chapters, opened one after another in one page and never run (nbval runs them).
+
+    Chapter 01 with a kernel (JupyterLab writes the kernel's language_info in: the stored one
+    must already match; tests/test_notebook_metadata.py checks every chapter), the others
+    without one, as a reader without a running kernel sees them.
+    """
+    labpage.open_notebook(page, lab_server, f"chapters/{OPENED[0]}")
+    for k, relpath in enumerate(OPENED):
+        t0 = time.perf_counter()
+        if k:
+            labpage.open_in_page(page, f"chapters/{relpath}", kernel=False)
+        page.wait_for_timeout(1000)  # JupyterLab writes the kernel's language_info in once connected
+        assert not labpage.is_dirty(page), f"{relpath} is marked modified right after opening"
+        assert labpage.widget_problems(page) == [], relpath
+        stored = json.loads((CHAPTERS / relpath).read_text())
+        n_png = sum("image/png" in o.get("data", {}) for c in stored["cells"] for o in c.get("outputs", []))
+        images = [i for i in output_images(page) if i["w"] > 0]
+        assert len(images) >= n_png, f"{relpath}: {n_png} stored pictures, {len(images)} shown"
+        print(f"\n{relpath}: opened unmodified ({'with a' if k == 0 else 'no'} kernel), {len(images)} "
+              f"pictures, {time.perf_counter() - t0:.1f} s")
+        labpage.close_current(page)
 
 
 def test_explorers_fit_1366_px_with_the_file_browser_open(explorers_page):
