@@ -31,6 +31,8 @@ from pathlib import Path
 
 import pytest
 
+from tools import lab_zh
+
 ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = ROOT / "chapters"
 ARTIFACTS = ROOT / "test-artifacts" / "browser"
@@ -53,8 +55,9 @@ LAB_OVERRIDES = {
     "@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False},
 }
 
-#: The Chinese UI of ``lab_server_zh`` (what ``make lab-zh`` selects).
-ZH_OVERRIDES = {"@jupyterlab/translation-extension:plugin": {"locale": "zh_CN"}}
+#: The Chinese UI of ``lab_server_zh``: the overrides ``make lab-zh`` writes (tools/lab_zh.py),
+#: ``{"@jupyterlab/translation-extension:plugin": {"locale": "zh_CN"}}``.
+ZH_OVERRIDES = lab_zh.overrides()
 
 #: Every explorer once, as the chapters build them (the browser tier drives these instead of
 #: re-running the chapters, which nbval already executes). One explorer per cell; the
@@ -249,15 +252,20 @@ def lab_server_zh(tmp_path_factory, chromium_path):
 
 def write_scratch_notebooks(root: Path) -> None:
     """The scratch notebooks the tier drives instead of re-running chapters (nbval runs those)."""
+    for name, cells in SCRATCH_NOTEBOOKS.items():
+        write_notebook(root / name, cells)
+
+
+def write_notebook(path: Path, cells: list[str]) -> None:
+    """An unexecuted notebook at ``path``: a title cell, then one code cell per source in ``cells``."""
     import nbformat
 
-    for name, cells in SCRATCH_NOTEBOOKS.items():
-        nb = nbformat.v4.new_notebook()
-        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
-                                     "language": "python"}
-        nb.cells = [nbformat.v4.new_markdown_cell(f"# {name} (browser tests only)")]
-        nb.cells += [nbformat.v4.new_code_cell(src) for src in cells]
-        nbformat.write(nb, root / name)
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
+                                 "language": "python"}
+    nb.cells = [nbformat.v4.new_markdown_cell(f"# {path.name} (browser tests only)")]
+    nb.cells += [nbformat.v4.new_code_cell(src) for src in cells]
+    nbformat.write(nb, path)
 
 
 def _wait_ready(server: LabServer, timeout: float) -> None:
