@@ -48,7 +48,9 @@ __all__ = [
     "check_true",
     "clean_message",
     "describe_error",
+    "end_sentence",
     "is_float_number",
+    "join_sentences",
     "step_length_advice",
 ]
 
@@ -351,9 +353,37 @@ def _matches(match, arrs) -> bool:
         return False
 
 
+def _hint_sentences(hints: Iterable[Hint], arrs) -> list[str]:
+    return [_("Hint: {hint}").format(hint=text) for match, text in hints if _matches(match, arrs)]
+
+
 def _hint_text(hints: Iterable[Hint], arrs) -> str:
-    found = [text for match, text in hints if _matches(match, arrs)]
-    return "".join(" " + _("Hint: {hint}").format(hint=t) for t in found)
+    return "".join(" " + t for t in _hint_sentences(hints, arrs))
+
+
+_SENTENCE_ENDS = (".", "。", "?", "？", "!", "！", "…")
+
+
+def end_sentence(text: str) -> str:
+    """``text`` with its closing full stop, in the language's own form, unless it already has one."""
+    text = text.rstrip()
+    if not text or text.endswith(_SENTENCE_ENDS):
+        return text
+    return _("{sentence}.").format(sentence=text)
+
+
+def join_sentences(*sentences: str) -> str:
+    """Whole sentences joined as the language joins them (a space in English, none in Chinese).
+
+    Empty parts are skipped. Used by :func:`check_arrays` (chapters 00-03, 08 and 10).
+    """
+    parts = [s.strip() for s in sentences if s and s.strip()]
+    if not parts:
+        return ""
+    text = parts[0]
+    for part in parts[1:]:
+        text = _("{sentence} {next}").format(sentence=text, next=part)
+    return text
 
 
 def _expected_array(expected) -> np.ndarray:
@@ -516,26 +546,26 @@ def check_arrays(name: str, got: Sequence, expected: Sequence, *, labels: Sequen
     first = bad[0]
     item_text = results[first].feedback
     arrs = [_to_numpy(g)[0] for g in items]
-    tail = ""
+    ratio, hint_sentences = "", []
     if all(a is not None and a.shape == e.shape for a, e in zip(arrs, exps, strict=True)):
         arrs = [a.astype(np.float64) for a in arrs]
-        hint = _hint_text(hints, arrs)
+        hint_sentences = _hint_sentences(hints, arrs)
         r = _common_ratio(arrs, exps) if all(np.all(np.isfinite(a)) for a in arrs) else None
         if r is not None and len(bad) > 1:  # the factor is said once, for all items, below
             item_text = _check_array(labels[first], items[first], exps[first], rtol=rtol, atol=atol,
                                      ratio=False).feedback
-            tail = _ratio_text(r, across=True, explain=not hint)
-        tail += hint
+            ratio = _ratio_text(r, across=True, explain=not hint_sentences)
     if labels[first] != f"{name}[{first}]":
         text = _("item {i} ({label}): {feedback}").format(i=first, label=labels[first], feedback=item_text)
     else:
         text = _("item {i}: {feedback}").format(i=first, feedback=item_text)
+    more = ""
     if len(bad) > 1:
         others = len(bad) - 1
         rest = ", ".join(map(str, bad[1:]))
-        text += " " + (_("{k} more items are wrong ({which}).") if others > 1 else
-                       _("{k} more item is wrong ({which}).")).format(k=others, which=rest)
-    return CheckResult(name, False, text + tail)
+        more = (_("{k} more items are wrong ({which}).") if others > 1 else
+                _("{k} more item is wrong ({which}).")).format(k=others, which=rest)
+    return CheckResult(name, False, join_sentences(end_sentence(text), more, ratio, *hint_sentences))
 
 
 def check_status(name: str, got: str, expected: str, *, allowed: Sequence[str] = ()) -> CheckResult:

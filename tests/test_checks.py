@@ -255,6 +255,17 @@ def test_check_arrays_labels_count_and_common_factor():
     assert "Across all items" not in r.feedback  # only one item is off: no common factor claimed
 
 
+def test_check_arrays_ends_each_sentence_itself():
+    # a shape message has no full stop of its own: the "more items" sentence must not run into it
+    r = gl.checks.check_arrays("grads", [np.ones(3), np.ones((5, 5))], _pair())
+    _fails(r, "item 0: shape (3,), expected (2,). 1 more item is wrong (1).")
+    # a value message ends in its own full stop: no second one, one space before the next sentence
+    r = gl.checks.check_arrays("grads", [_pair()[0] + 1, _pair()[1] + 1], _pair())
+    assert ". 1 more item is wrong (1)." in r.feedback and ".." not in r.feedback and "  " not in r.feedback
+    assert gl.checks.end_sentence("done?") == "done?" and gl.checks.end_sentence("done") == "done."
+    assert gl.checks.join_sentences("A.", "", "B.") == "A. B."
+
+
 def test_check_status_wrong_types_and_spellings():
     class Report:
         status = "healthy"

@@ -54,7 +54,7 @@ def _tensor_or_feedback(name: str, value, what: str):
 # ----------------------------------------------------------------------------- exercise 1
 def check_central_difference(central_difference: Callable) -> CheckResult:
     """Exercise 1: ``central_difference(f, x, h)`` is ``(f(x + h) - f(x - h)) / (2h)``."""
-    name = "central difference"
+    name = _("central difference")
 
     def cube(t):
         return t ** 3
@@ -85,7 +85,7 @@ def check_central_difference(central_difference: Callable) -> CheckResult:
 # ----------------------------------------------------------------------------- exercise 2
 def check_cube_gradient(cube: Callable) -> CheckResult:
     """Exercise 2: ``cube(x) = x**3`` whose gradient :func:`gradlab.check_gradient` accepts."""
-    name = "custom gradient of x³"
+    name = _("custom gradient of x³")
     x = tf.constant([-1.5, 0.5, 2.0], tf.float64)
     out, problem = call_answer(name, cube, x, what="cube")
     if problem is not None:
@@ -135,7 +135,7 @@ def clip_reference(grads, c: float) -> list[np.ndarray]:
 
 def check_clip_per_example(clip_per_example: Callable, clip_norm: float = 1.0) -> CheckResult:
     """Exercise 3: each example's gradient (over all variables together) scaled to norm <= ``clip_norm``."""
-    name = "per-example clipping"
+    name = _("per-example clipping")
     grads = per_example_batch()
     got, problem = call_answer(name, clip_per_example, list(grads), clip_norm, what="clip_per_example")
     if problem is not None:
@@ -153,7 +153,7 @@ def check_clip_per_example(clip_per_example: Callable, clip_norm: float = 1.0) -
              (arrays, _("nothing was clipped: example 2's norm is far above the bound"))]
     if isinstance(got, tuple) and len(got) == 2 and not hasattr(got[0], "shape"):
         got = got[0]
-    return check_arrays(name, got, expected, labels=["kernel", "bias"], what="one per variable", hints=hints,
+    return check_arrays(name, got, expected, labels=["kernel", "bias"], what=_("one per variable"), hints=hints,
                         rtol=1e-5, atol=1e-6)
 
 
@@ -182,7 +182,7 @@ def penalty_reference(critic, x):
 def check_gradient_penalty(gradient_penalty: Callable) -> CheckResult:
     """Exercise 4: ``gradient_penalty(critic, x)``, the mean over the batch of
     ``(||∇ₓ D(x_i)|| - 1)²``, differentiable with respect to the critic's weights."""
-    name = "gradient penalty"
+    name = _("gradient penalty")
     critic, x = critic_and_batch()
     expected, expected_grads = penalty_reference(critic, x)
     with tf.GradientTape() as tape:
@@ -222,7 +222,7 @@ def check_gradient_penalty(gradient_penalty: Callable) -> CheckResult:
         return CheckResult(name, False, _("the penalty has a gradient for {paths}, which cannot change the input "
                                           "gradient: it is not the gradient of ∇ₓD").format(paths=", ".join(extra)))
     result = check_arrays(name, [grads[i] for i in keep], [expected_grads[i] for i in keep],
-                          labels=[variables[i].path for i in keep], what="one per variable", rtol=1e-4, atol=1e-6)
+                          labels=[variables[i].path for i in keep], what=_("one per variable"), rtol=1e-4, atol=1e-6)
     if not result:
         return result
     return CheckResult(name, True, _("penalty {value} and its gradient for the {n} critic variables it depends on, "
@@ -242,7 +242,7 @@ def regression_model_and_batch():
 def check_accumulate(accumulate: Callable, k: int = 3) -> CheckResult:
     """Exercise 5: ``accumulate(model, x, y, k)`` returns the mean of the gradients of the mean
     squared error over ``k`` equal micro-batches, one per trainable variable."""
-    name = "gradient accumulation"
+    name = _("gradient accumulation")
     model, x, y = regression_model_and_batch()
     with tf.GradientTape() as tape:
         loss = tf.reduce_mean(tf.square(y - model(x)))
@@ -252,7 +252,7 @@ def check_accumulate(accumulate: Callable, k: int = 3) -> CheckResult:
         return problem
     hints = [([g * k for g in expected], _("k times too large: divide the sum of the micro-batch gradients by k"))]
     result = check_arrays(name, got, expected, labels=[v.path for v in model.trainable_variables],
-                          what="one per variable", hints=hints, rtol=1e-4, atol=1e-6)
+                          what=_("one per variable"), hints=hints, rtol=1e-4, atol=1e-6)
     if not result:
         return result
     return CheckResult(name, True, _("the mean of {k} micro-batch gradients equals the gradient of the whole batch "
