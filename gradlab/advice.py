@@ -21,7 +21,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .i18n import _
+from .i18n import _, join_list, join_sentences
 
 __all__ = ["Advice", "FLOAT16_MAX", "PresetComparison", "Suggestion", "compare_with_paper",
            "gradient_advice", "matched_initializers", "time_advice"]
@@ -76,7 +76,7 @@ class Advice:
 
     @property
     def text(self) -> str:
-        return f"{self.finding} {self.fix}".strip()
+        return join_sentences(self.finding, self.fix)
 
 
 class _Picker:
@@ -99,7 +99,7 @@ class _Picker:
         return any(self.add(control, v) for v in values)
 
     def names(self, control: str) -> str:
-        return ", ".join(s.label for s in self.items if s.control == control)
+        return join_list(s.label for s in self.items if s.control == control)
 
     def has(self, control: str) -> bool:
         return any(s.control == control for s in self.items)
@@ -141,10 +141,10 @@ def gradient_advice(report, settings: Mapping, labels: Mapping | None = None,
     status = report.status
     causes = _causes(report)
     if dtype == "float16" and scale > 1 and s.size and np.all(np.isfinite(s)) and np.all(s > 0):
-        finding += " " + _(
+        finding = join_sentences(finding, _(
             "The loss scale {scale} worked: no layer's float16 gradient underflowed to 0 "
             "(the plot shows the gradients divided by the scale again).").format(
-                scale=_scale_label(labels, scale))
+                scale=_scale_label(labels, scale)))
         causes = tuple(c for c in causes if c != "underflow")
         if status == "vanishing" and not causes:
             causes = ("saturating-activation",) if act in _SATURATING else ("initializer-scale",)
@@ -162,12 +162,12 @@ def gradient_advice(report, settings: Mapping, labels: Mapping | None = None,
         choice = max(target) if target else (max(smaller) if smaller else None)
         if choice is not None and pick.add("loss_scale", choice):
             lines.append(_("Pick a smaller loss scale: {labels}.").format(labels=pick.names("loss_scale")))
-        return Advice(status, finding, " ".join(lines), tuple(pick.items))
+        return Advice(status, finding, join_sentences(lines), tuple(pick.items))
     if np.size(s) and np.any(s == 0) and init == "zeros":
         pick.first("initializer", matched_initializers(act))
         lines.append(_("Zero weights pass no signal: use a random initializer such as {labels}.").format(
             labels=pick.names("initializer")))
-        return Advice(status, finding, " ".join(lines), tuple(pick.items))
+        return Advice(status, finding, join_sentences(lines), tuple(pick.items))
     if "underflow" in causes and dtype == "float16":
         if scale == 1:
             pick.add("loss_scale", FIRST_LOSS_SCALE)
@@ -175,8 +175,8 @@ def gradient_advice(report, settings: Mapping, labels: Mapping | None = None,
                 lines.append(_("A loss scale shifts the gradients up into range: try {labels}.")
                              .format(labels=pick.names("loss_scale")))
         else:
-            finding += " " + _("The loss scale {scale} is not enough for these gradients.").format(
-                scale=_scale_label(labels, scale))
+            finding = join_sentences(finding, _("The loss scale {scale} is not enough for these gradients.")
+                                     .format(scale=_scale_label(labels, scale)))
             larger = [v for v in scales if v > scale and report_loss(report) * v < FLOAT16_MAX]
             if larger and pick.add("loss_scale", larger[min(len(larger) - 1, 3)]):
                 lines.append(_("Try a larger loss scale: {labels}.").format(labels=pick.names("loss_scale")))
@@ -184,7 +184,7 @@ def gradient_advice(report, settings: Mapping, labels: Mapping | None = None,
             lines.append(_("Or compute in {label}, which has float32's exponent range.").format(
                 label=pick.names("dtype")))
         if lines:
-            return Advice(status, finding, " ".join(lines), tuple(pick.items))
+            return Advice(status, finding, join_sentences(lines), tuple(pick.items))
     if status == "vanishing":
         if act in _SATURATING or "saturating-activation" in causes:
             if pick.add("activation", "relu"):
@@ -209,7 +209,7 @@ def gradient_advice(report, settings: Mapping, labels: Mapping | None = None,
         lines.append(_("Fewer layers shorten the product."))
     else:  # exploding or non-finite in float32 / bfloat16, or float16 without a loss scale
         if dtype == "float16" and status == "non-finite" and pick.add("dtype", "bfloat16"):
-            finding += " " + _("float16 overflows above 65504.")
+            finding = join_sentences(finding, _("float16 overflows above 65504."))
             lines.append(_("{label} has float32's range.").format(label=pick.names("dtype")))
         matched = [v for v in matched_initializers(act) if v != init]
         if pick.first("initializer", matched):
@@ -225,7 +225,7 @@ def gradient_advice(report, settings: Mapping, labels: Mapping | None = None,
             lines.append(_("Clipping ({labels}) bounds the step, not the cause.").format(
                 labels=pick.names("clip_mode")))
         lines.append(_("Fewer layers shorten the product."))
-    return Advice(status, finding, " ".join(lines), tuple(pick.items))
+    return Advice(status, finding, join_sentences(lines), tuple(pick.items))
 
 
 def report_loss(report) -> float:
@@ -271,7 +271,7 @@ def time_advice(report, settings: Mapping, labels: Mapping | None = None, shown=
         elif settings.get("clip_mode") == "off" and pick.add("clip_mode", "global_norm"):
             lines.append(_("Clipping ({labels}) bounds the step, not the cause.").format(
                 labels=pick.names("clip_mode")))
-    return Advice(status, finding, " ".join(lines), tuple(pick.items))
+    return Advice(status, finding, join_sentences(lines), tuple(pick.items))
 
 
 # ----------------------------------------------------------------------------- paper presets

@@ -20,11 +20,11 @@ from collections.abc import Callable, Sequence
 
 from . import core
 from ._env import quiet_import_tensorflow
-from .i18n import N_, _
+from .i18n import N_, _, end_sentence, join_clauses, join_list
 
 tf = quiet_import_tensorflow()
 
-__all__ = ["CAUSE_KINDS", "Cause", "explain_none_gradients", "find_nonfinite_source"]
+__all__ = ["CAUSE_KINDS", "Cause", "NonfiniteSource", "explain_none_gradients", "find_nonfinite_source"]
 
 #: The kinds of cause of a ``None`` gradient, as data (:attr:`Cause.kinds`).
 CAUSE_KINDS: tuple[str, ...] = ("no-gradient-op", "stop-gradient", "integer-cast", "comparison", "numpy",
@@ -45,6 +45,21 @@ class Cause(str):
     @property
     def kind(self) -> str:
         return self.kinds[0] if self.kinds else "unknown"
+
+
+class NonfiniteSource(str):
+    """Where a NaN/inf is born, in the current language (a ``str``: the finding, then ``Fix: ...``),
+    with the two parts apart: ``finding`` (where, and what that op does wrong: whole sentences)
+    and ``fix`` (a clause without its full stop; empty when there is no specific fix)."""
+
+    finding: str
+    fix: str
+
+    def __new__(cls, finding: str, fix: str = ""):
+        text = _("{finding} Fix: {fix}").format(finding=finding, fix=end_sentence(fix)) if fix else finding
+        obj = super().__new__(cls, text)
+        obj.finding, obj.fix = finding, fix
+        return obj
 
 
 # ----------------------------------------------------------------------------- validation
@@ -125,7 +140,7 @@ def _describe_cut(op, path_input) -> Cause:
     out_dtypes = {o.dtype.name for o in op.outputs}
     if _is_float(path_input) and not any(o.dtype.is_floating for o in op.outputs):
         return Cause(_("{type} (op {name!r}) turns a float into {dtypes}, which carries no gradient").format(
-            type=op.type, name=name, dtypes=", ".join(sorted(out_dtypes))), "integer-cast")
+            type=op.type, name=name, dtypes=join_list(sorted(out_dtypes))), "integer-cast")
     return Cause(_("{type} (op {name!r}) has no gradient for this input").format(type=op.type, name=name),
                  "no-gradient-op")
 
@@ -209,7 +224,7 @@ def _graph_causes(loss_fn, variables, positions) -> dict[int, Cause]:
                 target.append(text)
         cuts = cuts or selectors
         if cuts:
-            causes[i] = Cause("; ".join(cuts), [c.kind for c in cuts])
+            causes[i] = Cause(join_clauses(cuts), [c.kind for c in cuts])
         else:
             causes[i] = Cause(_("the path from the variable to the loss is cut by an op without a gradient (none "
                                 "of the usual suspects was found on it)"), "unknown")
@@ -317,13 +332,24 @@ def _parse(err: Exception) -> tuple[str, int, str]:
     m = _DETECTED.search(text)
     if not m:
         return "", 0, ""
-    counts = ", ".join(f"{n} {k.lstrip('+')}" if k.startswith("+") else f"{n} {k}"
+    counts = join_list(f"{n} {k.lstrip('+')}" if k.startswith("+") else f"{n} {k}"
                        for k, n in _COUNTS.findall(text))
     return m.group(2), int(m.group(1)), counts
 
 
+def _location(op: str, name: str = "", counts: str = "") -> str:
+    """An op, with its graph name and NaN/inf counts when known: ``Log ('model/dense/Log', 1 -Inf)``."""
+    if name and counts:
+        return _("{op} ({name}, {counts})").format(op=op, name=name, counts=counts)
+    if name:
+        return _("{op} ({name})").format(op=op, name=name)
+    if counts:
+        return _("{op} ({counts})").format(op=op, counts=counts)
+    return op
+
+
 def _graph_node(loss_fn, op_type: str) -> str:
-    """The graph name(s) of the ``op_type`` ops of the traced ``loss_fn``, e.g. ``" ('model/dense/Log')"``.
+    """The graph name(s) of the ``op_type`` ops of the traced ``loss_fn``, e.g. ``"'model/dense/Log'"``.
 
     The names carry the Keras layer's name scope, which says where the op is; when the traced
     function has several ops of that type, up to three are listed.
@@ -336,11 +362,11 @@ def _graph_node(loss_fn, op_type: str) -> str:
     if not names:
         return ""
     if len(names) == 1:
-        return f" ({names[0]!r})"
-    shown = ", ".join(repr(n) for n in names[:3])
+        return repr(names[0])
+    shown = join_list(repr(n) for n in names[:3])
     if len(names) > 3:
-        return _(" (one of {names} and {more} more)").format(names=shown, more=len(names) - 3)
-    return _(" (one of {names})").format(names=shown)
+        return _("one of {names} and {more} more").format(names=shown, more=len(names) - 3)
+    return _("one of {names}").format(names=shown)
 
 
 def _checked_run(loss_fn, variables):
@@ -361,7 +387,7 @@ def _checked_run(loss_fn, variables):
         tf.debugging.disable_check_numerics()
 
 
-def find_nonfinite_source(loss_fn: Callable[[], object], variables: Sequence) -> str | None:
+def find_nonfinite_source(loss_fn: Callable[[], object], variables: Sequence) -> NonfiniteSource | None:
     """Say where a NaN/inf is born in the forward or backward pass of ``loss_fn`` (chapter 06).
 
     Runs one forward and backward pass under a tape; when the loss or a gradient is NaN/inf,
@@ -378,7 +404,8 @@ def find_nonfinite_source(loss_fn: Callable[[], object], variables: Sequence) ->
         A plain-words description naming the op and the pass (forward or backward) where the
         first non-finite value appeared, what that op does wrong, and a suggested fix; it says
         when the NaN sits in a value the loss does not use (the unselected branch of a
-        ``tf.where``), whose gradient is still NaN. ``None`` when the loss and all
+        ``tf.where``), whose gradient is still NaN. It is a :class:`NonfiniteSource`: a ``str``
+        whose ``finding`` and ``fix`` hold the two parts apart. ``None`` when the loss and all
         gradients are finite.
     """
     variables = _check_args(loss_fn, variables)
@@ -388,30 +415,31 @@ def find_nonfinite_source(loss_fn: Callable[[], object], variables: Sequence) ->
         return None
     phase, err = _checked_run(loss_fn, variables)
     if phase is None:
-        return _("No single op produced a NaN/inf under check_numerics (the weights or inputs may already hold "
-                 "NaN/inf): check tf.math.is_finite on them.")
+        return NonfiniteSource(_("No single op produced a NaN/inf under check_numerics (the weights or inputs may "
+                                 "already hold NaN/inf)."), _("check tf.math.is_finite on them"))
     op_type, _index, counts = _parse(err)
     if not op_type:
-        return _("check_numerics stopped with: {error}").format(error=str(err).strip().splitlines()[0][:200])
-    counted = f" ({counts})" if counts else ""
+        return NonfiniteSource(_("check_numerics stopped with: {error}").format(
+            error=str(err).strip().splitlines()[0][:200]))
     if phase == "forward":
-        name = _graph_node(loss_fn, op_type)
+        where = _location(op_type, _graph_node(loss_fn, op_type), counts)
         if op_type in _FIX:
             what, fix = (_(t) for t in _FIX[op_type])
         else:
             what = _("{op} produced a non-finite value").format(op=op_type)
             fix = _("keep its input in the range where it is finite")
         if loss_finite:
-            return _("The first NaN/inf is born in the forward pass, in {op}{name}{counts}: {what}. The loss is "
-                     "finite, so the loss does not use this value, as in the unselected branch of a tf.where: the "
-                     "backward pass still multiplies the NaN/inf by 0, and 0 × NaN = NaN. Fix: {fix}.").format(
-                op=op_type, name=name, counts=counted, what=what, fix=_(_WHERE_FIX))
-        return _("The first NaN/inf is born in the forward pass, in {op}{name}{counts}: {what}. Fix: {fix}.").format(
-            op=op_type, name=name, counts=counted, what=what, fix=fix)
+            return NonfiniteSource(_(
+                "The first NaN/inf is born in the forward pass, in {where}: {what}. The loss is finite, so the loss "
+                "does not use this value, as in the unselected branch of a tf.where: the backward pass still "
+                "multiplies the NaN/inf by 0, and 0 × NaN = NaN.").format(where=where, what=what), _(_WHERE_FIX))
+        return NonfiniteSource(_("The first NaN/inf is born in the forward pass, in {where}: {what}.").format(
+            where=where, what=what), fix)
     if op_type.startswith("__inference"):
-        return _("The first NaN/inf is born in the backward pass, inside the gradient of a tf.function called by "
-                 "loss_fn ({op}){counts}. Call the inner function's body eagerly to name the op.").format(
-            op=op_type, counts=counted)
+        return NonfiniteSource(
+            _("The first NaN/inf is born in the backward pass, inside the gradient of a tf.function called by "
+              "loss_fn: {where}.").format(where=_location(op_type, counts=counts)),
+            _("call the inner function's body eagerly to name the op"))
     forward = _BACKWARD_OF.get(op_type, op_type)
     if forward in _FIX:
         what, fix = (_(t) for t in _FIX[forward])
@@ -419,9 +447,9 @@ def find_nonfinite_source(loss_fn: Callable[[], object], variables: Sequence) ->
         what = _("the derivative of {op} is infinite or undefined at these inputs").format(op=forward)
         fix = _("keep the input away from the point where the derivative blows up")
     if forward != op_type:
-        where = _("{grad}, the gradient of {op}{name}").format(grad=op_type, op=forward,
-                                                                name=_graph_node(loss_fn, forward))
+        where = _("{grad}, the gradient of {op}").format(grad=_location(op_type, counts=counts),
+                                                         op=_location(forward, _graph_node(loss_fn, forward)))
     else:
-        where = op_type
-    return _("The forward pass is finite; the first NaN/inf is born in the backward pass, in {where}{counts}: "
-             "{what}. Fix: {fix}.").format(where=where, counts=counted, what=what, fix=fix)
+        where = _location(op_type, counts=counts)
+    return NonfiniteSource(_("The forward pass is finite; the first NaN/inf is born in the backward pass, in "
+                             "{where}: {what}.").format(where=where, what=what), fix)

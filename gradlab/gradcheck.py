@@ -31,7 +31,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ._env import quiet_import_tensorflow
-from .i18n import _
+from .i18n import _, join_list, join_sentences
 
 tf = quiet_import_tensorflow()
 
@@ -139,8 +139,8 @@ class GradientCheck:
                 where=k.label, value=f"{k.value:.4g}", step=f"{k.step:.2g}", left=f"{k.left:.4g}",
                 right=f"{k.right:.4g}", tape=f"{k.theoretical:.4g}", mean=f"{(k.left + k.right) / 2:.4g}")
             if more:
-                head += " " + _("({n} more input elements are at a kink.)").format(n=more)
-        return " ".join([head, *self.notes])
+                head = join_sentences(head, _("({n} more input elements are at a kink.)").format(n=more))
+        return join_sentences(head, *self.notes)
 
     def __str__(self) -> str:
         return self.message
@@ -327,7 +327,7 @@ def check_gradient(f: Callable, *xs, delta: float | None = None, progress: bool 
                            "{dtype}'s step and tolerance.").format(error=first, dtype=dtype))
         else:
             work_inputs, cast = up, True
-            names = ", ".join(f"xs[{i}]" for i in low)
+            names = join_list(f"xs[{i}]" for i in low)
             cast_note = _("{names} ({dtype}) cast to float64 for the check: in {dtype}, finite differences would "
                           "lose about a third of the digits (their error is about ε^(2/3)).").format(
                 names=names, dtype=original[low[0]])

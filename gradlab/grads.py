@@ -103,9 +103,10 @@ class GradientReport:
         def fmt(a):
             return "[" + ", ".join(f"{v:.3g}" for v in a) + "]"
 
-        clip = _("off") if self.clip is None else f"{self.clip[0]} ≤ {self.clip[1]:g}"
         lines = [
-            _("GradientReport: {summary} (clip {clip})").format(summary=self.summary(), clip=clip),
+            (_("GradientReport: {summary} (clip off)").format(summary=self.summary()) if self.clip is None else
+             _("GradientReport: {summary} (clip {clip})").format(summary=self.summary(),
+                                                            clip=f"{self.clip[0]} ≤ {self.clip[1]:g}")),
             _("  signal norms  : {values}").format(values=fmt(self.signal_norms)),
             _("  weight norms  : {values}").format(values=fmt(self.weight_norms)),
         ]

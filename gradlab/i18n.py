@@ -21,6 +21,12 @@ The language comes from ``gl.setup(lang=...)``, else the ``GRADLAB_LANG`` enviro
 variable (read once, at ``import gradlab``), else English. The Chinese chapters call
 ``gl.setup(seed=0, lang="zh")`` in their Setup cell.
 
+Several translated sentences (or list items) are never glued with an English separator
+(``" "``, ``", "``, ``"; "``, ``"."``): :func:`join_sentences`, :func:`join_list`,
+:func:`join_clauses` and :func:`end_sentence` take the separator from the catalog too, so a
+language chooses its punctuation (Chinese joins sentences with nothing after ``。`` and lists
+with ``、``).
+
 Inside a module that imports ``_``, never use ``_`` as a throwaway name: in a function that
 assigns it, ``_`` becomes local and ``_("...")`` raises ``UnboundLocalError``.
 """
@@ -31,7 +37,8 @@ import gettext
 import os
 from pathlib import Path
 
-__all__ = ["DOMAIN", "LANGUAGES", "LOCALE_DIR", "N_", "_", "get_language", "ngettext", "set_language"]
+__all__ = ["DOMAIN", "LANGUAGES", "LOCALE_DIR", "N_", "_", "end_sentence", "get_language", "join_clauses",
+           "join_list", "join_sentences", "ngettext", "set_language", "SENTENCE_ENDS"]
 
 DOMAIN = "gradlab"
 LOCALE_DIR = Path(__file__).resolve().parent / "locale"
@@ -102,3 +109,52 @@ def language_from_env() -> str:
     if value not in LANGUAGES:
         raise ValueError(f"{LANG_ENV} must be one of {sorted(LANGUAGES)}; got {value!r}")
     return value
+
+
+def _fold(parts, template: str, first: str, rest: str) -> str:
+    items = [str(p).strip() for p in parts if p is not None and str(p).strip()]
+    if not items:
+        return ""
+    text = items[0]
+    for item in items[1:]:
+        text = template.format(**{first: text, rest: item})
+    return text
+
+
+def join_sentences(*sentences) -> str:
+    """Whole sentences one after the other, joined as the current language joins them.
+
+    English puts a space between ``"It vanishes."`` and ``"Try relu."``; Chinese puts nothing
+    after ``。``. Empty parts are skipped; one iterable argument is taken as the sentences. Each
+    part must already be a whole sentence with its own full stop (see :func:`end_sentence`).
+    """
+    if len(sentences) == 1 and not isinstance(sentences[0], str):
+        sentences = tuple(sentences[0])
+    # TRANSLATORS: how two whole sentences follow each other ("{sentence}{next}" in Chinese: no space after 。)
+    return _fold(sentences, _("{sentence} {next}"), "sentence", "next")
+
+
+def join_list(items) -> str:
+    """A list of names or short phrases (``"a, b, c"`` in English, ``"a、b、c"`` in Chinese)."""
+    # TRANSLATORS: the separator between the items of a list of names ("{items}、{item}" in Chinese)
+    return _fold(items, _("{items}, {item}"), "items", "item")
+
+
+def join_clauses(items) -> str:
+    """Clauses of one sentence that each could stand alone (``"a; b"``; ``"a；b"`` in Chinese)."""
+    # TRANSLATORS: the separator between clauses of one sentence ("{clauses}；{clause}" in Chinese)
+    return _fold(items, _("{clauses}; {clause}"), "clauses", "clause")
+
+
+#: How a sentence may already end, in the languages gradlab speaks.
+SENTENCE_ENDS = (".", "。", "?", "？", "!", "！", "…")
+
+
+def end_sentence(text: str) -> str:
+    """``text`` closed by the language's full stop (``"a."``, ``"a。"`` in Chinese), unless it already
+    ends a sentence."""
+    text = str(text).rstrip()
+    if not text or text.endswith(SENTENCE_ENDS):
+        return text
+    # TRANSLATORS: a clause made a whole sentence by the language's full stop ("{sentence}。" in Chinese)
+    return _("{sentence}.").format(sentence=text)

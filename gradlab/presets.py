@@ -40,15 +40,25 @@ QUANTITIES = {
 
 @dataclasses.dataclass(frozen=True)
 class Preset:
-    """One paper's setting and claim (see the module docstring); ``title`` and ``paper_text`` are
-    marked for translation (show them through ``_()``), the citation stays as published."""
+    """One paper's setting and claim (see the module docstring); ``title``, ``paper_text`` and
+    ``note`` are marked for translation (show them through ``_()``), the ``reference`` stays as
+    published; :attr:`citation` is the reference with its translated note."""
 
     title: str
-    citation: str
+    reference: str
     settings: dict
     quantity: str
     paper_value: float
     paper_text: str
+    #: What the cited paper is cited for, when the title does not say it (marked for translation).
+    note: str = ""
+
+    @property
+    def citation(self) -> str:
+        """The reference as published, followed by its note in the current language."""
+        if not self.note:
+            return self.reference
+        return _("{reference} ({note})").format(reference=self.reference, note=_(self.note))
 
     def measure(self, report) -> float:
         """This preset's quantity, read from ``report``."""
@@ -68,10 +78,12 @@ def _s(depth, activation, initializer, *, residual=False, norm="none", dtype="fl
 
 
 HE2015 = ("He, Zhang, Ren & Sun (2015), Delving deep into rectifiers: surpassing human-level "
-          "performance on ImageNet classification, ICCV (the initialization of rectifier layers)")
+          "performance on ImageNet classification, ICCV")
+HE2015_NOTE = N_("the initialization of rectifier layers")
 GLOROT2010 = ("Glorot & Bengio (2010), Understanding the difficulty of training deep feedforward "
               "neural networks, AISTATS")
-MICIK2018 = ("Micikevicius et al. (2018), Mixed precision training, ICLR (loss scaling)")
+MICIK2018 = "Micikevicius et al. (2018), Mixed precision training, ICLR"
+MICIK2018_NOTE = N_("loss scaling")
 
 #: The presets, in the order the explorer offers them.
 PRESETS: dict[str, Preset] = {
@@ -82,11 +94,13 @@ PRESETS: dict[str, Preset] = {
            "29 layers from layer 30 back to layer 1 the signal shrinks by (1/√2)^29 = 2^-14.5 ≈ 4.3e-5 "
            "(derived from the paper's variance argument; the paper shows a 30-layer ReLU net stalling with "
            "Xavier)"),
+        note=HE2015_NOTE,
     ),
     "he2015_he": Preset(
         N_("He et al. 2015 · ReLU, He init, 30 layers"), HE2015, _s(30, "relu", "he_normal"), "ratio", 1.0,
         N_("with Var W = 2/n every factor ½·n·Var W is 1 (the paper's condition): the signal keeps its size, "
            "ratio ≈ 1 (derived from the paper's variance argument)"),
+        note=HE2015_NOTE,
     ),
     "glorot2010_standard": Preset(
         N_("Glorot & Bengio 2010 · tanh, standard U[±1/√n], 5 layers"), GLOROT2010,
@@ -145,6 +159,7 @@ PRESETS: dict[str, Preset] = {
         N_("float16 cannot hold magnitudes below 2^-24 ≈ 6e-8: smaller activation gradients become 0 (the paper "
            "value here, at least one layer of exact zeros, is our yes/no version of the paper's point, not a "
            "number from the paper)"),
+        note=MICIK2018_NOTE,
     ),
     "micikevicius2018_scaled": Preset(
         N_("Micikevicius et al. 2018 · float16, loss scale 2^15, 14 layers"), MICIK2018,
@@ -152,6 +167,7 @@ PRESETS: dict[str, Preset] = {
         N_("multiplying the loss by S shifts every gradient S times up into float16's range; the weight gradients "
            "are divided by S in float32 afterwards: no layer is lost (0 zero layers; the paper used scale factors "
            "from 8 to 32K = 2^15)"),
+        note=MICIK2018_NOTE,
     ),
 }
 

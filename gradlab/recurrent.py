@@ -203,10 +203,11 @@ class TimeReport:
         def fmt(a):
             return "[" + ", ".join(f"{v:.3g}" for v in a) + "]"
 
-        clip = _("off") if self.clip is None else f"{self.clip[0]} ≤ {self.clip[1]:g}"
         s = self.time_step_norms
         shown = fmt(s) if s.size <= 10 else fmt(s[:5])[:-1] + ", ..., " + fmt(s[-5:])[1:]
-        lines = [_("TimeReport: {summary} (clip {clip})").format(summary=self.summary(), clip=clip),
+        lines = [(_("TimeReport: {summary} (clip off)").format(summary=self.summary()) if self.clip is None else
+             _("TimeReport: {summary} (clip {clip})").format(summary=self.summary(),
+                                                            clip=f"{self.clip[0]} ≤ {self.clip[1]:g}")),
                  _("  per-step norms: {values}").format(values=shown),
                  _("  weight grads  : {values}").format(values=", ".join(
                      f"{n} {v:.3g}" for n, v in zip(self.weight_names, self.weight_norms, strict=True)))]

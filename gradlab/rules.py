@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .i18n import N_, _, ngettext
+from .i18n import N_, _, end_sentence, join_clauses, join_list, join_sentences, ngettext
 from .report import LayerStats, Problem, VariableStats
 from .verdict import Verdict
 
@@ -88,7 +88,7 @@ def _data(c: StepContext) -> Problem | None:
     return Problem(
         "non-finite-data",
         _("The data itself is not finite: {problems}. Every number computed from it is NaN too, so nothing "
-          "here says anything about the model.").format(problems="; ".join(c.data_problems)),
+          "here says anything about the model.").format(problems=join_clauses(c.data_problems)),
         _("clean the batch (drop or impute the rows, check the loading and any division or log in the "
           "preprocessing), e.g. find them with np.isfinite(x).all(axis=1)."),
     )
@@ -101,7 +101,7 @@ def _weights(c: StepContext) -> Problem | None:
     return Problem(
         "non-finite-weights",
         _("The weights themselves hold NaN/inf ({paths}): an earlier update wrote them.").format(
-            paths=", ".join(bad[:3]) + (" …" if len(bad) > 3 else "")),
+            paths=join_list(bad[:3]) + (" …" if len(bad) > 3 else "")),
         _("rebuild or restore the model; then find why a step went non-finite (learning rate, weight "
           "scale) and skip such steps (check_finite in gl.make_train_step)."),
     )
@@ -152,37 +152,54 @@ def _gradient(c: StepContext) -> Problem | None:
     if c.loss_scale_overflow:
         return None
     n, layer, source = len(bad), c.first_nonfinite_gradient_layer, c.nonfinite_source
-    fix = (_("the fix named above; clipping cannot repair NaN.") if source else
+    # find_nonfinite_source's finding and fix apart (a plain str from elsewhere is all finding)
+    source_finding, source_fix = getattr(source, "finding", source), getattr(source, "fix", "")
+    fix = (_("{fix}; clipping cannot repair NaN.").format(fix=source_fix) if source_fix else
            _("add an epsilon (tf.sqrt(x + 1e-12)) or use a safe op; clipping cannot repair NaN."))
     if layer and source:
-        text = ngettext("The loss is finite but {n} gradient is NaN/inf; the backward pass first goes non-finite at "
-                        "layer {layer!r}: {source}",
-                        "The loss is finite but {n} gradients are NaN/inf; the backward pass first goes non-finite "
-                        "at layer {layer!r}: {source}", n)
-    elif layer:
+        text = join_sentences(ngettext(
+            "The loss is finite but {n} gradient is NaN/inf; the backward pass first goes non-finite at layer "
+            "{layer!r}.",
+            "The loss is finite but {n} gradients are NaN/inf; the backward pass first goes non-finite at layer "
+            "{layer!r}.", n).format(n=n, layer=layer), source_finding)
+        return Problem("non-finite-gradient", text, fix)
+    if layer:
         text = ngettext("The loss is finite but {n} gradient is NaN/inf; the backward pass first goes non-finite at "
                         "layer {layer!r}: an op with an infinite derivative (sqrt or norm at 0, log near 0).",
                         "The loss is finite but {n} gradients are NaN/inf; the backward pass first goes non-finite "
                         "at layer {layer!r}: an op with an infinite derivative (sqrt or norm at 0, log near 0).", n)
     elif source:
-        text = ngettext("The loss is finite but {n} gradient is NaN/inf: {source}",
-                        "The loss is finite but {n} gradients are NaN/inf: {source}", n)
+        text = join_sentences(ngettext("The loss is finite but {n} gradient is NaN/inf.",
+                                       "The loss is finite but {n} gradients are NaN/inf.", n).format(n=n),
+                              source_finding)
+        return Problem("non-finite-gradient", text, fix)
     else:
         text = ngettext("The loss is finite but {n} gradient is NaN/inf: an op with an infinite derivative (sqrt or "
                         "norm at 0, log near 0).",
                         "The loss is finite but {n} gradients are NaN/inf: an op with an infinite derivative (sqrt "
                         "or norm at 0, log near 0).", n)
-    return Problem("non-finite-gradient", text.format(n=n, layer=layer, source=source), fix)
+    return Problem("non-finite-gradient", text.format(n=n, layer=layer), fix)
 
 
-def _none_causes_text(causes: dict) -> str:
-    """The causes of ``None`` gradients, variables that share a cause named together."""
+def _none_finding(paths: list[str], causes: dict) -> str:
+    """The finding of ``None`` gradients with their causes, variables that share a cause named together."""
+    n, shown = len(paths), join_list(paths)
     groups: dict[str, list[str]] = {}
     for path, cause in causes.items():
         groups.setdefault(cause, []).append(path)
+    if not groups:
+        return ngettext("No gradient (None) for {paths}: the loss does not depend on this variable through recorded "
+                        "operations.", "No gradient (None) for {paths}: the loss does not depend on these variables "
+                        "through recorded operations.", n).format(paths=shown)
     if len(groups) == 1:
-        return f": {next(iter(groups))}."
-    return " (" + "; ".join(f"{', '.join(ps)}: {cause}" for cause, ps in groups.items()) + ")."
+        return ngettext("No gradient (None) for {paths}: the loss does not depend on this variable through recorded "
+                        "operations. The cause: {cause}.", "No gradient (None) for {paths}: the loss does not depend "
+                        "on these variables through recorded operations. The cause: {cause}.", n).format(
+            paths=shown, cause=next(iter(groups)))
+    named = join_clauses(_("for {paths}, {cause}").format(paths=join_list(ps), cause=cause)
+                         for cause, ps in groups.items())
+    return _("No gradient (None) for {paths}: the loss does not depend on these variables through recorded "
+             "operations. The causes: {causes}.").format(paths=shown, causes=named)
 
 
 #: ``(kinds of cause (gradlab.causes.CAUSE_KINDS), the fix that matches them)``.
@@ -205,7 +222,7 @@ def _none_fix(causes: dict) -> str:
     kinds = {k for cause in causes.values() for k in getattr(cause, "kinds", ())}
     fixes = [_(fix) for keys, fix in _NONE_FIXES if kinds & set(keys)]
     if fixes:
-        return "; ".join(dict.fromkeys(fixes)) + "."
+        return end_sentence(join_clauses(dict.fromkeys(fixes)))
     return _("check that the layer's output really uses it (a forgotten term, a wrong return value, a NumPy "
              "round-trip, work outside the tape); chapter 02 lists seven causes.")
 
@@ -214,11 +231,7 @@ def _none(c: StepContext) -> Problem | None:
     none = [v.path for v in c.variables if v.grad_norm is None]
     if not none:
         return None
-    head = ngettext("No gradient (None) for {paths}: the loss does not depend on this variable through recorded "
-                    "operations", "No gradient (None) for {paths}: the loss does not depend on these variables "
-                    "through recorded operations", len(none)).format(paths=", ".join(none))
-    return Problem("none-gradient", head + (_none_causes_text(c.none_causes) if c.none_causes else "."),
-                   _none_fix(c.none_causes))
+    return Problem("none-gradient", _none_finding(none, c.none_causes), _none_fix(c.none_causes))
 
 
 def _loss_scale_overflow(c: StepContext) -> Problem | None:
@@ -240,7 +253,7 @@ def _batchnorm(c: StepContext) -> Problem | None:
     return Problem(
         "batchnorm-statistics",
         _("BatchNormalization statistics are the likely cause of the gradient sizes below: {findings}.").format(
-            findings="; ".join(c.batchnorm)),
+            findings=join_clauses(c.batchnorm)),
         _("use a larger batch, or a larger input so the last feature maps are bigger than 1×1; or replace "
           "BatchNormalization by GroupNormalization/LayerNormalization; for a trained model, freeze its "
           "BatchNorm layers (layer.trainable = False runs them in inference mode).") if c.training else
@@ -256,7 +269,7 @@ def _signal_finding(c: StepContext, vanishing: bool, normalized: bool) -> str:
     first, last = by_name[names[0]], by_name[names[-1]]
     fields = dict(first=names[0], last=names[-1], value=f"{last:.3g}",
                   ratio=f"{first / last:.2g}" if last else "inf",
-                  layers=", ".join(repr(n) for n in c.normalizers[:3]) + (" …" if len(c.normalizers) > 3 else ""))
+                  layers=join_list(repr(n) for n in c.normalizers[:3]) + (" …" if len(c.normalizers) > 3 else ""))
     if normalized:
         text = (_("Vanishing gradient ratio: the signal at {first!r} is {ratio}× the signal at {last!r}. The change "
                   "happens across normalization layers ({layers}), which divide the gradient by the scale of their "

@@ -25,7 +25,7 @@ from . import core
 from ._env import quiet_import_tensorflow
 from ._validate import check_int, check_positive
 from .grads import dense_signal_pass
-from .i18n import _
+from .i18n import _, join_list
 from .verdict import judge
 
 tf = quiet_import_tensorflow()
@@ -84,7 +84,7 @@ class TrainingRun:
         if self.stopped_at is not None:
             lines.append(_("  stopped at step {step}: the loss or a gradient is NaN/inf").format(step=self.stopped_at))
         if self.none_gradients:
-            lines.append(_("  None gradients (not trained): {paths}").format(paths=", ".join(self.none_gradients)))
+            lines.append(_("  None gradients (not trained): {paths}").format(paths=join_list(self.none_gradients)))
         return "\n".join(lines)
 
     __repr__ = __str__

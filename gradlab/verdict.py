@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .i18n import N_, _
+from .i18n import N_, _, join_sentences
 
 __all__ = [
     "CAUSES",
@@ -189,7 +189,7 @@ class Verdict:
     @property
     def message(self) -> str:
         """The finding followed by the advice: what :func:`diagnose` returns as its message."""
-        return f"{self.finding} {self.advice}".strip()
+        return join_sentences(self.finding, self.advice)
 
     def __str__(self) -> str:
         return _("{status}: {message}").format(status=status_word(self.status), message=self.message)
@@ -347,7 +347,7 @@ def judge(
         more = (_("The per-layer change is within 5 %, yet it compounds to {ratio}× over {n} layers.")
                 if unit == "layer" else
                 _("The per-step change is within 5 %, yet it compounds to {ratio}× over {n} steps."))
-        text += " " + more.format(**fields)
+        text = join_sentences(text, more.format(**fields))
     return verdict("healthy", "none", text)
 
 

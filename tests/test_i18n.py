@@ -244,6 +244,67 @@ def test_messages_are_literals_and_errors_stay_english():
     assert not bad, "messages Babel cannot extract, or translated errors:" + listing(bad)
 
 
+# ----------------------------------------------------------------------------- whole sentences
+def test_chinese_translations_keep_chinese_typography(zh_po):
+    """No space after 。，：；…, no ASCII ':' ';' ',' '.' right after a Chinese character, 梯度检验."""
+    bad = cat.catalog_typography(zh_po)
+    assert not bad, "Chinese translations that break the typography rules (tools/catalog.py):" + listing(bad)
+
+
+def test_typography_checker_names_glued_fragments():
+    # the glue that English joiners left in Chinese outputs (board, T01/T06/T07)
+    assert cat.typography_problems("阈值 0.001。 试试 relu。") == ["a space after full-width punctuation"]
+    assert cat.typography_problems("依赖这些变量: Round") == ["ASCII ':' or ';' after a Chinese character"]
+    assert cat.typography_problems("没有梯度（操作 'Round'）.修正方法") == ["ASCII '.' closing a Chinese sentence"]
+    assert cat.typography_problems("请设置 'a'、'b' 中的一项, 然后") == ["ASCII ',' after a Chinese character"]
+    assert cat.typography_problems("梯度检查通过") and not cat.typography_problems("梯度检验通过")
+    # code inside Chinese text is fine
+    assert cat.typography_problems("请让计算保持在 TensorFlow 操作中：.numpy() 和 np.* 会离开梯度带。") == []
+
+
+def test_joiners_follow_the_language():
+    assert i18n.join_sentences("It vanishes.", "", "Try relu.") == "It vanishes. Try relu."
+    assert i18n.join_sentences(["A.", "B."]) == "A. B."
+    assert i18n.join_list(["a", "b", "c"]) == "a, b, c" and i18n.join_list([]) == ""
+    assert i18n.join_clauses(["a", "b"]) == "a; b"
+    assert i18n.end_sentence("a") == "a." and i18n.end_sentence("a.") == "a." and i18n.end_sentence("") == ""
+    i18n.set_language("zh")
+    assert i18n.join_sentences("梯度消失。", "试试 relu。") == "梯度消失。试试 relu。"
+    assert i18n.join_list(["a", "b", "c"]) == "a、b、c"
+    assert i18n.join_clauses(["甲", "乙"]) == "甲；乙"
+    assert i18n.end_sentence("甲") == "甲。" and i18n.end_sentence("甲。") == "甲。"
+
+
+def _composed_texts() -> list[str]:
+    """Texts gradlab builds from several translated pieces (verdict + advice, finding + note, ...)."""
+    import tensorflow as tf
+
+    texts = [gl.verdict.judge([1e-5, 1e-3, 1e-1, 1.0]).message,  # finding + advice
+             gl.verdict.judge(np.geomspace(40.0, 1.0, 100)).message,  # finding + the compounding note
+             gl.verdict.judge([1e-3, 1.0], names=["'dense'", "'dense_1'"]).message]
+    texts.append(gl.check_gradient(lambda t: t**3, tf.constant([1.0, 2.0])).message)  # + the float64 cast note
+    texts.append(gl.check_gradient(lambda t: tf.abs(t), tf.constant([0.0, 0.0, 2.0], tf.float64)).message)
+    xs = tf.Variable([-4.0, 0.0, 4.0])
+    texts.append(str(gl.find_nonfinite_source(lambda: tf.reduce_sum(tf.sqrt(xs * xs)), [xs])))
+    v = tf.Variable([0.0, 1.0])
+    texts.append(str(gl.find_nonfinite_source(lambda: tf.reduce_sum(tf.math.log(v * v)), [v])))
+    c = tf.Variable([1.0, 2.0])
+    texts += list(gl.explain_none_gradients(lambda: tf.reduce_sum(tf.stop_gradient(c) + tf.round(c)), [c]).values())
+    return texts
+
+
+def test_composed_chinese_texts_are_whole_chinese_sentences():
+    i18n.set_language("zh")
+    texts = _composed_texts()
+    bad = [f"{why}: {t!r}" for t in texts for why in cat.typography_problems(t)]
+    assert not bad, "composed Chinese texts with English glue:" + listing(bad)
+    assert all(any("\u4e00" <= ch <= "\u9fff" for ch in t) for t in texts), texts
+    i18n.set_language("en")
+    english = _composed_texts()
+    assert all("  " not in t and ". ." not in t and not t.endswith(" ") for t in english), english
+    assert "below the threshold 0.001 for the total ratio. Use an initializer" in english[0]
+
+
 # ----------------------------------------------------------------------------- Chinese figures
 def test_cjk_font_is_the_packaged_file():
     path = fonts.cjk_font_path()

@@ -4,7 +4,7 @@
     python tools/catalog.py update    # merge the template into every <lang>/LC_MESSAGES/gradlab.po
     python tools/catalog.py compile   # every .po -> .mo (what gradlab.i18n reads)
     python tools/catalog.py all       # the three in order (`make catalog`)
-    python tools/catalog.py check     # untranslated, fuzzy and placeholder problems; exit 1 if any
+    python tools/catalog.py check     # untranslated, fuzzy, placeholder and (Chinese) typography problems; exit 1 if any
 
 Every message is a call ``_("...")``, ``N_("...")`` or ``ngettext("...", "...", n)`` in
 ``gradlab/`` (Babel's default keywords). A comment starting ``# TRANSLATORS:`` on the line
@@ -142,6 +142,35 @@ def placeholder_problems(m: Message) -> list[str]:
     return out
 
 
+# Chinese typography (zh_CN): full-width punctuation carries no space after it, and ASCII
+# punctuation never follows a Chinese character (the glue of English fragments shows as both).
+_CJK = "\u3400-\u9fff\u3000-\u303f\uff00-\uffef"
+TYPOGRAPHY_RULES: dict[str, re.Pattern] = {
+    "a space after full-width punctuation": re.compile("[。，、；：！？（）“”][ \t]"),
+    "ASCII ':' or ';' after a Chinese character": re.compile(f"[{_CJK}][:;]"),
+    "ASCII ',' after a Chinese character": re.compile(f"[{_CJK}],"),
+    "ASCII '.' closing a Chinese sentence": re.compile(f"[{_CJK}]\\.(?=$|\\s|[{_CJK}])"),
+    "梯度检查 (the glossary's term for gradient check is 梯度检验)": re.compile("梯度检查"),
+}
+
+
+def typography_problems(text: str) -> list[str]:
+    """The Chinese typography rules ``text`` breaks (names of :data:`TYPOGRAPHY_RULES`)."""
+    return [name for name, rule in TYPOGRAPHY_RULES.items() if rule.search(text)]
+
+
+def catalog_typography(catalog: Catalog) -> list[str]:
+    """``msgid: rule`` for every Chinese translation that breaks a typography rule."""
+    out = []
+    for m in catalog:
+        if not m.id:
+            continue
+        for s in m.string if isinstance(m.string, tuple | list) else (m.string,):
+            for why in typography_problems(s or ""):
+                out.append(f"{m.id!r}: {why} in {s!r}")
+    return out
+
+
 def problems(catalog: Catalog, template: Catalog) -> dict[str, list[str]]:
     """What keeps ``catalog`` from translating every message of ``template`` correctly."""
     wanted = message_ids(template)
@@ -211,7 +240,11 @@ def cmd_check() -> int:
         print(f"gradlab.pot is out of date ({len(missing)} new, {len(extra)} gone): "
               "run `python tools/catalog.py all`")
     for locale in LOCALES:
-        for kind, items in problems(read_catalog(po_path(locale), locale=locale), template).items():
+        catalog = read_catalog(po_path(locale), locale=locale)
+        found = problems(catalog, template)
+        if locale.startswith("zh"):
+            found["typography"] = catalog_typography(catalog)
+        for kind, items in found.items():
             if items:
                 bad += 1
                 print(f"{locale}: {len(items)} {kind}:")

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .._env import quiet_import_tensorflow
+from ..i18n import N_
 from .norms import dedupe, global_norm, map_values
 
 tf = quiet_import_tensorflow()
@@ -22,6 +23,8 @@ __all__ = ["CLIP_MODES", "check_clip", "clip_gradients", "clip_with"]
 
 #: Clipping modes: what ``tf.clip_by_value``, ``tf.clip_by_norm`` and ``tf.clip_by_global_norm`` do.
 CLIP_MODES: tuple[str, ...] = ("value", "norm", "global_norm")
+#: The word for "no clipping" in the explorers' clip dropdown (gradlab/widgets/base.py shows it through ``_()``).
+CLIP_OFF = N_("off")
 
 
 def check_clip(clip):
