@@ -312,7 +312,7 @@ def plot_clipping_2d(g, clipped: dict, *, threshold: float, figsize=(4.6, 4.2)):
     return _show(fig)
 
 
-def plot_losses(histories: dict, *, ylabel: str = "loss", logy: bool = True, figsize=None,
+def plot_losses(histories: dict, *, ylabel: str = N_("loss"), logy: bool = True, figsize=None,
                 target: float | None = None, linear: bool = False, linear_top: float | None = None):
     """One line per named loss history; non-finite steps marked with a cross (chapters 01, 04).
 
@@ -376,7 +376,8 @@ def plot_losses(histories: dict, *, ylabel: str = "loss", logy: bool = True, fig
             elif lo >= target - 0.02 * (hi - lo):
                 ax.set_ylim(target - 0.06 * (hi - min(lo, target)), hi)
         ax.set_xlabel(_("step"))
-        ax.set_ylabel(_("{label} (log scale)").format(label=ylabel) if logy and k == 0 else ylabel)
+        label = _(ylabel)  # the default "loss" (and any other catalog message) in the current language
+        ax.set_ylabel(_("{label} (log scale)").format(label=label) if logy and k == 0 else label)
         ax.legend(fontsize=8)
     return _show(fig)
 

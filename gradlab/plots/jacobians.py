@@ -181,11 +181,13 @@ def plot_block_diagonals(full, blocks: dict, *, annotate: bool = True, figsize=N
     if not blocks:
         raise ValueError("blocks must map at least one title to a (B, out, in) array; got an empty dict")
     nb, r, __, c = full.shape
-    mats = {f"full Jacobian, shape {full.shape}\ndrawn as {nb * r} × {nb * c}": full.reshape(nb * r, nb * c)}
+    mats = {_("full Jacobian, shape {shape}\ndrawn as {rows} × {cols}").format(
+        shape=full.shape, rows=nb * r, cols=nb * c): full.reshape(nb * r, nb * c)}
     for name, b in blocks.items():
         if np.shape(b) != (nb, r, c):
             raise ValueError(f"blocks[{name!r}] must have shape {(nb, r, c)}; got {np.shape(b)}")
-        mats[f"{name}, shape {(nb, r, c)}\nblocks drawn on the diagonal (grey: not computed)"] = block_diagonal_matrix(b)
+        mats[_("{name}, shape {shape}\nblocks drawn on the diagonal (grey: not computed)").format(
+            name=name, shape=(nb, r, c))] = block_diagonal_matrix(b)
     lim = _limit(np.concatenate([m.ravel() for m in mats.values()]))
     cmap = matplotlib.colormaps[CMAP].with_extremes(bad="#d0d7de")
     fig, axes = new_figure(figsize or (3.6 * len(mats) + 0.8, 3.9), ncols=len(mats), squeeze=False)

@@ -12,7 +12,7 @@ import numpy as np
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
 
-from ..i18n import _
+from ..i18n import N_, _
 from .live import LIVE_DPI, LivePlot, new_figure
 
 __all__ = ["CallTimePlot", "plot_grad_norm_history", "plot_step_times"]
@@ -55,8 +55,10 @@ def plot_step_times(timings: Sequence, *, title: str | None = None):
 
 
 def plot_grad_norm_history(history: Mapping[str, Sequence[float]], steps: Sequence[int] | None = None,
-                           *, xlabel: str = "epoch", ax=None, title: str | None = None):
+                           *, xlabel: str = N_("epoch"), ax=None, title: str | None = None):
     """Per-layer gradient norms over training, one line per layer, log scale (chapter 03).
+
+    ``xlabel`` is shown through the translation (the default ``"epoch"`` reads 轮次 in Chinese).
 
     ``history`` maps a layer name to its norms (e.g. ``GradNormLogger.history``). Non-positive
     or non-finite values cannot sit on a log axis; they are left out of the line.
@@ -87,7 +89,7 @@ def plot_grad_norm_history(history: Mapping[str, Sequence[float]], steps: Sequen
     few_decades = data.size and np.log10(data.max() / data.min()) <= 1.3
     ax.yaxis.set_minor_formatter(short if few_decades else NullFormatter())
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel(xlabel)
+    ax.set_xlabel(_(xlabel))
     ax.set_ylabel(_("gradient norm ‖∂L/∂W‖ (log scale)"))
     ax.legend(fontsize=8, ncol=2 if len(history) > 4 else 1)
     ax.set_title(title or _("Per-layer gradient norms during training"))

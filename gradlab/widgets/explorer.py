@@ -14,7 +14,7 @@ from .._validate import check_int as _check_int
 from ..advice import compare_with_paper, gradient_advice
 from ..engine import MLPGradientEngine, check_mode
 from ..grads import check_clip
-from ..i18n import _
+from ..i18n import N_, _
 from ..mlp import ACTIVATIONS, DTYPES, INITIALIZERS, NORMS
 from ..plots.gradients import ReportPlot, loss_scale_text
 from ..presets import PRESETS, QUANTITIES, compare_preset
@@ -28,6 +28,8 @@ EXPLORER_MAX_DEPTH = 100
 LOSS_SCALES: tuple[float, ...] = tuple(2.0**k for k in range(25))
 #: Chapter 05's controls: shown with ``advanced=True`` (or when one of them is set).
 ADVANCED = ("residual", "norm", "dtype", "loss_scale")
+#: The status line's word for each normalization (whole messages, one per choice).
+NORM_TEXTS = {"batch": N_("batch norm"), "layer": N_("layer norm")}
 
 
 def _loss_scale_label(v: float) -> str:
@@ -263,8 +265,8 @@ def _pairs(options):
 def _mode_text(report) -> str:
     """The non-default modes in words, e.g. ``residual · batch norm · float16 · loss scale 2^15``."""
     parts = [_("residual")] if report.residual else []
-    if report.norm != "none":
-        parts.append(_("{norm} norm").format(norm=report.norm))
+    if report.norm != "none":  # whole messages: "{norm} norm" read "batch 范数" in Chinese
+        parts.append(_(NORM_TEXTS[report.norm]))
     if report.dtype != "float32":
         parts.append(report.dtype)
     if report.loss_scale != 1:

@@ -8,7 +8,7 @@ import ipywidgets as widgets
 import numpy as np
 
 from ..core import mean_squared_error
-from ..i18n import _
+from ..i18n import N_, _
 from ..plots.tracing import RETRACE_COLOR, CallTimePlot
 from ..tracing import tf
 from .base import Explorer, css
@@ -16,6 +16,8 @@ from .base import Explorer, css
 __all__ = ["TracingLab"]
 
 MODES = ("python float", "tensor")
+#: The toggle buttons' labels (the status line keeps the mode's code name).
+MODE_LABELS = {"python float": N_("python float"), "tensor": N_("tensor")}
 
 
 def _make_step(x, y, w0):
@@ -61,7 +63,7 @@ class TracingLab(Explorer):
         true_w = rng.normal(size=(16, 1))
         self._y = self._x @ tf.constant(true_w, tf.float32)
         self.mode = self.control("mode", widgets.ToggleButtons(
-            options=[(_(m), m) for m in MODES], value=mode, description=_("pass as")))
+            options=[(_(MODE_LABELS[m]), m) for m in MODES], value=mode, description=_("pass as")))
         self.value = self.control("value", widgets.FloatSlider(
             value=float(value), min=0.0, max=1.0, step=0.01, description=_("learning rate"),
             readout_format=".2f", continuous_update=False))
