@@ -56,6 +56,9 @@ __all__ = [
 
 Hint = tuple[Any, str]
 
+#: dtypes whose rounding a float64 reference can tell apart
+_LOW_PRECISION = ("float16", "bfloat16", "float32")
+
 NONE_TEXT = N_(
     "nothing is returned or assigned yet? If it is a gradient, it is None because the target "
     "does not depend on the source through operations the tape recorded (chapter 02's gallery "
@@ -104,7 +107,7 @@ def clean_message(err, limit: int = 240) -> str:
 
     Strips ANSI colour codes; Python, autograph and TensorFlow stack frames (``File "..."``
     lines and the code under them); the headers "in user code:", "Graph execution error:" and
-    "Exception encountered when calling ..."; ``[[{{node ...}}]]`` and ``[Op:...]`` tails;
+    "Exception encountered when calling ..."; ``[[{{node ...}}]]`` and ``[Op:...]`` tails; ``{{function_node ...}}`` prefixes;
     Keras's "Arguments received by ..." dump (everything after it); and a repeated
     ``ValueError:`` prefix. Joins what is left into one line of at most ``limit`` characters.
     Used by every chapter's checks when a learner's code raises.
@@ -132,6 +135,7 @@ def clean_message(err, limit: int = 240) -> str:
             kept.append(line)
     text = re.sub(r"\s+", " ", " ".join(kept)).strip()
     text = re.sub(r"\s*\[Op:[^\]]*\]", "", text).strip()
+    text = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", text).strip()
     text = re.sub(r"\.\.+$", ".", text)
     if len(text) > limit:
         text = text[: limit - 1].rstrip() + "…"
@@ -354,7 +358,7 @@ def _matches(match, arrs) -> bool:
 
 
 def _hint_sentences(hints: Iterable[Hint], arrs) -> list[str]:
-    return [_("Hint: {hint}").format(hint=text) for match, text in hints if _matches(match, arrs)]
+    return [_("Hint: {hint}").format(hint=end_sentence(text)) for match, text in hints if _matches(match, arrs)]
 
 
 def _hint_text(hints: Iterable[Hint], arrs) -> str:
@@ -419,6 +423,7 @@ def _check_array(name: str, got, exp: np.ndarray, *, rtol: float, atol: float, h
         return CheckResult(name, False, _("dtype {dtype} is not numeric: expected numbers").format(dtype=arr.dtype))
     if np.iscomplexobj(arr):
         return CheckResult(name, False, _("dtype {dtype} is complex: expected real numbers").format(dtype=arr.dtype))
+    low_precision = arr.dtype.name if arr.dtype.name in _LOW_PRECISION else ""
     arr = arr.astype(np.float64)
     if arr.shape != exp.shape:
         return CheckResult(name, False, _shape_feedback(arr, exp) + note + _hint_text(hints, arr))
@@ -434,7 +439,12 @@ def _check_array(name: str, got, exp: np.ndarray, *, rtol: float, atol: float, h
         digits, rounded = 4, ""
         while f"{got_v:.{digits}g}" == f"{exp_v:.{digits}g}" and digits < 17:
             digits += 1  # show enough digits that the two numbers look different
-        if digits > 4:
+        hint = _hint_text(hints, arr)
+        if low_precision and np.allclose(arr, exp, rtol=1e-3, atol=max(atol, 1e-6)):
+            rounded = " " + _("The answer is {dtype}: rounding in {dtype} explains a gap this small, and this check "
+                              "needs more digits. Compute in float64 (Python floats, NumPy or tf.float64).").format(
+                dtype=low_precision)
+        elif digits > 4 and not hint:
             rounded = " " + _("These agree to the digits usually printed: was the answer typed in, or copied from a "
                               "rounded printout? Pass the computed value itself (the tensor or float), not a rounded "
                               "copy.")
@@ -445,8 +455,8 @@ def _check_array(name: str, got, exp: np.ndarray, *, rtol: float, atol: float, h
         else:
             text = _("values differ: largest gap {gap} (got {got}, expected {want}).").format(**values)
         r = _common_ratio([arr], [exp]) if ratio else None
-        return CheckResult(name, False, text + note + rounded
-                           + (_ratio_text(r, single=exp.size == 1) if r is not None else "") + _hint_text(hints, arr))
+        factor = _ratio_text(r, single=exp.size == 1, explain=not hint) if r is not None else ""
+        return CheckResult(name, False, text + note + rounded + factor + hint)
     if note:
         return CheckResult(name, True, _("shape {shape} and values match.").format(shape=arr.shape) + note)
     return CheckResult(name, True, _("shape {shape} and values match").format(shape=arr.shape))
@@ -546,6 +556,10 @@ def check_arrays(name: str, got: Sequence, expected: Sequence, *, labels: Sequen
     first = bad[0]
     item_text = results[first].feedback
     arrs = [_to_numpy(g)[0] for g in items]
+    if _is_permutation(arrs, exps, rtol=rtol, atol=atol):
+        return CheckResult(name, False, _("every item is one of the expected arrays, but they are in a different "
+                                          "order: return them in the order {order} (the order of the sources, as "
+                                          "tape.gradient returns them).").format(order=", ".join(labels)))
     ratio, hint_sentences = "", []
     if all(a is not None and a.shape == e.shape for a, e in zip(arrs, exps, strict=True)):
         arrs = [a.astype(np.float64) for a in arrs]
@@ -561,11 +575,31 @@ def check_arrays(name: str, got: Sequence, expected: Sequence, *, labels: Sequen
         text = _("item {i}: {feedback}").format(i=first, feedback=item_text)
     more = ""
     if len(bad) > 1:
-        others = len(bad) - 1
-        rest = ", ".join(map(str, bad[1:]))
-        more = (_("{k} more items are wrong ({which}).") if others > 1 else
-                _("{k} more item is wrong ({which}).")).format(k=others, which=rest)
+        labelled = [i for i in bad[1:] if labels[i] != f"{name}[{i}]"]
+        if len(bad) > 2:
+            more = _("Items {which} are wrong too.").format(
+                which=", ".join(f"{i} ({labels[i]})" if i in labelled else str(i) for i in bad[1:]))
+        elif labelled:
+            more = _("Item {i} ({label}) is wrong too.").format(i=bad[1], label=labels[bad[1]])
+        else:
+            more = _("Item {i} is wrong too.").format(i=bad[1])
     return CheckResult(name, False, join_sentences(end_sentence(text), more, ratio, *hint_sentences))
+
+
+def _is_permutation(arrs, exps, *, rtol: float, atol: float) -> bool:
+    """Whether ``arrs`` are the ``exps`` in another order (each used once, not the same order)."""
+    if any(a is None for a in arrs) or len(arrs) != len(exps) or len(arrs) < 2:
+        return False
+    left = list(range(len(exps)))
+    order = []
+    for a in arrs:
+        match = next((j for j in left if a.shape == exps[j].shape and np.all(np.isfinite(a))
+                      and np.allclose(a.astype(np.float64), exps[j], rtol=rtol, atol=atol)), None)
+        if match is None:
+            return False
+        left.remove(match)
+        order.append(match)
+    return order != list(range(len(exps)))
 
 
 def check_status(name: str, got: str, expected: str, *, allowed: Sequence[str] = ()) -> CheckResult:

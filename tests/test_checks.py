@@ -240,7 +240,7 @@ def test_check_arrays_list_of_nones_dicts_and_generators():
 
 def test_check_arrays_labels_count_and_common_factor():
     r = gl.checks.check_arrays("grads", [8 * a for a in _pair()], _pair(), labels=["dense/kernel", "dense/bias"])
-    _fails(r, "item 0 (dense/kernel)", "1 more item is wrong (1)", "Across all items every value is 8×", "batch size")
+    _fails(r, "item 0 (dense/kernel)", "Item 1 (dense/bias) is wrong too.", "Across all items every value is 8×", "batch size")
     assert r.feedback.count("8×") == 1
     r = gl.checks.check_arrays("grads", [8 * a for a in _pair()], _pair(), hints=[(lambda arrs: True, "sum, not mean")])
     _fails(r, "Across all items every value is 8× the expected one. Hint: sum, not mean")
@@ -258,10 +258,48 @@ def test_check_arrays_labels_count_and_common_factor():
 def test_check_arrays_ends_each_sentence_itself():
     # a shape message has no full stop of its own: the "more items" sentence must not run into it
     r = gl.checks.check_arrays("grads", [np.ones(3), np.ones((5, 5))], _pair())
-    _fails(r, "item 0: shape (3,), expected (2,). 1 more item is wrong (1).")
+    _fails(r, "item 0: shape (3,), expected (2,). Item 1 is wrong too.")
     # a value message ends in its own full stop: no second one, one space before the next sentence
     r = gl.checks.check_arrays("grads", [_pair()[0] + 1, _pair()[1] + 1], _pair())
-    assert ". 1 more item is wrong (1)." in r.feedback and ".." not in r.feedback and "  " not in r.feedback
+    assert ". Item 1 is wrong too." in r.feedback and ".." not in r.feedback and "  " not in r.feedback
+    three = [np.ones(2), np.ones((2, 1)), np.ones(3)]
+    r = gl.checks.check_arrays("grads", [a + 1 for a in three], three, labels=["k", "b", "c"])
+    _fails(r, "item 0 (k):", "Items 1 (b), 2 (c) are wrong too.")
+    # hints are whole sentences, and a matching hint replaces the generic guess at the factor's cause
+    r = gl.checks.check_array("a", 2 * EXPECTED, EXPECTED, hints=[(2 * EXPECTED, "twice"), (lambda a: True, "any")])
+    _fails(r, "Every value is 2× the expected one. Hint: twice. Hint: any.")
+    _fails(gl.checks.check_array("a", 8 * EXPECTED, EXPECTED), "a whole number, as when a sum is taken")
+    r = gl.checks.check_array("a", 8 * EXPECTED, EXPECTED, hints=[(lambda a: True, "known cause")])
+    _fails(r, "Every value is 8× the expected one. Hint: known cause.")
+    assert "whole number" not in r.feedback
+
+
+def test_check_arrays_names_items_in_another_order():
+    got = gl.checks.check_arrays("grads", _pair()[::-1], _pair(), labels=["dense/kernel", "dense/bias"])
+    _fails(got, "in a different order", "dense/kernel, dense/bias")
+    # same shapes, swapped values: also another order
+    same = [np.array([1.0, 2.0]), np.array([3.0, 4.0])]
+    _fails(gl.checks.check_arrays("grads", same[::-1], same), "in a different order")
+    # a wrong item is not an order problem
+    assert "order" not in gl.checks.check_arrays("grads", [same[1], same[1]], same).feedback
+
+
+def test_check_array_says_when_float32_rounding_explains_the_gap():
+    exact = np.float64(1.0) / 3.0
+    r = gl.checks.check_array("third", np.float32(exact), exact, rtol=1e-12, atol=0.0)
+    _fails(r, "The answer is float32", "float64")
+    assert "typed in" not in r.feedback
+    # the same gap in float64 is a rounded copy, not float32 rounding
+    r = gl.checks.check_array("third", float(np.float32(exact)), exact, rtol=1e-12, atol=0.0)
+    _fails(r, "typed in")
+    assert "float32" not in r.feedback
+
+
+def test_clean_message_drops_function_node_prefixes():
+    text = ("{{function_node __wrapped__Split_num_split_5_device_/job:localhost/replica:0/task:0/device:CPU:0}} "
+            "Number of ways to split should evenly divide the split dimension [Op:Split]")
+    assert gl.checks.clean_message(RuntimeError(text)) == (
+        "Number of ways to split should evenly divide the split dimension")
     assert gl.checks.end_sentence("done?") == "done?" and gl.checks.end_sentence("done") == "done."
     assert gl.checks.join_sentences("A.", "", "B.") == "A. B."
 

@@ -25,6 +25,19 @@ def test_central_difference_right_and_wrong():
     assert not raised and "ZeroDivisionError" in raised.feedback
 
 
+def test_central_difference_names_float32_the_exact_slope_and_a_string():
+    # the right formula in float32: rounding (eps/h ~ 1e-4 here), not a "rounded printout"
+    in_float32 = ch10.check_central_difference(
+        lambda f, x, h: (f(tf.constant(x + h)) - f(tf.constant(x - h))) / (2 * h))
+    assert not in_float32 and "float32" in in_float32.feedback and "typed in" not in in_float32.feedback
+    assert ch10.check_central_difference(  # the same in float64 passes
+        lambda f, x, h: (f(tf.constant(x + h, tf.float64)) - f(tf.constant(x - h, tf.float64))) / (2 * h))
+    exact = ch10.check_central_difference(lambda f, x, h: 3 * x ** 2)
+    assert not exact and "exact derivative" in exact.feedback and "typed in" not in exact.feedback
+    text = ch10.check_central_difference(lambda f, x, h: "12")
+    assert not text and "return a number" in text.feedback
+
+
 # ----------------------------------------------------------------------------- exercise 2
 def _cube(backward):
     @tf.custom_gradient

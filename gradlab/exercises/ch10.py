@@ -41,13 +41,14 @@ __all__ = [
 ]
 
 
-def _tensor_or_feedback(name: str, value, what: str):
+def _tensor_or_feedback(name: str, value, what: str, *, number: bool = False):
     if value is None:
         return None, CheckResult(name, False, _("{what} returned None: did you forget the return statement?").format(
             what=what))
     if isinstance(value, (str, bytes)):
-        return None, CheckResult(name, False, _("{what} returned a {kind}: return a tensor").format(
-            what=what, kind=type(value).__name__))
+        text = (_("{what} returned a {kind}: return a number") if number else
+                _("{what} returned a {kind}: return a tensor"))
+        return None, CheckResult(name, False, text.format(what=what, kind=type(value).__name__))
     return value, None
 
 
@@ -59,12 +60,12 @@ def check_central_difference(central_difference: Callable) -> CheckResult:
     def cube(t):
         return t ** 3
 
-    cases = [(cube, 2.0, 1e-3), (cube, 2.0, 0.1), (np.sin, 1.0, 1e-4)]
-    for f, x, h in cases:
+    cases = [(cube, 2.0, 1e-3, 3 * 2.0 ** 2), (cube, 2.0, 0.1, 3 * 2.0 ** 2), (np.sin, 1.0, 1e-4, np.cos(1.0))]
+    for f, x, h, exact in cases:
         got, problem = call_answer(name, central_difference, f, x, h, what="central_difference")
         if problem is not None:
             return problem
-        got, problem = _tensor_or_feedback(name, got, "central_difference")
+        got, problem = _tensor_or_feedback(name, got, "central_difference", number=True)
         if problem is not None:
             return problem
         expected = (f(x + h) - f(x - h)) / (2 * h)
@@ -74,6 +75,10 @@ def check_central_difference(central_difference: Callable) -> CheckResult:
                  (2 * expected, _("twice the expected value: divide by 2h, the distance between x - h and x + h")),
                  ((f(x + h) - f(x - h)) / h, _("the distance between x - h and x + h is 2h")),
                  (expected * h, _("divide the difference by the step"))]
+        if getattr(getattr(got, "dtype", None), "name", "") not in ("float16", "bfloat16", "float32"):
+            # a float32 answer is close to everything near the slope: only a float64 one can be the exact one
+            hints.append((exact, _("that is the exact derivative: the check wants the central difference, which "
+                                   "differs from it by its truncation error h²·f‴(x)/6")))
         result = check_array(name, got, expected, rtol=1e-9, atol=1e-12, hints=hints)
         if not result:
             return CheckResult(name, False, _("for f = {f}, x = {x}, h = {h}: {feedback}").format(
