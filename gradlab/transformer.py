@@ -29,7 +29,7 @@ import zlib
 
 import numpy as np
 
-from . import core
+from . import core, tracing
 from ._env import quiet_import_tensorflow
 from ._validate import check_choice, check_int
 from .i18n import _
@@ -526,7 +526,7 @@ class TransformerGradientEngine:
 
     def tracing_count(self) -> int:
         """How many times the engine's function has been traced (1 after the first report)."""
-        return int(self._function.experimental_get_tracing_count())
+        return tracing.tracing_count(self._function)
 
     def report(self, num_layers: int = 6, norm_position: str = "pre", *, embedding_initializer: str | None = None,
                scale_embedding: bool | None = None, data=None, seed: int | None = None) -> TransformerReport:

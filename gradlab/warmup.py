@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from . import core
+from . import core, tracing
 from ._env import quiet_import_tensorflow
 from ._validate import check_choice, check_int, check_positive
 from .i18n import _
@@ -192,7 +192,8 @@ class TrainingRuns:
         return self._steps[clip]
 
     def tracing_count(self) -> int:
-        return sum(int(f.experimental_get_tracing_count()) for f in self._steps.values())
+        """How many times the training steps have been traced, all clip modes together."""
+        return tracing.total_tracing_count(self._steps.values())
 
     def _reset(self) -> None:
         for v, t in zip(self.variables, self._initial, strict=True):
