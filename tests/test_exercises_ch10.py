@@ -156,3 +156,17 @@ def test_accumulate_right_and_wrong():
     first_only = ch10.check_accumulate(lambda m, x, y, k: accumulate(m, x[:4], y[:4], 1))
     assert not first_only
     assert not ch10.check_accumulate(lambda m, x, y, k: None)
+
+
+def test_checks_leave_the_global_seeds_alone():
+    np.random.seed(123)
+    undisturbed = np.random.rand()
+    np.random.seed(123)
+    ch10.check_gradient_penalty(lambda critic, x: None)
+    ch10.check_accumulate(lambda model, x, y, k: None)
+    assert np.random.rand() == undisturbed
+    # the same models on every call: the checks do not depend on the learner's seeds either
+    a, _ = ch10.critic_and_batch()
+    np.random.seed(7)
+    b, _ = ch10.critic_and_batch()
+    assert all(np.array_equal(u.numpy(), v.numpy()) for u, v in zip(a.weights, b.weights))
