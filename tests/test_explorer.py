@@ -573,3 +573,36 @@ def test_tracing_lab_plot_blits_and_snapshot_without_plot_raises():
     assert bare.plot is None and "image/png" not in bare._repr_mimebundle_()
     with pytest.raises(ValueError, match="plot=False"):
         bare.snapshot()
+
+
+@pytest.fixture
+def chinese():
+    """gradlab speaks Chinese for one test (the zh edition's ``gl.setup(lang="zh")``)."""
+    from gradlab.fonts import use_cjk_fonts
+    from gradlab.i18n import get_language, set_language
+
+    before = get_language()
+    set_language("zh")
+    use_cjk_fonts()  # what gl.setup does: Chinese glyphs in the figures
+    try:
+        yield
+    finally:
+        set_language(before)
+
+
+def test_chinese_status_names_each_normalization_in_one_message(chinese, small_engine):
+    # "{norm} norm" used to put the code word before a translated "norm": "batch 范数"
+    ex = gl.GradientExplorer(depth=6, norm="batch", engine=small_engine)
+    assert "批量规范化" in ex.status_text and "batch" not in ex.status_text, ex.status_text
+    ex.norm.value = "layer"
+    assert "层规范化" in ex.status_text and "layer" not in ex.status_text, ex.status_text
+
+
+def test_chinese_status_lines_join_sentences_without_a_space(chinese, small_engine):
+    # the finding and the advice are whole sentences; Chinese puts nothing after 。
+    ex = gl.GradientExplorer(depth=30, activation="sigmoid", engine=small_engine)
+    assert ex.report.status == "vanishing" and ex.status_text.count("。") >= 2, ex.status_text
+    te = gl.TimeExplorer(steps=40, units=8, batch_size=8)
+    assert te.report.status == "vanishing" and te.status_text.count("。") >= 2, te.status_text
+    for text in (ex.status_text, te.status_text):
+        assert "。 " not in text, text

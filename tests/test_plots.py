@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 import gradlab as gl
@@ -47,3 +49,84 @@ def test_cliff_paths_stay_inside_their_panel():
             assert np.all((x >= x0) & (x <= x1) & (y >= y0) & (y <= y1)), line.get_label()
     texts = [t.get_text() for t in ax.texts]
     assert any("leaves the panel" in t and "iteration" in t for t in texts), texts
+
+
+# ----------------------------------------------------------------------------- the zh edition
+LATIN_WORD = re.compile(r"[A-Za-z]{3,}")
+CJK = re.compile(r"[\u4e00-\u9fff]")
+#: Labels the test itself passes in (code names, shown as given in every language).
+CALLER_NAMES = {"relu", "leaky_relu"}
+
+
+def english_words(text: str) -> bool:
+    """Whether ``text`` has an English word (three letters or more; dLoss is math) and no Chinese."""
+    return bool(LATIN_WORD.search(text.replace("dLoss", ""))) and not CJK.search(text)
+
+
+def figure_texts(fig) -> list[str]:
+    """Titles, axis labels, legend entries and annotations of ``fig`` (not its tick labels)."""
+    out = [t.get_text() for t in fig.texts]
+    for leg in fig.legends:
+        out += [t.get_text() for t in leg.get_texts()]
+    for ax in fig.axes:
+        out += [ax.get_title(loc=loc) for loc in ("left", "center", "right")]
+        out += [ax.get_xlabel(), ax.get_ylabel()] + [t.get_text() for t in ax.texts]
+        if ax.get_legend() is not None:
+            out += [t.get_text() for t in ax.get_legend().get_texts()]
+    return [t for t in out if t.strip()]
+
+
+def chapter_figures() -> dict:
+    """The figures of plots/recurrent, tracing, jacobians, gradients and intro, with one-letter labels.
+
+    Every word of three letters or more in them is gradlab's own text, so in Chinese it must
+    be Chinese.
+    """
+    from gradlab.engine import MLPGradientEngine
+    from gradlab.plots import gradients, intro, jacobians, recurrent, tracing
+    from gradlab.tracing import StepTiming
+
+    rng = np.random.default_rng(0)
+    w_grid, b_grid = np.meshgrid(np.linspace(0, 12, 31), np.linspace(-8, 2, 21))
+    path = gl.rnn_theory.descent_path(6.25, -3.9, learning_rate=0.05, iterations=12)
+    calls = tracing.CallTimePlot()
+    calls.update([5.0, 1.0, 1.1], [True, False, False])
+    x, y = gl.recurrent.make_sequence_data(8, 12, 8)
+    report = gl.time_report(gl.recurrent.build_rnn("simple_rnn", units=8), x, y, clip=("norm", 0.1))
+    return {
+        "plot_time_norms": recurrent.plot_time_norms({"A": np.geomspace(1e-4, 1, 20),
+                                                      "B": np.r_[0.0, np.geomspace(1e-3, 1, 19)]}),
+        "plot_cliff": recurrent.plot_cliff(w_grid, b_grid, gl.rnn_theory.cliff_loss(w_grid, b_grid),
+                                           {"A": path}),
+        "plot_time_report": recurrent.plot_time_report(report),
+        "plot_step_times": tracing.plot_step_times([StepTiming("A", 0.01, 0.002, np.ones(3)),
+                                                    StepTiming("B", 0.5, 0.001, np.ones(3))]),
+        "plot_grad_norm_history": tracing.plot_grad_norm_history({"A": [1, 0.5, 0.2], "B": [2, 1, 0.4]}),
+        "CallTimePlot": calls.fig,
+        "plot_block_diagonals": jacobians.plot_block_diagonals(rng.random((2, 3, 2, 4)),
+                                                               {"A": rng.random((2, 3, 4))}),
+        "plot_losses": gradients.plot_losses({"A": [3, 2, np.nan], "B": [3, 1, 0.5]}, target=0.1, linear=True),
+        "ReportPlot": gradients.plot_report(
+            MLPGradientEngine(width=8, batch_size=8, max_depth=12).report(12, "sigmoid", clip=("norm", 0.1))),
+        "plot_activations": gradients.plot_activations(*gl.mlp.activation_curves(["relu", "leaky_relu"])),
+        "TangentPlot": intro.TangentPlot(np.linspace(-1, 5, 30), np.linspace(0, 5, 30))
+        .update(0.0, 1.0, -1.0, 0.3, 0.5).fig,
+    }
+
+
+def test_figure_texts_are_chinese_in_the_chinese_edition():
+    from gradlab.fonts import use_cjk_fonts
+    from gradlab.i18n import get_language, set_language
+
+    before = get_language()
+    set_language("zh")
+    use_cjk_fonts()
+    try:
+        figures = chapter_figures()
+    finally:
+        set_language(before)
+    english = {name: [t for t in figure_texts(fig) if english_words(t) and t not in CALLER_NAMES]
+               for name, fig in figures.items()}
+    assert not {k: v for k, v in english.items() if v}, english
+    # and the same figures in English do carry those words (the check can see them)
+    assert all(any(english_words(t) for t in figure_texts(fig)) for fig in chapter_figures().values())

@@ -15,7 +15,7 @@ import matplotlib.ticker
 import numpy as np
 from matplotlib.patches import Rectangle
 
-from ..i18n import N_, _
+from ..i18n import N_, _, join_list
 from ..verdict import status_word
 from .live import (
     LIVE_DPI,
@@ -257,7 +257,7 @@ def plot_activations(z, curves, *, figsize=(8, 3.2)):
         shared = [other for other, g, _dg in drawn if np.mean(np.isclose(f, g, atol=1e-3)) > 0.2]
         style = dict(lw=1.8, ls=(0, (4, 2.5))) if shared else dict(lw=max(3.2 - 0.4 * k, 2.0))
         label = name if not shared else _("{name} (dashed: partly on top of {other})").format(
-            name=name, other=", ".join(shared))
+            name=name, other=join_list(shared))
         color = f"C{k}"
         a1.plot(z, f, label=label, color=color, zorder=3 + k, **style)
         a2.plot(z, df, label=label, color=color, zorder=3 + k, **style)
