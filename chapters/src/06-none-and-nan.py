@@ -614,7 +614,7 @@ for p in report.problems:
 # ### Log of a softmax, and the stable forms
 #
 # A softmax of large logits rounds the small probabilities to exactly 0 in float32, and the
-# log of 0 is `-inf`. Four ways to write the same cross-entropy for logits `[0, 200]` and the
+# log of 0 is `-inf`. Five ways to write the same cross-entropy for logits `[0, 200]` and the
 # label "class 0":
 
 # %%
@@ -967,8 +967,9 @@ for label, call in calls.items():
 # Optional: TensorBoard reads the dump for you; this is what it reads. Each file of the dump folder is
 # a stream of `DebugEvent` protocol buffers (records of a TFRecord file). With
 # `CONCISE_HEALTH`, the record of each traced tensor is `[tensor id, elements, -inf count,
-# +inf count, NaN count]`. The rows of the two dumps made in the Debugger V2 section, one line
-# per op that produced a tensor:
+# +inf count, NaN count]`. The two dumps made in the Debugger V2 section hold one row per
+# traced tensor; the cell counts them and prints only the rows with a non-finite count and
+# those of `pow` and `SelectV2`:
 
 # %%
 from tensorflow.core.protobuf import debug_event_pb2  # noqa: E402
