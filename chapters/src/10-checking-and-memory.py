@@ -305,8 +305,10 @@ print("method:", per_example.method, " agrees with the loop to 1e-5:", diff < 1e
 print("first four norms:", np.round(per_example.norms[:4], 3))
 
 # %% [markdown]
-# A model where pfor fails: TF 2.21's `tf.vectorized_map` cannot convert two stacked recurrent
-# layers (a `TypeError` deep inside pfor, about a `variant` tensor). `"auto"` falls back to the
+# A model where pfor fails: TF 2.21's `tf.vectorized_map` cannot convert a recurrent layer whose
+# input sequence is computed inside the model, here a second SimpleRNN after the first (a Dense
+# or Conv1D before it fails the same way; one recurrent layer straight on the input converts):
+# a `TypeError` deep inside pfor, about a `variant` tensor. `"auto"` falls back to the
 # Jacobian, which vectorizes only the loss and the backward pass; asking for
 # `vectorized_map` by name says why it cannot:
 
@@ -354,16 +356,18 @@ for b in batch_sizes:
         times[method].append(best)
 for method, values in times.items():
     print(f"{method:15s}", "  ".join(f"B={b}: {v * 1e3:6.1f} ms" for b, v in zip(batch_sizes, values)))
+ahead, behind = sorted(("vectorized_map", "jacobian"), key=lambda m: times[m][-1])
+print(f"ahead at B={batch_sizes[-1]} in this run: {ahead}, {times[behind][-1] / times[ahead][-1]:.2g}x faster than {behind}")
 plot_method_times(batch_sizes, times)
 
 # %% [markdown]
 # The loop makes one call per example, so its work grows in proportion to B;
 # `vectorized_map` and the Jacobian run batched passes whose work grows far more slowly, so
 # at large B the loop falls behind by a wide margin. Which of the two batched ways wins
-# depends on the model and on B (the Jacobian pays for a second pfor, over the rows of the
-# loss vector; on batches of 128 and more `vectorized_map` was ahead in most runs while this
-# chapter was written, by up to tenfold on Dense and Conv models, which is why gradlab uses it
-# by default; on an LSTM the two traded places from run to run). Each
+# depends on the model, on B and on the machine (the Jacobian pays for a second pfor, over the
+# rows of the loss vector): the cell's last line names this run's winner at B = 128. On this
+# small Dense model the Jacobian was often ahead while this chapter was written; on an LSTM the
+# two traded places from run to run. Each
 # number is the fastest of three calls; on a busy machine even that can break the order
 # between neighbouring sizes. What does not depend on the clock: all three give the same
 # numbers.
@@ -838,7 +842,7 @@ print("and the while_loop gives the same gradient (1e-6):", same < 1e-6)
 # | Which step for finite differences? | Error ∝ h² right of the optimum, ∝ ε/h left of it, best near ε^(1/3): about 5e-3 in float32, 6e-6 in float64; float32 keeps about ε^(2/3) ≈ 2e-5. | Check in float64. |
 # | `tf.test.compute_gradient` | Theoretical and numerical Jacobians, `(output size, input size)` per input; `delta = 1/1024`; the input's own dtype; no verdict (a right float32 gradient of `exp` differs by about 1e-4). | Float64 inputs, your own tolerance. |
 # | Is my custom gradient right? | `gl.check_gradient` catches the missing factor 2, a sign slip in `log1pexp`, and the straight-through `sign` (by design); one-hot seeds do not exercise `clip_by_norm(dy)`; a Keras layer in float32 passes; `relu` at 0 is a kink, not a bug. | `gl.check_gradient(f, *xs)` |
-# | Per-example gradients | Loop, `vectorized_map`, Jacobian agree to 1e-5; their mean is the batch gradient; the loop grows as B, the other two slowly; pfor fails on stacked RNNs (the Jacobian works). | `gl.per_example_gradients` |
+# | Per-example gradients | Loop, `vectorized_map`, Jacobian agree to 1e-5; their mean is the batch gradient; the loop grows as B, the other two slowly; pfor fails on an RNN fed by another layer, e.g. stacked RNNs (the Jacobian works). | `gl.per_example_gradients` |
 # | DP-SGD | Per-example clipping caps an outlier's share at C/B and turns the step towards the other examples; batch clipping keeps the outlier's direction. | Clip each example, then noise σC/B. |
 # | Gradient penalty | Nested tapes, outer first, inner gradient taken inside it: same values eagerly, in `tf.function` and with XLA, verified by `check_gradient`; closing the outer tape first gives `None`; one norm for the batch or BatchNorm in the critic is silently wrong. | One norm per example, no BatchNorm in the critic. |
 # | `tf.recompute_grad` | Segments of √n halve the peak; every layer alone or all in one save nothing. | Measure with `gl.memory.measure_peak`. |
