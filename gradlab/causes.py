@@ -321,7 +321,7 @@ _FIX = {
     "Exp": (N_("exp overflowing float32 (above about 88)"),
             N_("use a stable form: tf.math.softplus, tf.reduce_logsumexp, or from_logits=True")),
 }
-_WHERE_FIX = N_("the double where: make the input safe *before* the op, "
+_WHERE_FIX = N_("make the input safe *before* the op with the double where, "
                 "tf.where(ok, f(tf.where(ok, x, safe_value)), 0.0), so that the unselected branch holds "
                 "finite numbers")
 

@@ -208,8 +208,9 @@ _NONE_FIXES = (
      N_("if the stop is deliberate, freeze what sits behind it (layer.trainable = False) so nothing expects a "
         "gradient; otherwise take tf.stop_gradient off the path")),
     (("no-gradient-op", "integer-cast", "comparison"),
-     N_("that op has no gradient: use a differentiable stand-in (softmax instead of argmax, a straight-through "
-        "estimator with tf.custom_gradient for round or sign, float instead of integer casts; chapter 06)")),
+     N_("use a differentiable stand-in for that op, which has no gradient (softmax instead of argmax, a "
+        "straight-through estimator with tf.custom_gradient for round or sign, float instead of integer casts; "
+        "chapter 06)")),
     (("never-read", "discarded"),
      N_("use the layer's output in call (or remove the layer, or set trainable = False)")),
     (("numpy",), N_("keep the computation in TensorFlow ops: .numpy() and np.* leave the tape")),
