@@ -91,8 +91,8 @@ blowup = engine.report(100, "relu", "he_normal", residual=True)
 stds = blowup.activation_stds
 print("forward std of h at layers 1, 10, 50, 100:", [f"{stds[i]:.3g}" for i in (0, 9, 49, 99)])
 print(f"std² at layer 100: {stds[-1] ** 2:.3g}  (float32 max {float(np.finfo(np.float32).max):.3g})")
-print(f"loss: {blowup.loss}; {blowup.status}: {int(np.sum(~np.isfinite(blowup.signal_norms)))} layers "
-      "with a NaN/inf signal")
+print(f"loss: {blowup.loss}; {gl.verdict.status_word(blowup.status)}: "
+      f"{int(np.sum(~np.isfinite(blowup.signal_norms)))} layers with a NaN/inf signal")
 sig = blowup.signal_norms
 bad = np.flatnonzero(~np.isfinite(sig)) + 1
 print(f"signal ||dL/dz|| at layer 100: {sig[-1]:.3g}, at layer 18: {sig[17]:.3g}; non-finite layers {bad.min()}..{bad.max()}")
@@ -196,7 +196,7 @@ for norm in ("layer", "batch"):
 # %%
 for norm in ("none", "batch", "layer"):
     r = engine.report(50, "sigmoid", "glorot_uniform", norm=norm)
-    print(f"norm={norm:<5}: ratio {r.ratio:.3g}, gain {r.gain:.3g} per layer → {r.status}")
+    print(f"norm={norm:<5}: ratio {r.ratio:.3g}, gain {r.gain:.3g} per layer → {gl.verdict.status_word(r.status)}")
 s = engine.report(50, "sigmoid", "glorot_uniform", norm="batch").signal_norms
 print(f"batch norm signal: layer 1 {s[0]:.3g}, layer 2 {s[1]:.3g}, layer 50 {s[-1]:.3g}")
 
@@ -261,7 +261,7 @@ for batch_size in (2, 8, 128):
     cells = []
     for norm in ("batch", "layer"):
         r = small.report(50, "tanh", "glorot_uniform", norm=norm)
-        cells.append(f"{norm} norm: ratio {r.ratio:.3g} ({r.status})")
+        cells.append(f"{norm} norm: ratio {r.ratio:.3g} ({gl.verdict.status_word(r.status)})")
     print(f"batch {batch_size:>3}: " + "; ".join(cells))
 
 # %% [markdown]
@@ -311,7 +311,8 @@ for depth, scale in [(16, 2**15), (17, 2**15), (14, 2**24)]:
     r = engine.report(depth, "sigmoid", "glorot_uniform", dtype="float16", loss_scale=scale)
     s = r.signal_norms
     print(f"depth {depth}, scale 2^{int(np.log2(scale))}: zero layers {int(np.sum(s == 0))}, "
-          f"inf layers {int(np.sum(np.isinf(s)))}, NaN layers {int(np.sum(np.isnan(s)))}, status {r.status}")
+          f"inf layers {int(np.sum(np.isinf(s)))}, NaN layers {int(np.sum(np.isnan(s)))}, "
+          f"status {gl.verdict.status_word(r.status)}")
 
 # %% [markdown]
 # ### In Keras 3
@@ -474,7 +475,7 @@ lab.snapshot()
 for key in presets.PRESETS:
     _, res = presets.run_preset(key, engine)
     p = res.preset
-    print(f"{p.title:<58} {presets.QUANTITIES[p.quantity]:<40} paper {res.format(p.paper_value):>8}"
+    print(f"{gl.i18n._(p.title):<58} {gl.i18n._(presets.QUANTITIES[p.quantity]):<40} paper {res.format(p.paper_value):>8}"
           f"  measured {res.format(res.measured):>8}")
 
 # %% [markdown]
