@@ -339,7 +339,7 @@ diff = gl.distribute.max_abs_difference(one["weights"], two["weights"])
 print(f"max |w_one_device - w_2_replicas| = {difference(diff)}")
 
 # %% [markdown]
-# ## Accumulate gradients · 梯度累积
+# ## Accumulate gradients · 梯度累加
 #
 # When a batch does not fit in memory, Keras 3 can add the gradients of several smaller
 # batches and apply their mean: `gradient_accumulation_steps=k` on the optimizer updates
@@ -391,7 +391,7 @@ print(json.dumps(tf_config))
 # longer than the timeout. Then the same training runs here, in one process on one device:
 
 # %%
-workers = gl.distribute.run_workers(2, steps=3, timeout=120)
+workers = gl.distribute.run_workers(2, steps=3, timeout=600)  # generous: a busy machine is slow to start TF
 print(workers)
 
 # %% [markdown]
