@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import gradlab  # noqa: F401
+import gradlab
 from gradlab.exercises import ch09
 
 tf = pytest.importorskip("tensorflow")
@@ -102,3 +102,42 @@ def test_flat_pre_ln_table_is_what_the_engine_measures():
     ratios = {k: engine.report(12, "pre", **v).ratio for k, v in ch09.FLAT_SETTINGS.items()}
     assert ratios["d"] > 0.85
     assert all(ratios[k] < 0.7 for k in "abc"), ratios
+
+
+def test_block_norms_review_cases():
+    def fixed_six(model, x, y):           # the chapter's block_norms copied with its range(6)
+        variables, grads = _grads(model, x, y)
+        return [float(tf.sqrt(tf.add_n([tf.reduce_sum(tf.square(g)) for v, g in zip(variables, grads, strict=True)
+                                        if v.path.startswith(f"block_{i}/")]))) for i in range(6)]
+
+    model, (x, y) = ch09.exercise_model("post")
+    post_numbers = list(gradlab.transformer.block_gradient_report(model, x, y).layer_grad_norms)
+    assert "count the blocks" in ch09.check_block_norms(fixed_six).feedback
+    constant = ch09.check_block_norms(lambda m, x, y: post_numbers)      # right numbers for one model only
+    assert not constant.ok and "fixed numbers" in constant.feedback, constant.feedback
+    assert "one number" in ch09.check_block_norms(lambda m, x, y: 9.9).feedback
+
+
+def test_warmup_schedule_review_cases():
+    CosineDecay = keras.optimizers.schedules.CosineDecay
+    wrong_peak = ch09.check_warmup_schedule(CosineDecay(0.0, decay_steps=180, alpha=1.0, warmup_target=3e-2,
+                                                        warmup_steps=20))
+    assert "peak of 0.003" in wrong_peak.feedback and "warmup_target" in wrong_peak.feedback
+    assert "plain function" in ch09.check_warmup_schedule(lambda step: 3e-3 * min(step / 20, 1)).feedback
+    assert "class" in ch09.check_warmup_schedule(CosineDecay).feedback
+
+    class ReturnsNone(keras.optimizers.schedules.LearningRateSchedule):
+        def __call__(self, step):
+            return None
+
+    assert "returned None at step 0" in ch09.check_warmup_schedule(ReturnsNone()).feedback
+    poly = keras.optimizers.schedules.PolynomialDecay(0.0, 20, 3e-3, power=1.0)   # a right answer, not CosineDecay
+    assert ch09.check_warmup_schedule(poly).ok
+
+
+def test_clip_threshold_review_cases():
+    norms = ch09.exercise_norms()
+    typed = float(f"{np.percentile(norms, 90):.3g}")          # the value as the ✅ message prints it
+    assert ch09.check_clip_threshold(typed).ok
+    assert not ch09.check_clip_threshold(np.percentile(norms, 89)).ok
+    assert "np.quantile" in ch09.check_clip_threshold(np.percentile(norms, 0.9)).feedback

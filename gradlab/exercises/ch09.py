@@ -11,6 +11,8 @@ typical mistakes get feedback that says what is wrong.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .._env import quiet_import_tensorflow
@@ -35,8 +37,8 @@ __all__ = [
 #: Exercise 2: the peak learning rate, the warmup steps and the length of the run.
 WARMUP = {"learning_rate": 3e-3, "warmup_steps": 20, "total_steps": 200}
 
-#: Exercise 4: the embedding settings to choose from, and what chapter 09 measured for each on
-#: a 12-block pre-LN model (last block's gradient norm over the first's, batch 8).
+#: Exercise 4: the embedding settings to choose from (chapter 09 measures each on a 12-block
+#: pre-LN model: the last block's gradient norm over the first's, batch 8).
 FLAT_SETTINGS = {
     "a": {"embedding_initializer": "glorot_uniform", "scale_embedding": False},
     "b": {"embedding_initializer": "uniform", "scale_embedding": True},
@@ -53,6 +55,13 @@ def exercise_model(norm_position: str = "post"):
     return model, markov_tokens(4, 8, 11, seed=5)
 
 
+@functools.lru_cache(maxsize=2)
+def _exercise_case(norm_position: str):
+    """Exercise 1's model, batch and reference report, built once per process (a few seconds)."""
+    model, (x, y) = exercise_model(norm_position)
+    return model, x, y, block_gradient_report(model, x, y)
+
+
 # ----------------------------------------------------------------------------- exercise 1
 def check_block_norms(fn) -> CheckResult:
     """Exercise 1: ``fn(model, x, y)`` returns each block's gradient norm, earliest block first.
@@ -63,11 +72,27 @@ def check_block_norms(fn) -> CheckResult:
     name = _("per-block gradient norms")
     if not callable(fn):
         return CheckResult(name, False, _("expected a function, got {kind}").format(kind=type(fn).__name__))
-    model, (x, y) = exercise_model()
-    expected = block_gradient_report(model, x, y)
+    print(_("checking on a 3-block post-LN and a 3-block pre-LN model…"), flush=True)
+    for position in ("post", "pre"):
+        result = _check_block_norms_on(name, fn, *_exercise_case(position))
+        if not result:
+            return result
+    want = _exercise_case("post")[3].layer_grad_norms
+    return CheckResult(name, True, _("{values}: the post-LN model's blocks (and the pre-LN model's too), as "
+                                     "gl.transformer.block_gradient_report measures them").format(
+        values=", ".join(f"{v:.3g}" for v in want)))
+
+
+def _check_block_norms_on(name: str, fn, model, x, y, expected) -> CheckResult:
     try:
         got = fn(model, x, y)
     except Exception as err:  # noqa: BLE001 - an error in the learner's code is feedback
+        text = str(err)
+        if "at least one Tensor" in text or "add_n" in text:
+            return CheckResult(name, False, _("your function raised {error}. A block with no variables gives tf.add_n "
+                                              "an empty list: the exercise model has 3 blocks (block_0 to block_2), "
+                                              "so count the blocks from the variable paths instead of writing a "
+                                              "fixed number").format(error=describe_error(err)))
         return CheckResult(name, False, _("your function raised {error}.").format(error=describe_error(err)))
     if got is None:
         return CheckResult(name, False, _("returned None: did you forget the return statement?"))
@@ -76,6 +101,9 @@ def check_block_norms(fn) -> CheckResult:
     except Exception:  # noqa: BLE001
         arr = None
     want = expected.layer_grad_norms
+    if arr is not None and arr.size == 1 and np.ndim(got) == 0:
+        return CheckResult(name, False, _("got one number: expected 3 norms, one per block (a list or an array), "
+                                          "earliest block first"))
     if arr is not None and arr.size == 3 and np.all(np.isfinite(arr)):
         if np.allclose(arr, want[::-1], rtol=1e-3):
             return CheckResult(name, False, _("the order is reversed: index 0 must be block_0, nearest the input"))
@@ -88,10 +116,11 @@ def check_block_norms(fn) -> CheckResult:
         return CheckResult(name, False, _("48 values: one norm per variable. Combine the 16 variables of each block "
                                           "into one norm: the square root of the sum of their squared norms"))
     result = check_array(name, arr if arr is not None else got, want, rtol=1e-3, atol=0.0)
-    if result:
-        return CheckResult(name, True, _("{values}: the post-LN model's blocks, as gl.transformer."
-                                         "block_gradient_report measures them").format(
-            values=", ".join(f"{v:.3g}" for v in want)))
+    if not result and expected.norm_position == "pre" and arr is not None and arr.size == 3:
+        return CheckResult(name, False, _("right on the post-LN model, wrong on the pre-LN one ({got}, expected "
+                                          "{want}): measure the model you are given; do not return fixed "
+                                          "numbers").format(got=", ".join(f"{v:.4g}" for v in arr),
+                                                            want=", ".join(f"{v:.4g}" for v in want)))
     return result
 
 
@@ -106,14 +135,34 @@ def check_warmup_schedule(schedule) -> CheckResult:
     if isinstance(schedule, (int, float)) and not isinstance(schedule, bool):
         return CheckResult(name, False, _("a number is a constant learning rate: build a "
                                           "keras.optimizers.schedules.CosineDecay with warmup_target and warmup_steps"))
-    if not callable(schedule):
+    schedule_class = keras.optimizers.schedules.LearningRateSchedule
+    if isinstance(schedule, type) and issubclass(schedule, schedule_class):
+        return CheckResult(name, False, _("that is the class {kind} itself: create a schedule from it, e.g. "
+                                          "CosineDecay(0.0, decay_steps=..., alpha=1.0, warmup_target=..., "
+                                          "warmup_steps=...)").format(kind=schedule.__name__))
+    if callable(schedule) and not isinstance(schedule, schedule_class):
+        return CheckResult(name, False, _("a plain function is not a schedule to Keras: an optimizer calls it "
+                                          "without the step. Build a keras.optimizers.schedules.CosineDecay (or "
+                                          "subclass LearningRateSchedule)"))
+    if not isinstance(schedule, schedule_class):
         return CheckResult(name, False, _("expected a keras.optimizers.schedules.LearningRateSchedule, got {kind}")
                            .format(kind=type(schedule).__name__))
-    try:
-        got = np.array([float(schedule(step)) for step in range(total)], dtype=np.float64)
-    except Exception as err:  # noqa: BLE001
-        return CheckResult(name, False, _("calling the schedule with a step raised {error}.").format(
-            error=describe_error(err)))
+    got = np.full(total, np.nan)
+    for step in range(total):
+        try:
+            value = schedule(step)
+        except Exception as err:  # noqa: BLE001
+            return CheckResult(name, False, _("calling the schedule with a step raised {error}.").format(
+                error=describe_error(err)))
+        try:
+            got[step] = float(value)
+        except Exception:  # noqa: BLE001
+            return CheckResult(name, False, _("the schedule returned {kind} at step {step}, expected a number").format(
+                kind="None" if value is None else type(value).__name__, step=step))
+    if not np.all(np.isfinite(got)):
+        step = int(np.argmax(~np.isfinite(got)))
+        return CheckResult(name, False, _("the schedule returned {value} at step {step}").format(
+            value=f"{got[step]}", step=step))
     want = lr * np.minimum(np.arange(total) / warm, 1.0)
     if np.allclose(got, want, rtol=1e-5, atol=1e-9):
         return CheckResult(name, True, _("0 at step 0, {lr} from step {warm} on, a straight line between").format(
@@ -125,6 +174,9 @@ def check_warmup_schedule(schedule) -> CheckResult:
     if np.allclose(got[: warm + 1], want[: warm + 1], rtol=1e-5, atol=1e-9) and got[-1] < 0.5 * lr:
         return CheckResult(name, False, _("the warmup is right, but afterwards the rate decays towards 0: "
                                           "alpha=1.0 keeps it constant after the warmup"))
+    if not np.isclose(got.max(), lr, rtol=1e-3):
+        return CheckResult(name, False, _("the rate rises to {top}, expected a peak of {lr}: check "
+                                          "warmup_target").format(top=f"{got.max():.3g}", lr=f"{lr:g}"))
     peak = int(np.argmax(got >= lr * (1 - 1e-6))) if np.any(got >= lr * (1 - 1e-6)) else -1
     if peak > 0 and peak != warm:
         return CheckResult(name, False, _("the rate reaches {lr} at step {peak}, not at step {warm}: check "
@@ -156,6 +208,13 @@ def check_clip_threshold(threshold) -> CheckResult:
     if abs(value - want) <= 1e-3 * want:
         return CheckResult(name, True, _("{t}: {p}% of the steps would be clipped, the spikes among them").format(
             t=f"{want:.3g}", p=f"{100 * share:.0f}"))
+    if f"{value:.3g}" == f"{want:.3g}":   # typed in from a printout of 3 digits
+        return CheckResult(name, True, _("{t} is the 90th percentile ({want}) rounded: close enough for a clip "
+                                         "threshold; in code, pass np.percentile(norms, 90) itself").format(
+            t=f"{value:.3g}", want=f"{want:.4g}"))
+    if abs(value - float(np.percentile(norms, 0.9))) <= 1e-3 * abs(value):
+        return CheckResult(name, False, _("that is np.percentile(norms, 0.9), the 0.9th percentile: np.percentile "
+                                          "takes 0 to 100 (np.quantile takes 0.9)"))
     if share > 0.5:
         return CheckResult(name, False, _("{p}% of the steps would be clipped: the Playbook calls more than half "
                                           "'extremely aggressive', a strange way of lowering the learning rate. "
@@ -180,8 +239,7 @@ def check_flat_pre_ln(answer) -> CheckResult:
     else:
         key = answer.strip().lower() if isinstance(answer, str) else None
     if key not in FLAT_SETTINGS:
-        return CheckResult(name, False, _("answer with one of {keys} (or the settings dict itself)").format(
-            keys=", ".join(repr(k) for k in FLAT_SETTINGS)))
+        return CheckResult(name, False, _("answer with one of 'a', 'b', 'c', 'd' (or the settings dict itself)"))
     if key == "d":
         return CheckResult(name, True, _("N(0, 1) times √d_model: the residual stream starts at a scale of about "
                                          "√d_model, each block adds little to it, so every block's LayerNorm divides "

@@ -217,7 +217,7 @@ def plot_grad_norm_distribution(curve, *, clip_norm: float, figsize=(9.0, 3.2)):
     hax.set_title(_("threshold {t}: {p}% of the steps above it").format(t=f"{clip_norm:.3g}",
                                                                        p=f"{100 * share:.0f}"), fontsize=9)
     hax.set_xlabel(_("gradient norm (log scale)"))
-    hax.set_ylabel(_("steps"))
+    hax.set_ylabel(_("number of steps"))
     _plain_log(ax, hax)
     return fig
 
