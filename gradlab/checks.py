@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from ._env import quiet_import_tensorflow
-from .i18n import N_, _
+from .i18n import N_, _, end_sentence, join_list, join_sentences
 from .training import train_steps
 
 tf = quiet_import_tensorflow()
@@ -269,9 +269,9 @@ def _shape_feedback(arr: np.ndarray, exp: np.ndarray) -> str:
             text = _("shape {got}, expected {want}: an extra axis of length 1.")
         else:
             text = _("shape {got}, expected {want}: a missing axis of length 1.")
-        return text.format(got=got, want=want) + " " + _(
+        return join_sentences(text.format(got=got, want=want), _(
             "Careful: subtracting a (n, 1) array from a (n,) one broadcasts to (n, n) without an error; use "
-            "keepdims=True, tf.squeeze or tf.reshape so both sides have the same shape")
+            "keepdims=True, tf.squeeze or tf.reshape so both sides have the same shape"))
     if arr.size == exp.size:
         return _("shape {got}, expected {want} (same number of elements: a transpose or reshape away)").format(
             got=got, want=want)
@@ -361,35 +361,6 @@ def _hint_sentences(hints: Iterable[Hint], arrs) -> list[str]:
     return [_("Hint: {hint}").format(hint=end_sentence(text)) for match, text in hints if _matches(match, arrs)]
 
 
-def _hint_text(hints: Iterable[Hint], arrs) -> str:
-    return "".join(" " + t for t in _hint_sentences(hints, arrs))
-
-
-_SENTENCE_ENDS = (".", "。", "?", "？", "!", "！", "…")
-
-
-def end_sentence(text: str) -> str:
-    """``text`` with its closing full stop, in the language's own form, unless it already has one."""
-    text = text.rstrip()
-    if not text or text.endswith(_SENTENCE_ENDS):
-        return text
-    return _("{sentence}.").format(sentence=text)
-
-
-def join_sentences(*sentences: str) -> str:
-    """Whole sentences joined as the language joins them (a space in English, none in Chinese).
-
-    Empty parts are skipped. Used by :func:`check_arrays` (chapters 00-03, 08 and 10).
-    """
-    parts = [s.strip() for s in sentences if s and s.strip()]
-    if not parts:
-        return ""
-    text = parts[0]
-    for part in parts[1:]:
-        text = _("{sentence} {next}").format(sentence=text, next=part)
-    return text
-
-
 def _expected_array(expected) -> np.ndarray:
     if _is_sparse(expected):
         expected = tf.convert_to_tensor(expected)
@@ -417,8 +388,8 @@ def _check_array(name: str, got, exp: np.ndarray, *, rtol: float, atol: float, h
                                           "where the value itself was wanted?)").format(value=bool(got)))
     arr, problem, note = _to_numpy(got)
     if problem:
-        extra = f" {if_none}" if if_none and _find_none(got) is not None else ""
-        return CheckResult(name, False, problem + extra)
+        extra = if_none if if_none and _find_none(got) is not None else ""
+        return CheckResult(name, False, join_sentences(problem, extra))
     if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
         return CheckResult(name, False, _("dtype {dtype} is not numeric: expected numbers").format(dtype=arr.dtype))
     if np.iscomplexobj(arr):
@@ -426,11 +397,11 @@ def _check_array(name: str, got, exp: np.ndarray, *, rtol: float, atol: float, h
     low_precision = arr.dtype.name if arr.dtype.name in _LOW_PRECISION else ""
     arr = arr.astype(np.float64)
     if arr.shape != exp.shape:
-        return CheckResult(name, False, _shape_feedback(arr, exp) + note + _hint_text(hints, arr))
+        return CheckResult(name, False, join_sentences(_shape_feedback(arr, exp), note, *_hint_sentences(hints, arr)))
     if not np.all(np.isfinite(arr)):
         bad = int(np.sum(~np.isfinite(arr)))
-        return CheckResult(name, False, _("{bad} of {n} values are NaN or inf").format(bad=bad, n=arr.size)
-                           + _hint_text(hints, arr))
+        return CheckResult(name, False, join_sentences(_("{bad} of {n} values are NaN or inf").format(
+            bad=bad, n=arr.size), *_hint_sentences(hints, arr)))
     if not np.allclose(arr, exp, rtol=rtol, atol=atol):
         diff = np.abs(arr - exp)
         idx = np.unravel_index(int(np.argmax(diff)), diff.shape) if diff.ndim else ()
@@ -439,7 +410,7 @@ def _check_array(name: str, got, exp: np.ndarray, *, rtol: float, atol: float, h
         digits, rounded = 4, ""
         while f"{got_v:.{digits}g}" == f"{exp_v:.{digits}g}" and digits < 17:
             digits += 1  # show enough digits that the two numbers look different
-        hint = _hint_text(hints, arr)
+        hint = _hint_sentences(hints, arr)
         if low_precision and np.allclose(arr, exp, rtol=1e-3, atol=max(atol, 1e-6)):
             rounded = " " + _("The answer is {dtype}: rounding in {dtype} explains a gap this small, and this check "
                               "needs more digits. Compute in float64 (Python floats, NumPy or tf.float64).").format(
@@ -456,9 +427,10 @@ def _check_array(name: str, got, exp: np.ndarray, *, rtol: float, atol: float, h
             text = _("values differ: largest gap {gap} (got {got}, expected {want}).").format(**values)
         r = _common_ratio([arr], [exp]) if ratio else None
         factor = _ratio_text(r, single=exp.size == 1, explain=not hint) if r is not None else ""
-        return CheckResult(name, False, text + note + rounded + factor + hint)
+        return CheckResult(name, False, join_sentences(text, note, rounded, factor, *hint))
     if note:
-        return CheckResult(name, True, _("shape {shape} and values match.").format(shape=arr.shape) + note)
+        return CheckResult(name, True, join_sentences(_("shape {shape} and values match.").format(shape=arr.shape),
+                                                      note))
     return CheckResult(name, True, _("shape {shape} and values match").format(shape=arr.shape))
 
 
@@ -615,7 +587,7 @@ def check_status(name: str, got: str, expected: str, *, allowed: Sequence[str] =
                                           "(statuses are lower-case, no spaces)").format(got=got, want=expected))
     if isinstance(got, str) and allowed and got not in allowed:
         return CheckResult(name, False, _("status is {got!r}, which is not one of {allowed}").format(
-            got=got, allowed=", ".join(map(repr, allowed))))
+            got=got, allowed=join_list(map(repr, allowed))))
     return CheckResult(name, False, _("status is {got!r}, expected {want!r}").format(got=got, want=expected))
 
 
@@ -684,14 +656,14 @@ def step_length_advice(losses, global_norms, *, optimizer, clip: float | None, b
                  "momentum (SGD(..., momentum=0.9)), or Adam.") if clip is not None else
                _("Make each step count for more: a larger learning rate (with a clip for the first large gradients), "
                  "momentum (SGD(..., momentum=0.9)), or Adam."))
-        return " " + falling + clip_text + " " + fix
+        return join_sentences(falling, clip_text, fix)
     numbers = dict(low=f"{losses[-20:].min():.3g}", high=f"{losses[-20:].max():.3g}", last=f"{last:.3g}",
                    before=f"{before:.3g}")
     unsettled = _("The loss is not settling: over the last 20 steps it ranges from {low} to {high} (mean {last} over "
                   "the last 10, {before} over the 10 before): the steps are too long for this problem.").format(**numbers)
     fix = (_("Lower the learning rate (keep the clip), or use momentum or Adam with a smaller rate.") if clip is not None
            else _("Lower the learning rate, or use momentum or Adam with a smaller rate."))
-    return " " + unsettled + clip_text + " " + fix
+    return join_sentences(unsettled, clip_text, fix)
 
 
 FINAL_WINDOW = 10  # check_trains judges the mean loss of this many last steps
@@ -739,6 +711,14 @@ def check_trains(name: str, model, x, y, *, optimizer, steps: int, below: float,
                                  names=", ".join(run.none_gradients)))
     paths = [getattr(v, "path", v.name) for v in model.trainable_variables]
     missing = [r for r in require_variables if not any(r in p for p in paths)]
+    renamed = [m for m in missing if "/" in m and any(p.endswith("/" + m.rsplit("/", 1)[1]) for p in paths)]
+    if missing and len(renamed) == len(missing):
+        layers = sorted({m.rsplit("/", 1)[0] for m in missing})
+        return CheckResult(name, False,
+                           _("the model has variables like {names} under another layer name: keep the layer's name "
+                             "{layers} (the check finds the variables by their path, such as {path}).").format(
+                                 names=join_list(repr(m.rsplit("/", 1)[1]) for m in missing),
+                                 layers=join_list(repr(x) for x in layers), path=repr(missing[0])))
     if missing:
         return CheckResult(name, False,
                            _("the model has no trainable variable {names}: removing (or freezing) that layer is not "
@@ -772,7 +752,7 @@ def check_trains(name: str, model, x, y, *, optimizer, steps: int, below: float,
                              "slowly) or too large for the clipping (it stalls or jumps).")
         summary = _("after {steps} steps {final} (best single step {best}), not below {below}.").format(
             steps=steps, final=final_text, best=f"{best:.3g}", below=f"{below:g}")
-        return CheckResult(name, False, summary + advice,
+        return CheckResult(name, False, join_sentences(summary, advice),
                            details={"kind": "not below", "run": run, "summary": summary})
     return CheckResult(name, True,
                        (_("{final} < {below} (first below it at step {hit} of {steps}); every gradient finite; no "
@@ -815,7 +795,7 @@ def _scalar(name: str, answer, what: str, several_hint: str):
                                                                                size=size)
         else:
             text = _("got a {kind} of several values: expected one number.").format(kind=type(answer).__name__)
-        return None, CheckResult(name, False, text + (f" {several_hint}" if several_hint else ""))
+        return None, CheckResult(name, False, join_sentences(text, several_hint))
     try:
         value = answer.numpy() if hasattr(answer, "numpy") else answer
         value = np.asarray(value).item() if isinstance(value, (np.ndarray, np.generic)) else value

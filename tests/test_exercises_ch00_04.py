@@ -198,6 +198,18 @@ def test_ch04_check_capstone_wrong_inputs_are_feedback():
            "no trainable variable 'standardize/shift'", "not a fix")
 
 
+def test_ch04_capstone_names_a_renamed_standardize_layer():
+    def renamed():
+        layers = [keras.Input((8,)), _Standardize(name="std")]
+        layers += [keras.layers.Dense(32, activation="relu", kernel_initializer=keras.initializers.HeNormal(seed=i))
+                   for i in range(8)]
+        return keras.Sequential(layers + [keras.layers.Dense(1)], name="t")
+
+    r = ch04.check_capstone(renamed, lambda: keras.optimizers.Adam(0.01))
+    _fails(r, "under another layer name", "keep the layer's name 'standardize'")
+    assert "not a fix" not in r.feedback
+
+
 # ----------------------------------------------------------------------------- plot_losses (chapter 04's view)
 def test_plot_losses_target_line_and_linear_view():
     broken = [3.0, 10.0, 1e20, np.inf]

@@ -170,3 +170,35 @@ def test_checks_leave_the_global_seeds_alone():
     np.random.seed(7)
     b, _ = ch10.critic_and_batch()
     assert all(np.array_equal(u.numpy(), v.numpy()) for u, v in zip(a.weights, b.weights))
+
+
+def test_clip_per_example_ignoring_clip_norm_fails():
+    def fixed_bound(grads, clip_norm):
+        return ch10.clip_reference(grads, 1.0)  # right for the default bound only
+
+    assert ch10.check_clip_per_example(lambda g, c: ch10.clip_reference(g, c))
+    r = ch10.check_clip_per_example(fixed_bound)
+    assert not r and "right for clip_norm = 1, but with clip_norm = 3" in r.feedback
+    twice = ch10.check_central_difference(lambda f, x, h: (f(x + h) - f(x - h)) / h)
+    assert twice.feedback.count("Hint:") == 1
+
+
+def test_gradient_penalty_names_a_missing_watch_and_a_numpy_penalty():
+    def no_watch(critic, x):
+        with tf.GradientTape() as inner:
+            d = critic(x)
+        g = inner.gradient(d, x)  # None: x was not watched
+        return tf.reduce_mean(tf.square(tf.norm(g, axis=1) - 1.0))
+
+    r = ch10.check_gradient_penalty(no_watch)
+    assert not r and "inner.watch(x)" in r.feedback
+
+    def in_numpy(critic, x):
+        with tf.GradientTape() as inner:
+            inner.watch(x)
+            d = critic(x)
+        g = inner.gradient(d, x).numpy().astype(np.float64)
+        return float(np.mean((np.sqrt(np.sum(g ** 2, axis=1) + 1e-12) - 1.0) ** 2))
+
+    r = ch10.check_gradient_penalty(in_numpy)
+    assert not r and "not a tensor" in r.feedback

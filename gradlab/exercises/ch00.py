@@ -16,7 +16,7 @@ import numpy as np
 from .._env import quiet_import_tensorflow
 from ..checks import CheckResult, check_array, check_arrays, describe_error
 from ..core import mean_squared_error
-from ..i18n import N_, _
+from ..i18n import N_, _, join_sentences
 
 tf = quiet_import_tensorflow()
 
@@ -38,10 +38,10 @@ def check_derivative(answer) -> CheckResult:
     """Exercise 1: ``answer`` is the tape's d/dx sin(x)·x² at x = 1.5."""
     x = X1
     hints = [
-        (2 * x * np.sin(x), _("your number is 2x·sin(x), the slope of x² alone: sin(x) reached the product as a "
-                              "constant.") + " " + _(_ROUND_TRIP)),
-        (np.cos(x) * x**2, _("your number is cos(x)·x², the slope of sin(x) alone: x² reached the product as a "
-                             "constant.") + " " + _(_ROUND_TRIP)),
+        (2 * x * np.sin(x), join_sentences(_("your number is 2x·sin(x), the slope of x² alone: sin(x) reached the "
+                                             "product as a constant."), _(_ROUND_TRIP))),
+        (np.cos(x) * x**2, join_sentences(_("your number is cos(x)·x², the slope of sin(x) alone: x² reached the "
+                                            "product as a constant."), _(_ROUND_TRIP))),
         (np.sin(x) * x**2, _("your number is sin(x)·x², the value of the function, not its slope: return "
                              "tape.gradient(f, x).")),
     ]

@@ -18,7 +18,7 @@ import numpy as np
 
 from .._env import quiet_import_tensorflow
 from ..checks import CheckResult, check_trains, describe_error, step_length_advice
-from ..i18n import _
+from ..i18n import _, join_sentences
 from ..training import train_steps
 
 tf = quiet_import_tensorflow()
@@ -103,4 +103,4 @@ def check_capstone(make_model: Callable, make_optimizer: Callable, clip: float |
         # a run without its history: train a fresh copy to see what happened
         run = train_steps(make_model(), x, y, optimizer=make_optimizer(), steps=steps, clip_global_norm=clip)
     advice = step_length_advice(run.losses, run.global_norms, optimizer=optimizer, clip=clip, below=below)
-    return CheckResult(name, False, details["summary"] + advice, details=run)
+    return CheckResult(name, False, join_sentences(details["summary"], advice), details=run)

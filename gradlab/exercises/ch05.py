@@ -22,7 +22,7 @@ from .._env import quiet_import_tensorflow
 from ..checks import CheckResult, as_number_answer, clean_message, describe_error
 from ..core import mean_squared_error
 from ..engine import MLPGradientEngine
-from ..i18n import _
+from ..i18n import _, join_list, join_sentences
 from ..mlp import ACTIVATIONS, INITIALIZERS, NORMS, build_mlp, make_data
 
 tf = quiet_import_tensorflow()
@@ -62,7 +62,7 @@ def _choice(key: str, value, allowed) -> tuple[str | None, str | None]:
         spelled = _NORM_ALIASES.get(spelled.replace("_", ""), _NORM_ALIASES.get(spelled, spelled))
     if spelled not in allowed:
         return None, _("{key}={value!r} is not one of {allowed}").format(
-            key=key, value=value, allowed=", ".join(map(repr, allowed)))
+            key=key, value=value, allowed=join_list(map(repr, allowed)))
     return spelled, None
 
 
@@ -87,11 +87,11 @@ def check_deep_fix(my_fix) -> CheckResult:
     unknown = sorted(str(k) for k in set(my_fix) - set(_EX1_KEYS) - {"residual", "depth"})
     if unknown:
         return CheckResult(name, False, _("unknown key(s) {keys}; change only {allowed}").format(
-            keys=", ".join(map(repr, unknown)), allowed=", ".join(map(repr, _EX1_KEYS))))
+            keys=join_list(map(repr, unknown)), allowed=join_list(map(repr, _EX1_KEYS))))
     if not any(k in my_fix for k in _EX1_KEYS):
         return CheckResult(name, False, _(
             "the dict changes nothing yet: as it stands the network is the non-finite one of the chapter. Set "
-            "one of {allowed}").format(allowed=", ".join(map(repr, _EX1_KEYS))))
+            "one of {allowed}").format(allowed=join_list(map(repr, _EX1_KEYS))))
     settings = dict(EX1_BASE)
     for key, allowed in (("norm", tuple(NORMS)), ("initializer", tuple(INITIALIZERS)),
                          ("activation", tuple(ACTIVATIONS))):
@@ -110,11 +110,11 @@ def check_deep_fix(my_fix) -> CheckResult:
         bad = int(np.sum(~np.isfinite(r.signal_norms)))
         text = _("still non-finite: {bad} of 100 layers have a NaN/inf gradient.").format(bad=bad)
         if settings["norm"] == "none":
-            text += " " + _(
+            text = join_sentences(text, _(
                 "Without normalization every block adds its own branch to h, so the variance of h grows "
                 "block after block and the squares in the loss and the backward pass overflow float32. What "
                 "keeps the input of each activation at unit scale, whatever the size of h? (A branch that "
-                "starts small works too.)")
+                "starts small works too.)"))
         return CheckResult(name, False, text, details=r)
     if r.status != "healthy":
         return CheckResult(name, False, _("finite now, but the verdict is {status} ({nums}): the gradient "

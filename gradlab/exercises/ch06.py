@@ -24,7 +24,7 @@ import numpy as np
 
 from .._env import quiet_import_tensorflow
 from ..checks import CheckResult, as_number_answer, call_answer, describe_error
-from ..i18n import _
+from ..i18n import _, join_sentences
 
 tf = quiet_import_tensorflow()
 
@@ -392,7 +392,8 @@ def check_bce_from_logits(bce: Callable) -> CheckResult:
         if np.allclose(g, without_softplus, atol=1e-6):
             hint = " " + _("That is the gradient of -y·z alone: the softplus term contributes nothing, so it is "
                            "cut from the tape ({cause}).").format(cause=_cut_text())
-        return CheckResult(name, False, _("the loss is right, but the gradient is {got}, expected {want}.").format(
-            got=np.array2string(g, precision=4), want=np.array2string(ref_g, precision=4)) + hint)
+        text = _("the loss is right, but the gradient is {got}, expected {want}.").format(
+            got=np.array2string(g, precision=4), want=np.array2string(ref_g, precision=4))
+        return CheckResult(name, False, join_sentences(text, hint))
     return CheckResult(name, True, _("loss {value} and its gradient match, even at logits ±200").format(
         value=f"{got:.4g}"))

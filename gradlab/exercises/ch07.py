@@ -20,7 +20,7 @@ import numpy as np
 from .._env import quiet_import_tensorflow
 from ..checks import CheckResult, as_int_answer, check_array, describe_error
 from ..core import global_norm, mean_squared_error, true_global_norm
-from ..i18n import _
+from ..i18n import _, join_sentences
 from ..recurrent import TimeGradientEngine, build_rnn, make_sequence_data, time_report
 
 tf = quiet_import_tensorflow()
@@ -75,8 +75,8 @@ def check_step_norms(fn) -> CheckResult:
     try:
         got = fn(model, x, y)
     except Exception as err:  # noqa: BLE001 - an error in the learner's code is feedback
-        return CheckResult(name, False, _("your function raised {error}.").format(error=describe_error(err))
-                           + _none_hint(err))
+        return CheckResult(name, False, join_sentences(_("your function raised {error}.").format(
+            error=describe_error(err)), _none_hint(err)))
     if got is None:
         return CheckResult(name, False, _(
             "returned None: did you forget the return statement? Or is it tape.gradient(loss, x) that is None: x "
@@ -208,7 +208,8 @@ def check_clipped_step(fn) -> CheckResult:
         if "Shapes of all inputs must match" in str(err) or "Pack" in str(err):
             hint = " " + _("Hint: tf.clip_by_global_norm returns a pair (clipped list, norm); zipping that pair with "
                            "the weights fails like this. Unpack it: clipped, norm = tf.clip_by_global_norm(...)")
-        return CheckResult(name, False, _("your function raised {error}.").format(error=describe_error(err)) + hint)
+        return CheckResult(name, False, join_sentences(_("your function raised {error}.").format(
+            error=describe_error(err)), hint))
     option = _own_clipping(opt)
     if option is not None:
         return CheckResult(name, False, _(

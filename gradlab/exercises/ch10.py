@@ -22,7 +22,7 @@ import numpy as np
 from .._env import quiet_import_tensorflow
 from ..checks import CheckResult, call_answer, check_array, check_arrays
 from ..gradcheck import check_gradient
-from ..i18n import _
+from ..i18n import _, join_sentences
 
 tf = quiet_import_tensorflow()
 import keras  # noqa: E402
@@ -77,7 +77,6 @@ def check_central_difference(central_difference: Callable) -> CheckResult:
         hints = [(forward, _("that is the forward difference (f(x + h) - f(x)) / h, whose error falls only as h; "
                              "step to both sides")),
                  (2 * expected, _("twice the expected value: divide by 2h, the distance between x - h and x + h")),
-                 ((f(x + h) - f(x - h)) / h, _("the distance between x - h and x + h is 2h")),
                  (expected * h, _("divide the difference by the step"))]
         if getattr(getattr(got, "dtype", None), "name", "") not in ("float16", "bfloat16", "float32"):
             # a float32 answer is close to everything near the slope: only a float64 one can be the exact one
@@ -115,13 +114,13 @@ def check_cube_gradient(cube: Callable) -> CheckResult:
         w = result.worst
         hint = ""
         if w is not None and abs(w.numerical) > 0 and abs(w.theoretical / w.numerical - 1 / x.numpy()[w.input[0]]) < 1e-6:
-            hint = " " + _("The backward pass returns 3x·dy: the derivative of x³ is 3x².")
-        return CheckResult(name, False, _("check_gradient says the backward pass is wrong: at {entry} the tape gives "
-                                          "{tape}, finite differences {fd}.{hint}").format(
-            entry=w.label if w else "?", tape=f"{w.theoretical:.6g}" if w else "?",
-            fd=f"{w.numerical:.6g}" if w else "?", hint=hint))
+            hint = _("The backward pass returns 3x·dy: the derivative of x³ is 3x².")
+        text = _("check_gradient says the backward pass is wrong: at {entry} the tape gives {tape}, finite "
+                 "differences {fd}.").format(entry=w.label if w else "?", tape=f"{w.theoretical:.6g}" if w else "?",
+                                             fd=f"{w.numerical:.6g}" if w else "?")
+        return CheckResult(name, False, join_sentences(text, hint))
     return CheckResult(name, True, _("check_gradient accepts it: largest error {err} of the largest entry").format(
-        err=f"{result.max_rel_error:.1g}"))
+        err="< 1e-9" if result.max_rel_error < 1e-9 else f"{result.max_rel_error:.1g}"))
 
 
 # ----------------------------------------------------------------------------- exercise 3
@@ -143,8 +142,22 @@ def clip_reference(grads, c: float) -> list[np.ndarray]:
 
 
 def check_clip_per_example(clip_per_example: Callable, clip_norm: float = 1.0) -> CheckResult:
-    """Exercise 3: each example's gradient (over all variables together) scaled to norm <= ``clip_norm``."""
+    """Exercise 3: each example's gradient (over all variables together) scaled to norm <= ``clip_norm``.
+
+    Tried with ``clip_norm`` and with 3 × ``clip_norm``, so an answer that ignores its argument fails.
+    """
     name = _("per-example clipping")
+    result = _check_clip_once(name, clip_per_example, clip_norm)
+    if not result:
+        return result
+    again = _check_clip_once(name, clip_per_example, 3 * clip_norm)
+    if not again:
+        return CheckResult(name, False, _("right for clip_norm = {c}, but with clip_norm = {c3}: {feedback}").format(
+            c=f"{clip_norm:g}", c3=f"{3 * clip_norm:g}", feedback=again.feedback))
+    return result
+
+
+def _check_clip_once(name: str, clip_per_example: Callable, clip_norm: float) -> CheckResult:
     grads = per_example_batch()
     got, problem = call_answer(name, clip_per_example, list(grads), clip_norm, what="clip_per_example")
     if problem is not None:
@@ -200,6 +213,11 @@ def check_gradient_penalty(gradient_penalty: Callable) -> CheckResult:
     with tf.GradientTape() as tape:
         got, problem = call_answer(name, gradient_penalty, critic, x, what="gradient_penalty")
         if problem is not None:
+            if "None" in problem.feedback:
+                return CheckResult(name, False, join_sentences(problem.feedback, _(
+                    "A None here is usually the inner tape's gradient: x is a tensor, not a variable, so the inner "
+                    "tape follows it only after inner.watch(x), inside its `with` block, before the critic is "
+                    "called.")))
             return problem
         got, problem = _tensor_or_feedback(name, got, "gradient_penalty")
         if problem is not None:
@@ -216,6 +234,11 @@ def check_gradient_penalty(gradient_penalty: Callable) -> CheckResult:
         (no_square, _("square (norm - 1) before the mean"))])
     if not value:
         return value
+    if not tf.is_tensor(got):
+        return CheckResult(name, False, _("the value is right, but it is a {kind}, not a tensor: the tape cannot "
+                                          "differentiate it, so the update cannot lower it. Keep the whole penalty in "
+                                          "TensorFlow ops, without .numpy(), float() or NumPy.").format(
+                                              kind=type(got).__name__))
     try:
         grads = tape.gradient(got, critic.trainable_variables)
     except Exception as err:  # noqa: BLE001
