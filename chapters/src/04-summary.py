@@ -680,13 +680,13 @@ for label, opt in [("SGD(1.0)", keras.optimizers.SGD(1.0)), ("SGD(0.1, momentum=
 # %% [markdown]
 # (These steps run eagerly, one op at a time, while the check compiles its steps with
 # `tf.function`. The two round differently, and over 200 momentum steps those tiny
-# differences grow into different paths: the final loss is 0.000879 here and 0.000537 in the
-# check. Both are far below the target; the exact value of a loss this small is not
+# differences grow into different paths: the final loss printed here differs from the one in
+# the check. Both are far below the target; the exact value of a loss this small is not
 # reproducible from one way of running the same steps to another.)
 #
 # No. With the clip, `SGD(1.0)` takes steps of length 1 whenever a gradient's norm is above 1,
 # and its loss stalls far above the target. Momentum's steps are about thirty times shorter
-# (median about 0.035), because the gradient keeps turning and opposing steps cancel in the
+# (a median of a few hundredths), because the gradient keeps turning and opposing steps cancel in the
 # velocity, long before the steady-slope limit of 1.0 is reached. What momentum buys here
 # is a direction averaged over recent steps, not a longer step.
 #
