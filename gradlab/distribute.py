@@ -506,7 +506,8 @@ class MultiWorkerRun:
         return all(r["weights"] == first for r in self.workers[1:])
 
     def __str__(self) -> str:
-        rows = [f"{_('run'):<22} {_('replicas'):>8}  {_('losses per step'):<28} {_('grad norms')}"]
+        run_h, replicas_h, losses_h, norms_h = _("run"), _("replicas"), _("losses per step"), _("grad norms")
+        rows = [f"{run_h:<22} {replicas_h:>8}  {losses_h:<28} {norms_h}"]
         named = [(_("worker {i}").format(i=i), r) for i, r in enumerate(self.workers)]
         for name, r in [*named, (_("one process"), self.reference)]:
             losses = ", ".join(f"{v:.4g}" for v in r["losses"])

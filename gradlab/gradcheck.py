@@ -35,7 +35,7 @@ from .i18n import _, join_list, join_sentences
 
 tf = quiet_import_tensorflow()
 
-__all__ = ["GradientCheck", "GradientEntry", "Kink", "check_gradient", "default_step"]
+__all__ = ["GradientCheck", "GradientEntry", "Kink", "check_gradient", "decade_bound", "default_step"]
 
 #: At most this many input elements in all (each costs four evaluations of ``f``).
 MAX_INPUT_ELEMENTS = 10_000
@@ -111,15 +111,17 @@ class GradientCheck:
     def message(self) -> str:
         """One paragraph a learner reads: the verdict, the numbers, and why."""
         step = _format_steps(self.steps)
+        # a passing check's error is float rounding, whose digits change from CPU to CPU: a bound
+        bound = decade_bound(self.max_rel_error)
         if self.verdict == "ok" and self.max_rel_error <= self.tolerance:
-            head = _("✅ gradient check passed: largest error {err} of the largest entry (tolerance {tol}; "
-                     "{dtype}, central differences, step {step}).").format(
-                err=f"{self.max_rel_error:.2g}", tol=f"{self.tolerance:.0e}", dtype=self.dtype, step=step)
+            head = _("✅ gradient check passed: largest error at most {bound}, relative to the largest entry "
+                     "(tolerance {tol}; {dtype}, central differences, step {step}).").format(
+                bound=bound, tol=f"{self.tolerance:.0e}", dtype=self.dtype, step=step)
         elif self.verdict == "ok":
-            head = _("✅ gradient check passed: largest error {err} of the largest entry, above the tolerance {tol} "
-                     "but within the finite differences' own error there (rounding ε·|f|/h and truncation, "
-                     "estimated from steps h and 2h; {dtype}, step {step}).").format(
-                err=f"{self.max_rel_error:.2g}", tol=f"{self.tolerance:.0e}", dtype=self.dtype, step=step)
+            head = _("✅ gradient check passed: largest error at most {bound}, relative to the largest entry: above "
+                     "the tolerance {tol} but within the finite differences' own error there (rounding ε·|f|/h and "
+                     "truncation, estimated from steps h and 2h; {dtype}, step {step}).").format(
+                bound=bound, tol=f"{self.tolerance:.0e}", dtype=self.dtype, step=step)
         elif self.verdict == "wrong":
             w = self.worst
             head = _("❌ gradient check failed: {n} Jacobian entries differ from finite differences by more than "
@@ -260,20 +262,32 @@ def _theoretical(f, xs, y_size: int):
     return jac, connected
 
 
+def decade_bound(value: float) -> str:
+    """``value`` rounded *up* to a power of ten, as printed (``3.1e-05`` -> ``"1e-04"``; 0 -> ``"0"``).
+
+    A passing check's error is float rounding: its digits differ between CPUs, its decade hardly.
+    """
+    if not math.isfinite(value) or value <= 0:
+        return f"{value:g}"
+    return f"{10.0 ** math.ceil(math.log10(value) - 1e-9):.0e}"
+
+
 class _Progress:
     def __init__(self, total: int, enabled: bool | None):
         self.total, self.enabled = total, enabled
         self.start = self.last = time.perf_counter()
         self.shown = False
+        self.last_done = 0
 
     def __call__(self, done: int) -> None:
         if self.enabled is False:
             return
         now = time.perf_counter()
-        if self.enabled or (now - self.start > _PROGRESS_AFTER_S and now - self.last > _PROGRESS_AFTER_S):
+        finished = done == self.total and self.shown and self.last_done != done  # a shown line also shows the end
+        if finished or self.enabled or (now - self.start > _PROGRESS_AFTER_S and now - self.last > _PROGRESS_AFTER_S):
             if self.enabled and done not in (1, self.total) and now - self.last < _PROGRESS_AFTER_S:
                 return
-            self.last, self.shown = now, True
+            self.last, self.shown, self.last_done = now, True, done
             print(_("checking the gradient: {done} of {total} input elements").format(done=done, total=self.total),
                   flush=True)
 

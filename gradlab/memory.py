@@ -28,7 +28,7 @@ from ._env import quiet_import_tensorflow
 
 tf = quiet_import_tensorflow()
 
-__all__ = ["CPU_BFC_ENV", "MemoryMeasurement", "allocator_stats_available", "measure_peak"]
+__all__ = ["CPU_BFC_ENV", "MemoryMeasurement", "allocator_stats_available", "default_device", "measure_peak"]
 
 #: The environment variable that gives TensorFlow's CPU allocator its statistics.
 CPU_BFC_ENV = "TF_CPU_ALLOCATOR_USE_BFC"
@@ -49,7 +49,14 @@ class MemoryMeasurement:
         return self.peak_bytes / 2**20
 
 
+def default_device() -> str:
+    """``"GPU:0"`` when TensorFlow sees a GPU (where it places the computation), else ``"CPU:0"``."""
+    return "GPU:0" if tf.config.list_logical_devices("GPU") else "CPU:0"
+
+
 def _check_device(device) -> str:
+    if device is None:
+        return default_device()
     if not isinstance(device, str) or not device.strip():
         raise ValueError(f"device must be a device name such as 'CPU:0' or 'GPU:0'; got {device!r}")
     return device
@@ -65,10 +72,13 @@ def allocator_stats_available(device: str = "CPU:0") -> bool:
     return True
 
 
-def measure_peak(fn: Callable, *args, device: str = "CPU:0", warmup: bool = True,
+def measure_peak(fn: Callable, *args, device: str | None = None, warmup: bool = True,
                  repeats: int = 1) -> MemoryMeasurement:
-    """Run ``fn(*args)`` and measure the peak memory TensorFlow allocated on ``device`` during it.
+    """Run ``fn(*args)`` on ``device`` and measure the peak memory TensorFlow allocated there during it.
 
+    ``device`` defaults to :func:`default_device` (the first GPU when there is one, else the
+    CPU), and ``fn`` runs under ``tf.device(device)``, so the peak is that of the device that
+    did the work.
     The first call (``warmup``) traces a ``tf.function`` and builds variables, so that the
     measured calls see only the computation; the peak is that of the last call, the time the
     fastest. The result of ``fn`` is converted to NumPy inside the measurement, so that
@@ -91,7 +101,8 @@ def measure_peak(fn: Callable, *args, device: str = "CPU:0", warmup: bool = True
         )
 
     def run():
-        out = fn(*args)
+        with tf.device(device):
+            out = fn(*args)
         for t in tf.nest.flatten(out):
             if hasattr(t, "numpy"):
                 t.numpy()
@@ -99,7 +110,7 @@ def measure_peak(fn: Callable, *args, device: str = "CPU:0", warmup: bool = True
     if warmup:
         run()
     best = float("inf")
-    for _ in range(repeats):
+    for _repeat in range(repeats):
         tf.config.experimental.reset_memory_stats(device)
         before = tf.config.experimental.get_memory_info(device)["current"]
         start = time.perf_counter()

@@ -22,10 +22,10 @@ Three ways to compute them, all inside one ``tf.function`` per model and method:
 * ``"jacobian"``: one forward pass of the whole batch, the vector of per-example losses, and
   ``tape.jacobian`` of that vector with respect to the variables (pfor over its rows).
 
-``method="auto"`` uses ``vectorized_map`` (usually the fastest from a batch of about 100 on,
-in chapter 10's measurements on Dense, Conv, Embedding and LSTM models), falls back to the
-Jacobian where pfor cannot convert the model's forward pass (TF 2.21: stacked recurrent
-layers), and to the loop where it cannot convert the backward pass either. The model runs with ``training=False`` by default, so BatchNorm uses its moving
+``method="auto"`` uses ``vectorized_map``, falls back to the Jacobian where pfor cannot convert
+the model's forward pass (TF 2.21: a recurrent layer whose input sequence is computed inside the
+model, e.g. after a Dense, a Conv1D or another RNN) or where the model has random layers in
+training mode, and to the loop where pfor cannot convert the backward pass either. The model runs with ``training=False`` by default, so BatchNorm uses its moving
 statistics and examples do not interact; nothing of the model changes (its variables are
 restored afterwards, BatchNorm statistics and RNN states included).
 
@@ -103,6 +103,17 @@ def _check_training(training) -> bool:
 
 def _has_batch_norm(model) -> bool:
     return any(isinstance(layer, keras.layers.BatchNormalization) for layer in core.leaf_layers(model))
+
+
+_RANDOM_LAYERS = tuple(getattr(keras.layers, name) for name in (
+    "Dropout", "SpatialDropout1D", "SpatialDropout2D", "SpatialDropout3D", "GaussianNoise", "GaussianDropout",
+    "AlphaDropout") if hasattr(keras.layers, name))
+
+
+def _random_layers(model) -> list[str]:
+    """Layers that draw random numbers in training mode (Dropout, GaussianNoise, ...)."""
+    return [layer.name for layer in core.leaf_layers(model) if isinstance(layer, _RANDOM_LAYERS)
+            or getattr(layer, "seed_generator", None) is not None]
 
 
 # ----------------------------------------------------------------------------- the per-example loss
@@ -249,7 +260,13 @@ def per_example_gradients(model, x, y, *, loss: Callable | None = None, sample_w
     cannot convert the model), ``"loop"``, ``"vectorized_map"`` or ``"jacobian"``; all give the
     same numbers (to float32 rounding). ``training=True`` runs layers in training mode, which a
     model with BatchNorm refuses: in training mode BatchNorm mixes the examples of a batch, so
-    an example has no gradient of its own. The model is left exactly as it was.
+    an example has no gradient of its own. With ``training=True`` and random layers (Dropout,
+    GaussianNoise, ...) each method draws its own masks: ``"auto"`` then uses the Jacobian (one
+    batched forward pass, a mask per example, as ``fit`` draws them), and ``"vectorized_map"``
+    is refused (pfor would give every example the same mask). The mean equals the batch
+    gradient for unmasked outputs; a masked per-step loss (``mask_zero=True`` sequences of
+    different lengths) is divided by the valid steps of the whole batch in ``fit`` but by each
+    example's own count here, so there the mean differs. The model is left exactly as it was.
     """
     core.check_model(model)
     method = _check_method(method)
@@ -262,6 +279,13 @@ def per_example_gradients(model, x, y, *, loss: Callable | None = None, sample_w
             "with the statistics of the whole batch, so no example has a gradient of its own (DP-SGD "
             "implementations replace BatchNorm by GroupNorm or LayerNorm). Use training=False (the moving "
             "statistics), or a model without BatchNorm"
+        )
+    random = _random_layers(model) if training else []
+    if random and method == "vectorized_map":
+        raise ValueError(
+            f"method='vectorized_map' with training=True and random layers ({', '.join(random)}): pfor treats the "
+            "random seed as the same for every example, so every example would get the same dropout mask. Use "
+            "method='jacobian' (one batched forward pass, a mask per example as in fit), 'loop' or 'auto'"
         )
     stateful = [layer.name for layer in core.stateful_rnn_layers(model)]
     if stateful:
@@ -289,6 +313,8 @@ def per_example_gradients(model, x, y, *, loss: Callable | None = None, sample_w
     weighted = w is not None
     try:
         candidates = _AUTO_ORDER if method == "auto" else (method,)
+        if random:  # vectorized_map would draw one dropout mask for the whole batch
+            candidates = tuple(c for c in candidates if c != "vectorized_map")
         for chosen in candidates:
             compiled = _compiled(model, resolved, chosen, training, weighted)
             if compiled.failed is None:

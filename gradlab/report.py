@@ -185,8 +185,8 @@ class StepReport:
         if self.layers:
             w = max(5, *(len(layer.name) for layer in self.layers))
             k = max(4, *(len(layer.kind) for layer in self.layers))
-            lines.append(f"  {_('layer'):<{w}}  {_('kind'):<{k}}  {_('output std'):>10}  {_('signal'):>9}  "
-                         f"{grad_header:>18}")
+            layer_h, kind_h, std_h, signal_h = _("layer"), _("kind"), _("output std"), _("signal")
+            lines.append(f"  {layer_h:<{w}}  {kind_h:<{k}}  {std_h:>10}  {signal_h:>9}  {grad_header:>18}")
             for layer in self.layers:
                 std = _fmt(layer.output_std) if layer.output_finite else "NaN/inf"
                 wg = _fmt(layer.weight_grad) if layer.has_weights else ""
@@ -198,7 +198,8 @@ class StepReport:
             w = max(8, *(len(v.path) for v in self.variables))
             if self.status == "n/a" and self.message:
                 lines.append(f"  ({self.message})")
-            lines.append(f"  {_('variable'):<{w}}  {_('gradient norm'):>13}")
+            variable_h, norm_h = _("variable"), _("gradient norm")
+            lines.append(f"  {variable_h:<{w}}  {norm_h:>13}")
             for v in self.variables:
                 g = "None" if v.grad_norm is None else _fmt(v.grad_norm)
                 lines.append(f"  {v.path:<{w}}  {g:>13}")

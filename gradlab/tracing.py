@@ -225,8 +225,9 @@ def format_timings(timings: Sequence[StepTiming], baseline: str | None = None) -
         raise ValueError(f"baseline must be one of {names}; got {baseline!r}")
     base = timings[names.index(base_name)]
     width = max(8, *(len(n) for n in names))
-    rows = [f"{_('mode'):<{width}}  {_('first call'):>11}  {_('steady step'):>11}  {_('speed-up'):>8}  "
-            f"{_('first/steady'):>12}"]
+    mode_h, first_h, steady_h, speedup_h, ratio_h = (_("mode"), _("first call"), _("steady step"), _("speed-up"),
+                                                     _("first/steady"))
+    rows = [f"{mode_h:<{width}}  {first_h:>11}  {steady_h:>11}  {speedup_h:>8}  {ratio_h:>12}"]
     for t in timings:
         rows.append(
             f"{t.name:<{width}}  {t.first_ms:>8.3g} ms  {t.steady_ms:>8.3g} ms  "

@@ -213,3 +213,24 @@ def test_chapter_10_plots_draw_the_data_and_refuse_bad_shapes():
     assert [p.get_height() for p in fig.axes[0].patches] == [10.0, 5.0]
     with pytest.raises(ValueError, match="one value per label"):
         plot_memory(["a", "b"], [1.0])
+
+
+def test_a_passing_error_prints_as_a_decade_bound():
+    # rounding-level digits change from CPU to CPU; their decade, rounded up, hardly does
+    assert gradcheck.decade_bound(1.9e-11) == "1e-10" and gradcheck.decade_bound(1e-4) == "1e-04"
+    assert gradcheck.decade_bound(3.1e-05) == "1e-04" and gradcheck.decade_bound(0.0) == "0"
+    r = check_gradient(lambda t: t**3, tf.constant([1.0, 2.0], tf.float64))
+    assert r.ok and r.max_rel_error < 1e-8, r.message
+    assert f"at most {gradcheck.decade_bound(r.max_rel_error)}," in r.message
+    assert f"{r.max_rel_error:.2g}" not in r.message
+
+
+def test_progress_shows_the_end_once_it_showed_a_line(monkeypatch, capsys):
+    # init at 0 s; element 1 at 3 s (past 2 s: a line), element 2 at 3.5 s (too soon), element 3: the end
+    times = iter([0.0, 3.0, 3.5, 4.0])
+    monkeypatch.setattr(gradcheck.time, "perf_counter", lambda: next(times))
+    line = gradcheck._Progress(3, None)
+    for done in (1, 2, 3):
+        line(done)
+    assert capsys.readouterr().out.splitlines() == ["checking the gradient: 1 of 3 input elements",
+                                                     "checking the gradient: 3 of 3 input elements"]

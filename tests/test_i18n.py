@@ -244,6 +244,19 @@ def test_messages_are_literals_and_errors_stay_english():
     assert not bad, "messages Babel cannot extract, or translated errors:" + listing(bad)
 
 
+def test_no_message_inside_an_f_string():
+    """Babel does not extract ``_("...")`` written inside an f-string: such a text never reaches the catalog."""
+    bad = []
+    for path in modules_that_translate():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.JoinedStr) and any(  # _(a_marked_constant) is fine: N_ marked it
+                isinstance(n, ast.Call) and getattr(n.func, "id", "") in ("_", "N_") and n.args
+                and isinstance(n.args[0], ast.Constant) for n in ast.walk(node)
+            ):
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not bad, "_() inside an f-string (hoist it into a variable first):" + listing(bad)
+
+
 # ----------------------------------------------------------------------------- whole sentences
 def test_chinese_translations_keep_chinese_typography(zh_po):
     """No space after 。，：；…, no ASCII ':' ';' ',' '.' right after a Chinese character, 梯度检验."""

@@ -31,6 +31,7 @@ out = {"available": allocator_stats_available("CPU:0")}
 for n in (2, 8):
     m = measure_peak(holds, x, n, repeats=2)
     out[str(n)] = m.peak_bytes
+out["device"], out["default"] = m.device, gradlab.memory.default_device()
 print(json.dumps(out))
 """
 
@@ -41,6 +42,8 @@ def test_peak_counts_the_bytes_a_computation_holds():
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["available"] is True
+    # the default device is where TensorFlow places the work: the first GPU when there is one
+    assert out["device"] == out["default"] == ("GPU:0" if tf.config.list_logical_devices("GPU") else "CPU:0")
     mib = 2**20
     # n sines of 1 MiB each, all alive for add_n (which may write its result into one of them),
     # plus at most a temporary x + i and the result not yet freed or forwarded

@@ -294,3 +294,19 @@ def test_bad_arguments_are_clear_value_errors():
         per_example_gradients(stateful, np.zeros((4, 5, 2)), np.zeros((4, 1)))
     with pytest.raises(ValueError, match="no gradient"):
         per_example_norms([None, None])
+
+
+def test_dropout_in_training_mode_gets_a_mask_per_example():
+    # pfor (vectorized_map) treats the dropout seed as the same for every example: one mask for all
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dropout(0.5),
+                              keras.layers.Dense(1, kernel_initializer="ones", use_bias=False)])
+    model.compile(loss="mse")
+    x, y = np.ones((8, 6), "float32"), np.zeros((8, 1), "float32")
+    grads = per_example_gradients(model, x, y, training=True)
+    assert grads.method == "jacobian"
+    patterns = {tuple(np.asarray(g).ravel() != 0) for g in grads[0].numpy()}
+    assert len(patterns) > 1, patterns  # 8 examples, 6 units at rate 0.5: one shared mask is what vmap gives
+    with pytest.raises(ValueError, match="same dropout mask"):
+        per_example_gradients(model, x, y, training=True, method="vectorized_map")
+    assert per_example_gradients(model, x, y).method == "vectorized_map"  # inference mode: no masks
