@@ -548,9 +548,12 @@ def check_arrays(name: str, got: Sequence, expected: Sequence, *, labels: Sequen
     more = ""
     if len(bad) > 1:
         labelled = [i for i in bad[1:] if labels[i] != f"{name}[{i}]"]
-        if len(bad) > 2:
-            more = _("Items {which} are wrong too.").format(
-                which=", ".join(f"{i} ({labels[i]})" if i in labelled else str(i) for i in bad[1:]))
+        if len(bad) > 2 and labelled:
+            # TRANSLATORS: {which} is a list of "{i} ({label})" items
+            more = _("Items {which} are wrong too.").format(which=join_list(
+                _("{i} ({label})").format(i=i, label=labels[i]) if i in labelled else str(i) for i in bad[1:]))
+        elif len(bad) > 2:
+            more = _("Items {numbers} are wrong too.").format(numbers=join_list(str(i) for i in bad[1:]))
         elif labelled:
             more = _("Item {i} ({label}) is wrong too.").format(i=bad[1], label=labels[bad[1]])
         else:

@@ -265,6 +265,7 @@ def test_check_arrays_ends_each_sentence_itself():
     three = [np.ones(2), np.ones((2, 1)), np.ones(3)]
     r = gl.checks.check_arrays("grads", [a + 1 for a in three], three, labels=["k", "b", "c"])
     _fails(r, "item 0 (k):", "Items 1 (b), 2 (c) are wrong too.")
+    _fails(gl.checks.check_arrays("grads", [a + 1 for a in three], three), "Items 1, 2 are wrong too.")
     # hints are whole sentences, and a matching hint replaces the generic guess at the factor's cause
     r = gl.checks.check_array("a", 2 * EXPECTED, EXPECTED, hints=[(2 * EXPECTED, "twice"), (lambda a: True, "any")])
     _fails(r, "Every value is 2× the expected one. Hint: twice. Hint: any.")
