@@ -60,8 +60,9 @@ NORM_POSITIONS: tuple[str, ...] = ("pre", "post")
 #: (N(0, 1), PyTorch's ``nn.Embedding`` default).
 EMBEDDING_INITIALIZERS: tuple[str, ...] = ("uniform", "glorot_uniform", "normal")
 
-#: LayerNorm's epsilon. Keras's default, 1e-3, is as large as the variance of a Keras-default
-#: embedding (0.029² = 8.3e-4), so the first LayerNorm would not normalize; 1e-6 does.
+#: LayerNorm's epsilon. Keras's default, 1e-3, is larger than the variance of a Keras-default
+#: embedding (0.029² = 8.3e-4), so the first LayerNorm would scale that stream to about 0.7 rms
+#: instead of 1; 1e-6 normalizes it.
 LN_EPSILON = 1e-6
 MAX_LAYERS = 48
 

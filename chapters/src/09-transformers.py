@@ -55,9 +55,12 @@ print(inspect.getsource(tfm.TransformerBlock.call))
 # %% [markdown]
 # Post-LN, $x \leftarrow \mathrm{LN}(x + f(x))$, is the original Transformer (Vaswani et al.
 # 2017); pre-LN, $x \leftarrow x + f(\mathrm{LN}(x))$, adds a final LayerNorm before the logits
-# and is what GPT-2 and most models since use. Everything else is Keras's defaults: Glorot
+# and is what GPT-2 and most models since use. Everything else is Keras's defaults (Glorot
 # kernels, zero biases, LayerNorm γ = 1 and β = 0, and an `Embedding` drawn from
-# U(−0.05, 0.05). Block `i`'s variables live under `block_{i}/`:
+# U(−0.05, 0.05)) except LayerNorm's ε: $10^{-6}$ here, because Keras's default $10^{-3}$ is
+# larger than the variance of that embedding ($0.029^2 \approx 8 \cdot 10^{-4}$), and the first
+# LayerNorm would then bring its input to about 0.7 rms instead of 1. Block `i`'s variables
+# live under `block_{i}/`:
 
 # %%
 pre = gl.build_transformer(6, norm_position="pre")      # d_model 64, 4 heads, FFN 256, 64 tokens
