@@ -141,3 +141,16 @@ def test_clip_threshold_review_cases():
     assert ch09.check_clip_threshold(typed).ok
     assert not ch09.check_clip_threshold(np.percentile(norms, 89)).ok
     assert "np.quantile" in ch09.check_clip_threshold(np.percentile(norms, 0.9)).feedback
+
+
+def test_block_norms_from_probabilities_gets_the_logits_hint():
+    def probabilities(model, x, y):
+        with tf.GradientTape() as tape:
+            loss = keras.losses.SparseCategoricalCrossentropy()(y, model(x))      # from_logits=False
+        grads = tape.gradient(loss, model.trainable_variables)
+        return [float(tf.sqrt(tf.add_n([tf.reduce_sum(tf.square(tf.cast(g, tf.float64)))
+                                        for v, g in zip(model.trainable_variables, grads, strict=True)
+                                        if v.path.startswith(f"block_{i}/")]))) for i in range(3)]
+
+    result = ch09.check_block_norms(probabilities)
+    assert not result.ok and "from_logits=True" in result.feedback, result.feedback

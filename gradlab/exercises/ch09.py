@@ -15,10 +15,11 @@ import functools
 
 import numpy as np
 
+from .. import core
 from .._env import quiet_import_tensorflow
 from ..checks import CheckResult, as_number_answer, check_array, describe_error
 from ..i18n import _
-from ..transformer import block_gradient_report, build_transformer, markov_tokens
+from ..transformer import block_gradient_report, block_paths, build_transformer, markov_tokens
 
 tf = quiet_import_tensorflow()
 import keras  # noqa: E402
@@ -60,6 +61,18 @@ def _exercise_case(norm_position: str):
     """Exercise 1's model, batch and reference report, built once per process (a few seconds)."""
     model, (x, y) = exercise_model(norm_position)
     return model, x, y, block_gradient_report(model, x, y)
+
+
+@functools.lru_cache(maxsize=2)
+def _norms_without_from_logits(norm_position: str) -> np.ndarray:
+    """A typical wrong answer to exercise 1: the loss taken as if the logits were probabilities."""
+    model, x, y, __ = _exercise_case(norm_position)
+    with tf.GradientTape() as tape:
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=False)(y, model(x))
+    grads = tape.gradient(loss, model.trainable_variables)
+    paths = [core.variable_path(v) for v in model.trainable_variables]
+    return np.array([float(core.global_norm([g for p, g in zip(paths, grads, strict=True) if p.startswith(b)]))
+                     for b in block_paths(model)])
 
 
 # ----------------------------------------------------------------------------- exercise 1
@@ -116,6 +129,10 @@ def _check_block_norms_on(name: str, fn, model, x, y, expected) -> CheckResult:
         return CheckResult(name, False, _("48 values: one norm per variable. Combine the 16 variables of each block "
                                           "into one norm: the square root of the sum of their squared norms"))
     result = check_array(name, arr if arr is not None else got, want, rtol=1e-3, atol=0.0)
+    if (not result and arr is not None and arr.size == 3
+            and np.allclose(arr, _norms_without_from_logits(expected.norm_position), rtol=1e-3)):
+        return CheckResult(name, False, _("the model returns logits, not probabilities: compute the loss with "
+                                          "from_logits=True (as the chapter's loss_fn does)"))
     if not result and expected.norm_position == "pre" and arr is not None and arr.size == 3:
         return CheckResult(name, False, _("right on the post-LN model, wrong on the pre-LN one ({got}, expected "
                                           "{want}): measure the model you are given; do not return fixed "
