@@ -219,10 +219,18 @@ class TimeReport:
 
 
 def _input_mask(model, x, training: bool):
-    """The Keras mask the model's first layer call that receives one puts on ``x`` (a ``Masking``
-    layer's padding), or ``None``: one eager forward pass with the core's taps."""
+    """The padding mask over ``x``'s steps that the model's first recurrent layer receives (a
+    ``Masking`` layer's), or ``None``: one eager forward pass with the core's taps.
+
+    A layer between the ``Masking`` and the RNN that drops masks (``Conv1D``) makes the RNN read
+    the padding as data: then no step is left out. Without a recurrent layer, the first mask
+    over ``x``'s steps counts."""
     with tf.GradientTape() as tape, core.tap_layers(model, tape) as taps:
         model(x, training=training)
+    for call in taps.calls:
+        if core.is_recurrent(call.layer):
+            mask = call.mask
+            return mask if mask is not None and tuple(mask.shape) == tuple(x.shape[:2]) else None
     for call in taps.calls:
         if call.mask is not None and tuple(call.mask.shape) == tuple(x.shape[:2]):
             return call.mask
@@ -250,7 +258,8 @@ def time_report(model: keras.Model, x, y, *, clip=None, compiled: bool = False, 
     shape ``(B,)`` against an output ``(B, 1)`` is a ``ValueError``, not a silent ``(B, B)``
     broadcast); ``sample_weight`` weighs the examples as ``fit`` does. Steps masked as padding
     (a ``Masking`` layer) are left out of ``time_step_norms``: the layer skips them, so their
-    gradient is 0 by construction, not because it vanished. ``training=False``
+    gradient is 0 by construction, not because it vanished. The mask is the one the first
+    recurrent layer receives (after a ``Conv1D``, which drops masks, there is none). ``training=False``
     (inference, the default) or ``True`` (dropout on). The states of stateful layers and the
     trackers are put back afterwards. ``compiled=True`` runs the same tape inside a
     ``tf.function`` (traced once per call): faster than eager for long sequences.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import keras
 import numpy as np
 import pytest
 
@@ -345,3 +346,31 @@ def test_ch07_clipped_step_check():
     r = ch07.check_clipped_step(step(lambda g: g))
     assert not r and "unclipped" in r.feedback
     assert "did not change" in ch07.check_clipped_step(lambda *a: None).feedback
+
+
+def test_a_mask_that_never_reaches_the_rnn_leaves_no_step_out():
+    # Conv1D drops the Masking layer's mask, so the GRU reads the zero padding as data: every step
+    # then counts, with the plain tape's norm (R1's probe: the tool left steps out and rescaled them)
+    keras.utils.set_random_seed(0)
+    lengths = np.array([6, 5, 4, 3, 2, 6, 1, 3])
+    x = np.random.default_rng(0).normal(size=(8, 6, 3)).astype("float32")
+    x[np.arange(6)[None, :] >= lengths[:, None]] = 0.0
+    y = np.random.default_rng(1).normal(size=(8, 1)).astype("float32")
+    model = keras.Sequential([keras.Input((6, 3)), keras.layers.Masking(0.0),
+                              keras.layers.Conv1D(4, 2, padding="causal"), keras.layers.GRU(4), keras.layers.Dense(1)])
+    model.compile(loss="mse")
+    xt = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(xt)
+        loss = tf.reduce_mean(tf.square(model(xt) - y))
+    dx = tape.gradient(loss, xt).numpy().astype(np.float64)
+    reference = np.sqrt((dx ** 2).sum(axis=(0, 2)))
+    report = gl.time_report(model, x, y)
+    np.testing.assert_allclose(report.time_step_norms, reference, rtol=1e-5)
+    # straight on the Masking layer, the GRU gets the mask: its padded steps are left out as before
+    direct = keras.Sequential([keras.Input((6, 3)), keras.layers.Masking(0.0), keras.layers.GRU(4),
+                               keras.layers.Dense(1)])
+    direct.compile(loss="mse")
+    x_pad = x.copy()
+    x_pad[:, 4:] = 0.0  # the last two steps are padding in every sequence
+    assert gl.time_report(direct, x_pad, y).time_step_norms.size == 4
