@@ -843,7 +843,7 @@ in_order = acc["4 x 512, tf.while_loop(parallel_iterations=1)"].peak_bytes
 print("sequential micro-batches need less than half the peak of one batch:", in_order < one / 2)
 print("eagerly too:", acc["4 x 512, eagerly"].peak_bytes < one / 2)
 print("the unrolled loop in tf.function needs more than the sequential one:",
-      acc["4 x 512, unrolled in tf.function"].peak_bytes > 1.5 * in_order)
+      acc["4 x 512, unrolled in tf.function"].peak_bytes > 1.2 * in_order)
 same = max(float(tf.reduce_max(tf.abs(a - b))) for a, b in zip(sequential_accumulation(x_deep, 4), four))
 print("and the while_loop gives the same gradient (1e-6):", same < 1e-6)
 
@@ -859,7 +859,7 @@ print("and the while_loop gives the same gradient (1e-6):", same < 1e-6)
 # | DP-SGD | Per-example clipping caps an outlier's share at C/B and turns the step towards the other examples; batch clipping keeps the outlier's direction. | Clip each example, then noise σC/B. |
 # | Gradient penalty | Nested tapes, outer first, inner gradient taken inside it: same values eagerly, in `tf.function` and with XLA, verified by `check_gradient`; closing the outer tape first gives `None`; one norm for the batch or BatchNorm in the critic is silently wrong. | One norm per example, no BatchNorm in the critic. |
 # | `tf.recompute_grad` | Segments of √n about halve the peak; every layer alone or all in one save little or nothing. | Measure with `gl.memory.measure_peak`. |
-# | Gradient accumulation | Equal micro-batches give the whole batch's gradient; BatchNorm in training mode does not; 4 micro-batches in sequence need less than half the peak, but unrolled in a `tf.function` they may run at once and save much less. | Divide by k (or weight by size); `tf.while_loop(..., parallel_iterations=1)` or eager. |
+# | Gradient accumulation | Equal micro-batches give the whole batch's gradient; BatchNorm in training mode does not; 4 micro-batches in sequence need less than half the peak, but unrolled in a `tf.function` they may run at once and save much less, depending on how many cores the executor runs them on. | Divide by k (or weight by size); `tf.while_loop(..., parallel_iterations=1)` or eager. |
 
 # %% [markdown]
 # ## Exercises
