@@ -170,7 +170,7 @@ def check_clip_by_global_norm(fn) -> CheckResult:
         result = check_arrays(name, got, expected)
         return CheckResult(name, False, _(
             "with {label}: {feedback}. The global norm is the square root of the sum of the squares of all elements "
-            "of all tensors").format(label=label, feedback=result.feedback.rstrip(".")))
+            "of all tensors").format(label=label, feedback=result.feedback.rstrip(".。")))
     return CheckResult(name, True, _("matches tf.clip_by_global_norm below and above the threshold"))
 
 

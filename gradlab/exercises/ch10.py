@@ -22,7 +22,7 @@ import numpy as np
 from .._env import quiet_import_tensorflow
 from ..checks import CheckResult, call_answer, check_array, check_arrays
 from ..gradcheck import check_gradient
-from ..i18n import _, join_sentences
+from ..i18n import _, end_sentence, join_sentences
 
 tf = quiet_import_tensorflow()
 import keras  # noqa: E402
@@ -214,7 +214,7 @@ def check_gradient_penalty(gradient_penalty: Callable) -> CheckResult:
         got, problem = call_answer(name, gradient_penalty, critic, x, what="gradient_penalty")
         if problem is not None:
             if "None" in problem.feedback:
-                return CheckResult(name, False, join_sentences(problem.feedback, _(
+                return CheckResult(name, False, join_sentences(end_sentence(problem.feedback), _(
                     "A None here is usually the inner tape's gradient: x is a tensor, not a variable, so the inner "
                     "tape follows it only after inner.watch(x), inside its `with` block, before the critic is "
                     "called.")))
