@@ -25,7 +25,9 @@ Three ways to compute them, all inside one ``tf.function`` per model and method:
 ``method="auto"`` uses ``vectorized_map``, falls back to the Jacobian where pfor cannot convert
 the model's forward pass (TF 2.21: a recurrent layer whose input sequence is computed inside the
 model, e.g. after a Dense, a Conv1D or another RNN) or where the model has random layers in
-training mode, and to the loop where pfor cannot convert the backward pass either. The model runs with ``training=False`` by default, so BatchNorm uses its moving
+training mode, and to the loop where pfor cannot convert the backward pass either. A model whose
+output carries a mask (a per-step loss over padded sequences) never goes through the Jacobian,
+whose batched pass would lose each example's mask: ``method="jacobian"`` is refused there. The model runs with ``training=False`` by default, so BatchNorm uses its moving
 statistics and examples do not interact; nothing of the model changes (its variables are
 restored afterwards, BatchNorm statistics and RNN states included).
 
@@ -309,12 +311,23 @@ def per_example_gradients(model, x, y, *, loss: Callable | None = None, sample_w
         if tf.convert_to_tensor(loss(y1, pred1)).shape.rank:
             w = tf.ones([int(tf.nest.flatten(x)[0].shape[0])], keras.backend.floatx())
     resolved.check(y1, pred1, _one(w, 0))
+    # a masked output (per-step loss over padded sequences): the Jacobian's batched forward pass
+    # slices the predictions without their mask, so each example's loss would count the padding
+    masked = any(getattr(t, "_keras_mask", None) is not None for t in tf.nest.flatten(pred1))
+    if masked and method == "jacobian":
+        raise ValueError(
+            "method='jacobian' on a model whose output carries a mask (padded sequences, Masking or "
+            "mask_zero=True): the batched Jacobian loses the mask of each example's loss. Use method='loop' or "
+            "'vectorized_map' (or 'auto', which avoids the Jacobian here)"
+        )
     saved = core.snapshot(model)
     weighted = w is not None
     try:
         candidates = _AUTO_ORDER if method == "auto" else (method,)
         if random:  # vectorized_map would draw one dropout mask for the whole batch
             candidates = tuple(c for c in candidates if c != "vectorized_map")
+        if masked:  # the Jacobian would lose the output's mask
+            candidates = tuple(c for c in candidates if c != "jacobian")
         for chosen in candidates:
             compiled = _compiled(model, resolved, chosen, training, weighted)
             if compiled.failed is None:
