@@ -171,7 +171,7 @@ def test_bad_logical_cpu_setting_is_a_clear_error(monkeypatch):
 # ----------------------------------------------------------------------------- two worker processes
 def test_two_real_workers_match_one_process():
     before = _children()
-    run = gl.distribute.run_workers(2, steps=3, timeout=120)
+    run = gl.distribute.run_workers(2, steps=3, timeout=600)
     assert [w["task"]["index"] for w in run.workers] == [0, 1]
     assert all(w["replicas"] == 2 for w in run.workers)
     assert run.workers_agree
