@@ -169,7 +169,7 @@ def test_checks_leave_the_global_seeds_alone():
     a, _ = ch10.critic_and_batch()
     np.random.seed(7)
     b, _ = ch10.critic_and_batch()
-    assert all(np.array_equal(u.numpy(), v.numpy()) for u, v in zip(a.weights, b.weights))
+    assert all(np.array_equal(u.numpy(), v.numpy()) for u, v in zip(a.weights, b.weights, strict=True))
 
 
 def test_clip_per_example_ignoring_clip_norm_fails():
