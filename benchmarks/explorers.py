@@ -56,9 +56,9 @@ def gradient_rows(depth: int = 100, changes: int = 20, naive_changes: int = 3):
     import keras
 
     import gradlab as gl
-    from gradlab.grads import gradient_report
-    from gradlab.mlp import build_mlp, make_data
+    from gradlab.models.mlp import build_mlp, make_data
     from gradlab.plots import figure_png, plot_report
+    from gradlab.reports.gradients import gradient_report
 
     x, y = make_data(128, 64, 0)
     for name, mode in MODES.items():
@@ -97,9 +97,10 @@ def gradient_rows(depth: int = 100, changes: int = 20, naive_changes: int = 3):
 # ----------------------------------------------------------------------------- TimeExplorer
 def time_rows(steps: int = 100, changes: int = 30, naive_changes: int = 6):
     import gradlab as gl
+    from gradlab.models.rnn import build_rnn, make_sequence_data
     from gradlab.plots import figure_png
     from gradlab.plots.recurrent import plot_time_report
-    from gradlab.recurrent import build_rnn, make_sequence_data, time_report
+    from gradlab.reports.time import time_report
 
     ex = gl.TimeExplorer(cell="simple_rnn", steps=steps)
     cells = ("simple_rnn", "gru", "lstm")
@@ -131,10 +132,11 @@ def time_rows(steps: int = 100, changes: int = 30, naive_changes: int = 6):
 # ----------------------------------------------------------------------------- TransformerExplorer
 def transformer_rows(changes: int = 30, naive_changes: int = 4):
     """Chapter 09: per-block norms at 6 blocks, one change = a new depth or norm position."""
+    from gradlab.models.transformer import build_transformer
     from gradlab.plots import figure_png
     from gradlab.plots.transformer import plot_block_norms
-    from gradlab.transformer import block_gradient_report, build_transformer
-    from gradlab.widgets.transformer import TransformerExplorer
+    from gradlab.reports.transformer import block_gradient_report
+    from gradlab.widgets.transformer_explorer import TransformerExplorer
 
     ex = TransformerExplorer(num_layers=6)
     for position in ("post", "pre"):  # warm-up: the engine's one function traced once
@@ -163,9 +165,9 @@ def transformer_rows(changes: int = 30, naive_changes: int = 4):
 # ----------------------------------------------------------------------------- the small explorers
 def jacobian_rows(changes: int = 20, naive_changes: int = 6):
     import gradlab as gl
-    from gradlab.jacobians import JACOBIAN_FUNCTIONS
     from gradlab.plots import figure_png, plot_jacobian
-    from gradlab.tracing import tf
+    from gradlab.topics.jacobians import JACOBIAN_FUNCTIONS
+    from gradlab.topics.tracing import tf
 
     v = gl.JacobianViewer(function="softmax", size=16)
     for n in (15, 16, 17):
@@ -190,7 +192,7 @@ def tracing_rows(changes: int = 20, naive_changes: int = 6):
     import gradlab as gl
     from gradlab.plots import figure_png
     from gradlab.plots.tracing import CallTimePlot
-    from gradlab.tracing import tf
+    from gradlab.topics.tracing import tf
 
     lab = gl.TracingLab(value=0.1, mode="tensor")
     lab.value.value = 0.2
@@ -210,9 +212,9 @@ def tracing_rows(changes: int = 20, naive_changes: int = 6):
 
 def tangent_rows(changes: int = 20, naive_changes: int = 6):
     import gradlab as gl
-    from gradlab.intro import slope_and_step, toy_loss
     from gradlab.plots import figure_png
     from gradlab.plots.intro import TangentPlot
+    from gradlab.topics.intro import slope_and_step, toy_loss
 
     t = gl.TangentExplorer()
     fast = timed([lambda i=i: setattr(t.w, "value", round(-0.5 + 0.05 * i, 2)) for i in range(changes)])

@@ -15,10 +15,10 @@ tools meant for your own project (``gl.__all__``, documented with examples in ``
 * the explorers (ipywidgets, imported on first use): :class:`GradientExplorer`, ...
 
 The workbook's own machinery stays in its modules, reachable as ``gl.<module>.<name>``: the
-core (:mod:`gradlab.core`), model builders (``gl.mlp.build_mlp``, ``gl.recurrent.build_rnn``),
-engines, Jacobian helpers (``gl.jacobians``, ``gl.jacobian_timing``), chapter 07's theory
-(``gl.rnn_theory``), the distributed comparisons (``gl.distribute``), plots (``gl.plots``) and
-self-checks (``gl.checks``, ``gradlab.exercises``).
+core (:mod:`gradlab.core`), model builders (``gl.models.mlp.build_mlp``, ``gl.models.rnn.build_rnn``),
+engines, Jacobian helpers (``gl.topics.jacobians``, ``gl.topics.jacobian_timing``), chapter 07's theory
+(``gl.topics.rnn_theory``), the distributed comparisons (``gl.train.distribute``), plots (``gl.plots``) and
+self-checks (``gl.exercises.checks``, ``gradlab.exercises``).
 """
 
 from __future__ import annotations
@@ -33,66 +33,40 @@ from .i18n import language_from_env, set_language  # noqa: E402
 
 set_language(language_from_env())
 
-from . import (  # noqa: E402,F401  (the modules, reachable as gl.<module>)
-    advice,
-    causes,
-    checks,
-    core,
-    diagnostics,
-    distribute,
-    engine,
-    fit,
-    gradcheck,
-    grads,
-    intro,
-    jacobian_timing,
-    jacobians,
-    memory,
-    mlp,
-    per_example,
-    plots,
-    presets,
-    recurrent,
-    report,
-    rnn_theory,
-    rules,
-    tracing,
-    training,
-    transformer,
-    verdict,
-    warmup,
-)
-from .causes import explain_none_gradients, find_nonfinite_source  # noqa: E402
+from . import core, engines, exercises, models, plots, reports, topics, train  # noqa: E402,F401  (the layers, as gl.<package>)
 from .core import clip_gradients, true_global_norm, true_norm  # noqa: E402
-from .diagnostics import inspect_training_step  # noqa: E402
-from .fit import GradNormLogger, GradNormSequential, GradNormTrainStep  # noqa: E402
-from .gradcheck import check_gradient  # noqa: E402
-from .grads import GradientReport, gradient_report  # noqa: E402
-from .per_example import per_example_gradients  # noqa: E402
-from .recurrent import TimeReport, time_report  # noqa: E402
-from .report import Problem, StepReport  # noqa: E402
+from .models.transformer import build_transformer, markov_tokens  # noqa: E402
+from .reports.causes import explain_none_gradients, find_nonfinite_source  # noqa: E402
+from .reports.diagnostics import inspect_training_step  # noqa: E402
+from .reports.gradients import GradientReport, gradient_report  # noqa: E402
+from .reports.report import Problem, StepReport  # noqa: E402
+from .reports.time import TimeReport, time_report  # noqa: E402
+from .reports.verdict import Verdict, diagnose, judge, per_layer_gain  # noqa: E402
 from .session import setup  # noqa: E402
-from .tracing import TraceCounter, time_step, tracing_count  # noqa: E402
-from .training import TrainingRun, make_train_step, train_steps  # noqa: E402
-from .transformer import build_transformer, markov_tokens  # noqa: E402
-from .verdict import Verdict, diagnose, judge, per_layer_gain  # noqa: E402
+from .topics.gradcheck import check_gradient  # noqa: E402
+from .topics.per_example import per_example_gradients  # noqa: E402
+from .topics.tracing import TraceCounter, time_step, tracing_count  # noqa: E402
+from .train.fit import GradNormLogger, GradNormSequential, GradNormTrainStep  # noqa: E402
+from .train.steps import TrainingRun, make_train_step, train_steps  # noqa: E402
 
 __version__ = "0.1.0"
 
 # Widgets load ipywidgets; they are imported only when a notebook first asks for one.
-_WIDGETS = {"GradientExplorer": "explorer", "TangentExplorer": "intro", "JacobianViewer": "jacobian",
-            "TracingLab": "tracing", "TimeExplorer": "time", "TransformerExplorer": "transformer"}
+_WIDGETS = {"GradientExplorer": "gradient_explorer", "TangentExplorer": "tangent_explorer",
+            "JacobianViewer": "jacobian_viewer", "TracingLab": "tracing_lab", "TimeExplorer": "time_explorer",
+            "TransformerExplorer": "transformer_explorer"}
 
 #: Where the workbook's own names live (for the error that points an old ``gl.<name>`` there).
-_MODULES = ("mlp", "engine", "presets", "jacobians", "jacobian_timing", "recurrent", "rnn_theory", "distribute",
-            "intro", "tracing", "training", "fit", "grads", "diagnostics", "report", "verdict", "causes", "checks",
-            "plots", "core", "session", "transformer", "warmup", "gradcheck", "per_example", "memory", "advice")
+_MODULES = tuple(f"{package.__name__.split('.', 1)[1]}.{module}"
+                 for package in (core, models, topics, reports, engines, train, plots, exercises)
+                 for module in getattr(package, "MODULES", ()))
 
 
 def __getattr__(name: str):
     if name in _WIDGETS:  # the package facade may load the top layer lazily (ipywidgets on first use)
         return getattr(importlib.import_module(f".widgets.{_WIDGETS[name]}", __name__), name)
-    home = next((m for m in _MODULES if name in getattr(globals().get(m), "__all__", ())), None)
+    home = next((m for m in _MODULES if name in getattr(importlib.import_module(f".{m}", __name__), "__all__", ())),
+                None)
     if home is not None:
         raise AttributeError(f"module 'gradlab' has no attribute {name!r}: it is workbook machinery, "
                              f"reachable as gl.{home}.{name} (gl.__all__ lists the tools for your own project)")

@@ -1,4 +1,4 @@
-"""gradlab.causes: each cause of a None gradient and each birthplace of a NaN is named.
+"""gradlab.reports.causes: each cause of a None gradient and each birthplace of a NaN is named.
 
 The reference for "which gradients are None / non-finite" is a plain GradientTape run in
 each test; the functions under test must name the op that a reader of the model can see.

@@ -51,9 +51,9 @@ def test_the_api_has_no_star_exports_and_only_curated_names():
 def test_workbook_machinery_is_reached_through_its_module():
     import pytest
 
-    assert gl.mlp.build_mlp and gl.checks.check_array and gl.jacobians.jacobian and gl.plots.plot_report
-    for name, module in (("build_mlp", "mlp"), ("MLPGradientEngine", "engine"), ("toy_model", "distribute"),
-                         ("bptt_reference", "rnn_theory"), ("JacobianBench", "jacobian_timing")):
+    assert gl.models.mlp.build_mlp and gl.exercises.checks.check_array and gl.topics.jacobians.jacobian and gl.plots.plot_report
+    for name, module in (("build_mlp", "models.mlp"), ("MLPGradientEngine", "engines.mlp"), ("toy_model", "train.distribute"),
+                         ("bptt_reference", "topics.rnn_theory"), ("JacobianBench", "topics.jacobian_timing")):
         with pytest.raises(AttributeError, match=rf"reachable as gl\.{module}\.{name}"):
             getattr(gl, name)
     assert gl.GradientExplorer.__name__ == "GradientExplorer"  # the explorers load lazily

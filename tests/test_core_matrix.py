@@ -491,8 +491,8 @@ def test_inspect_and_report_match_an_independent_tape_and_touch_nothing(name):
         assert close(rep.loss, loss, c.rtol)
         paths = [gl.core.variable_path(v) for v in model.trainable_variables]
         expected = []
-        for layer in gl.grads.dense_layers(model)[:-1]:
-            own = [id(v) for v in gl.grads.dense_kernel_variables(layer)]
+        for layer in gl.reports.gradients.dense_layers(model)[:-1]:
+            own = [id(v) for v in gl.reports.gradients.dense_kernel_variables(layer)]
             picked = [g for v, g in zip(model.trainable_variables, grads, strict=True) if id(v) in own]
             expected.append(math.sqrt(sum(norm(g) ** 2 for g in picked)))
         np.testing.assert_allclose(rep.weight_norms, expected, rtol=max(c.rtol, 1e-5) * 10, err_msg=str(paths))

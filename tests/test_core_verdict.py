@@ -16,12 +16,12 @@ import pytest
 import tensorflow as tf
 
 import gradlab as gl
-from gradlab.verdict import CAUSES, RULES, STATUSES
+from gradlab.reports.verdict import CAUSES, RULES, STATUSES
 
 
 @pytest.fixture(scope="module")
 def engine():
-    return gl.engine.MLPGradientEngine()
+    return gl.engines.mlp.MLPGradientEngine()
 
 
 def geometric_gain(s):
@@ -124,11 +124,11 @@ def test_names_steps_and_bad_arguments():
 
 
 def test_every_report_carries_its_verdict(engine):
-    x, y = gl.mlp.make_data(32, 8, 0)
-    model = gl.mlp.build_mlp(6, width=8, activation="sigmoid")
+    x, y = gl.models.mlp.make_data(32, 8, 0)
+    model = gl.models.mlp.build_mlp(6, width=8, activation="sigmoid")
     assert gl.gradient_report(model, x, y).verdict.status == gl.gradient_report(model, x, y).status
     assert engine.report(5).verdict.cause == "saturating-activation"
-    t = gl.recurrent.TimeGradientEngine(max_steps=40).report("simple_rnn", 40)
+    t = gl.engines.rnn.TimeGradientEngine(max_steps=40).report("simple_rnn", 40)
     assert t.verdict.status == t.status and t.verdict.depth == 40
     s = gl.inspect_training_step(model, x, y)
     assert s.verdict.status == s.status and s.verdict.finding in s.message
@@ -210,5 +210,5 @@ def test_normalization_crossings_in_numbers():
     dense, ln = keras.layers.Dense(2, name="d"), keras.layers.LayerNormalization(name="ln")
     calls = [Call(0, dense), Call(1, ln), Call(2, dense), Call(3, dense)]
     # d(0) -> ln(1) -> d(2) -> d(3): the segment 0 -> 2 crosses ln, 2 -> 3 does not
-    log_rest, names = gl.diagnostics.normalization_crossings(calls, [0, 2, 3], [100.0, 1.0, 0.5])
+    log_rest, names = gl.reports.diagnostics.normalization_crossings(calls, [0, 2, 3], [100.0, 1.0, 0.5])
     assert names == ["ln"] and log_rest == pytest.approx(np.log(2.0))

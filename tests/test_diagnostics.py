@@ -91,8 +91,8 @@ def test_pretty_printer_uses_the_table():
 
 # ----------------------------------------------------------------------------- vanishing
 def test_deep_sigmoid_vanishes_and_matches_gradient_report():
-    model = gl.mlp.build_mlp(12, width=32, activation="sigmoid", initializer="glorot_uniform", input_dim=16)
-    x, y = gl.mlp.make_data(batch_size=64, input_dim=16, seed=0)
+    model = gl.models.mlp.build_mlp(12, width=32, activation="sigmoid", initializer="glorot_uniform", input_dim=16)
+    x, y = gl.models.mlp.make_data(batch_size=64, input_dim=16, seed=0)
     r = gl.inspect_training_step(model, x, y)
     assert r.status == "vanishing"
     assert "vanishing" in r.problem_kinds
@@ -104,8 +104,8 @@ def test_deep_sigmoid_vanishes_and_matches_gradient_report():
 
 
 def test_exploding_is_reported():
-    model = gl.mlp.build_mlp(20, width=32, activation="tanh", initializer="large_normal", input_dim=16)
-    x, y = gl.mlp.make_data(batch_size=64, input_dim=16, seed=0)
+    model = gl.models.mlp.build_mlp(20, width=32, activation="tanh", initializer="large_normal", input_dim=16)
+    x, y = gl.models.mlp.make_data(batch_size=64, input_dim=16, seed=0)
     r = gl.inspect_training_step(model, x, y)
     assert r.status == "exploding" and "exploding" in r.problem_kinds
 
@@ -131,8 +131,8 @@ def test_nan_names_the_first_bad_layer():
 
 
 def test_deep_linear_overflow_names_a_middle_layer():
-    model = gl.mlp.build_mlp(60, activation="linear", initializer="large_normal")
-    x, y = gl.mlp.make_data(batch_size=32, input_dim=64)
+    model = gl.models.mlp.build_mlp(60, activation="linear", initializer="large_normal")
+    x, y = gl.models.mlp.make_data(batch_size=32, input_dim=64)
     r = gl.inspect_training_step(model, x, y)
     assert r.first_nonfinite_layer is not None and r.first_nonfinite_layer.startswith("hidden_")
     # independent forward pass, layer by layer: where does the output first stop being finite?
@@ -341,8 +341,8 @@ def test_train_steps_trains_and_records():
 
 
 def test_train_steps_stops_at_nonfinite_without_applying():
-    model = gl.mlp.build_mlp(4, width=16, activation="relu", initializer="he_normal", input_dim=16)
-    x, y = gl.mlp.make_data(batch_size=64, input_dim=16, seed=1)
+    model = gl.models.mlp.build_mlp(4, width=16, activation="relu", initializer="he_normal", input_dim=16)
+    x, y = gl.models.mlp.make_data(batch_size=64, input_dim=16, seed=1)
     run = gl.train_steps(model, x, y, optimizer=keras.optimizers.SGD(50.0), steps=100)
     assert run.stopped_at is not None and run.stopped_at == len(run.losses) < 100
     assert not (np.isfinite(run.losses[-1]) and np.isfinite(run.global_norms[-1]))
@@ -351,8 +351,8 @@ def test_train_steps_stops_at_nonfinite_without_applying():
 
 
 def test_train_steps_clipping_keeps_it_finite():
-    model = gl.mlp.build_mlp(4, width=16, activation="relu", initializer="he_normal", input_dim=16)
-    x, y = gl.mlp.make_data(batch_size=64, input_dim=16, seed=1)
+    model = gl.models.mlp.build_mlp(4, width=16, activation="relu", initializer="he_normal", input_dim=16)
+    x, y = gl.models.mlp.make_data(batch_size=64, input_dim=16, seed=1)
     run = gl.train_steps(model, x, y, optimizer=keras.optimizers.SGD(0.5), steps=20, clip_global_norm=0.1)
     assert run.stopped_at is None and len(run.losses) == 20
 
@@ -387,7 +387,7 @@ def test_train_steps_bad_input(kwargs, match):
 
 # ----------------------------------------------------------------------------- wording of the report
 def test_diagnosis_line_names_layers_like_the_table():
-    model = gl.mlp.build_mlp(12, width=32, activation="sigmoid", initializer="glorot_uniform", input_dim=16)
+    model = gl.models.mlp.build_mlp(12, width=32, activation="sigmoid", initializer="glorot_uniform", input_dim=16)
     r = gl.inspect_training_step(model, *_data(features=16))
     assert r.status == "vanishing"
     assert "'hidden_1'" in r.message and f"'{r.diagnosed_layers[-1]}'" in r.message
@@ -487,7 +487,7 @@ def test_none_gradient_problem_carries_the_cause_from_gradlab_causes():
     def loss_fn():
         return tf.reduce_mean(tf.square(y - model(x, training=True)))
 
-    expected = gl.causes.explain_none_gradients(loss_fn, variables)
+    expected = gl.reports.causes.explain_none_gradients(loss_fn, variables)
     problem = next(p for p in r.problems if p.kind == "none-gradient")
     assert "half/scale" in problem.finding
     for cause in expected.values():
@@ -583,7 +583,7 @@ def test_check_trains_leaves_batchnorm_one_update_per_step():
     y = tf.random.stateless_normal([32, 1], seed=[4, 2])
     a, ref = _bn_dropout(), _bn_dropout()
     ref.set_weights(a.get_weights())
-    gl.checks.check_trains("bn", a, x, y, optimizer=keras.optimizers.SGD(0.0), steps=3, below=1e9)
+    gl.exercises.checks.check_trains("bn", a, x, y, optimizer=keras.optimizers.SGD(0.0), steps=3, below=1e9)
     for _ in range(3):
         ref(x, training=True)
     np.testing.assert_array_equal(a.layers[1].moving_mean.numpy(), ref.layers[1].moving_mean.numpy())

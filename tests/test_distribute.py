@@ -1,4 +1,4 @@
-"""gradlab.distribute and gradlab's training steps under tf.distribute (chapter 08).
+"""gradlab.train.distribute and gradlab's training steps under tf.distribute (chapter 08).
 
 The pytest process has imported gradlab with one CPU device, and TensorFlow's devices cannot
 change after that. Everything that needs two logical devices runs in one subprocess started
@@ -43,8 +43,8 @@ def _children() -> set[int]:
 
 def _independent_sgd_run(steps=3, batch=16, lr=0.1, clip=0.5, seed=0):
     """train_toy's training written out with a tape, tf.clip_by_global_norm and assign_sub."""
-    x, y = gl.distribute.toy_data(n=batch * steps, seed=seed)
-    model = gl.distribute.toy_model(seed=seed)
+    x, y = gl.train.distribute.toy_data(n=batch * steps, seed=seed)
+    model = gl.train.distribute.toy_model(seed=seed)
     losses = []
     for i in range(steps):
         xb, yb = x[i * batch:(i + 1) * batch], y[i * batch:(i + 1) * batch]
@@ -71,43 +71,43 @@ def mirrored_process():
 
 # ----------------------------------------------------------------------------- in this process
 def test_toy_data_and_model_are_reproducible():
-    x1, y1 = gl.distribute.toy_data(n=8, seed=3)
-    x2, y2 = gl.distribute.toy_data(n=8, seed=3)
+    x1, y1 = gl.train.distribute.toy_data(n=8, seed=3)
+    x2, y2 = gl.train.distribute.toy_data(n=8, seed=3)
     assert x1.shape == (8, 4) and y1.shape == (8, 1)
     np.testing.assert_array_equal(x1, x2)
     np.testing.assert_array_equal(y1, y2)
-    assert not np.allclose(x1, gl.distribute.toy_data(n=8, seed=4)[0])
-    a, b = gl.distribute.toy_model(seed=1), gl.distribute.toy_model(seed=1)
-    assert gl.distribute.max_abs_difference(a.get_weights(), b.get_weights()) == 0.0
+    assert not np.allclose(x1, gl.train.distribute.toy_data(n=8, seed=4)[0])
+    a, b = gl.train.distribute.toy_model(seed=1), gl.train.distribute.toy_model(seed=1)
+    assert gl.train.distribute.max_abs_difference(a.get_weights(), b.get_weights()) == 0.0
 
 
 def test_max_abs_difference_and_free_ports():
-    assert gl.distribute.max_abs_difference([np.zeros(3)], [np.array([0.0, -2.5, 1.0])]) == 2.5
+    assert gl.train.distribute.max_abs_difference([np.zeros(3)], [np.array([0.0, -2.5, 1.0])]) == 2.5
     with pytest.raises(ValueError, match="same number"):
-        gl.distribute.max_abs_difference([np.zeros(2)], [])
+        gl.train.distribute.max_abs_difference([np.zeros(2)], [])
     with pytest.raises(ValueError, match="same shapes"):
-        gl.distribute.max_abs_difference([np.zeros(2)], [np.zeros(3)])
-    ports = gl.distribute.free_ports(3)
+        gl.train.distribute.max_abs_difference([np.zeros(2)], [np.zeros(3)])
+    ports = gl.train.distribute.free_ports(3)
     assert len(set(ports)) == 3 and all(1024 <= p < 65536 for p in ports)
 
 
 def test_bad_input_raises_value_error_naming_the_argument():
     with pytest.raises(ValueError, match="num_replicas must be at most the 1 logical CPU.*GRADLAB_LOGICAL_CPUS"):
-        gl.distribute.mirrored_strategy(2)  # this process was started without the split
+        gl.train.distribute.mirrored_strategy(2)  # this process was started without the split
     with pytest.raises(ValueError, match="strategy must be a tf.distribute.Strategy"):
         gl.core.split_batch("mirrored", np.zeros((4, 1)), np.zeros((4, 1)))
-    x, y = gl.distribute.toy_data(n=6)
+    x, y = gl.train.distribute.toy_data(n=6)
     with pytest.raises(ValueError, match="steps must divide the 6 examples"):
-        gl.distribute.compare_accumulation(x, y, lambda **kw: tf.keras.optimizers.SGD(0.1, **kw), steps=4)
+        gl.train.distribute.compare_accumulation(x, y, lambda **kw: tf.keras.optimizers.SGD(0.1, **kw), steps=4)
     with pytest.raises(ValueError, match="clip_norm must be"):
-        gl.distribute.train_toy(clip_norm=-1.0)
+        gl.train.distribute.train_toy(clip_norm=-1.0)
     with pytest.raises(ValueError, match="batch must be divisible by num_workers=2"):
-        gl.distribute.run_workers(2, batch=15)
+        gl.train.distribute.run_workers(2, batch=15)
 
 
 def test_single_device_gradients_against_a_hand_derivative():
-    x, y = gl.distribute.toy_data(n=8)
-    model = gl.distribute.toy_model(seed=0)
+    x, y = gl.train.distribute.toy_data(n=8)
+    model = gl.train.distribute.toy_model(seed=0)
     w1, b1, w2, b2 = (v.numpy().astype(np.float64) for v in model.trainable_variables)
     h = np.tanh(x @ w1 + b1)
     err = h @ w2 + b2 - y  # d(mean sq err)/d(pred) = 2 err / n
@@ -115,27 +115,27 @@ def test_single_device_gradients_against_a_hand_derivative():
     expected_w2 = h.T @ d_pred
     d_h = d_pred @ w2.T * (1 - h**2)
     expected_w1 = x.T @ d_h
-    got = gl.distribute.single_device_gradients(model, x, y)
+    got = gl.train.distribute.single_device_gradients(model, x, y)
     np.testing.assert_allclose(got[0], expected_w1, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(got[2], expected_w2, rtol=1e-4, atol=1e-6)
 
 
 def test_gradient_accumulation_equals_one_larger_batch_on_one_device():
-    x, y = gl.distribute.toy_data(n=16)
+    x, y = gl.train.distribute.toy_data(n=16)
     for make in (lambda **kw: tf.keras.optimizers.SGD(0.1, **kw),
                  lambda **kw: tf.keras.optimizers.Adam(0.01, **kw)):
-        result = gl.distribute.compare_accumulation(x, y, make, steps=2)
+        result = gl.train.distribute.compare_accumulation(x, y, make, steps=2)
         assert result.error is None
         assert result.update_norm > 1e-3  # a real update happened
         assert result.max_abs_difference < 1e-6
 
 
 def test_reference_run_equals_an_independent_loop():
-    ref = gl.distribute.reference_run(steps=3)
+    ref = gl.train.distribute.reference_run(steps=3)
     losses, weights = _independent_sgd_run(steps=3)
     assert ref["replicas"] == 1
     np.testing.assert_allclose(ref["losses"], losses, rtol=1e-6)
-    assert gl.distribute.max_abs_difference(ref["weights"], weights) < 1e-6
+    assert gl.train.distribute.max_abs_difference(ref["weights"], weights) < 1e-6
     assert max(ref["grad_norms"]) > 0.5  # the clip at 0.5 really binds in this run
 
 
@@ -171,14 +171,14 @@ def test_bad_logical_cpu_setting_is_a_clear_error(monkeypatch):
 # ----------------------------------------------------------------------------- two worker processes
 def test_two_real_workers_match_one_process():
     before = _children()
-    run = gl.distribute.run_workers(2, steps=3, timeout=600)
+    run = gl.train.distribute.run_workers(2, steps=3, timeout=600)
     assert [w["task"]["index"] for w in run.workers] == [0, 1]
     assert all(w["replicas"] == 2 for w in run.workers)
     assert run.workers_agree
     losses, weights = _independent_sgd_run(steps=3)
     for w in run.workers:
         np.testing.assert_allclose(w["losses"], losses, rtol=1e-5)
-        assert gl.distribute.max_abs_difference(w["weights"], weights) < 1e-5
+        assert gl.train.distribute.max_abs_difference(w["weights"], weights) < 1e-5
     assert run.max_abs_difference < 1e-5
     assert _children() <= before  # every worker was reaped
 
@@ -186,7 +186,7 @@ def test_two_real_workers_match_one_process():
 def test_workers_are_killed_at_the_timeout():
     before = _children()
     with pytest.raises(RuntimeError, match="did not finish within timeout=0.5 s"):
-        gl.distribute.run_workers(2, timeout=0.5)
+        gl.train.distribute.run_workers(2, timeout=0.5)
     assert _children() <= before
 
 
@@ -200,9 +200,9 @@ MIRRORED = textwrap.dedent(
     import tensorflow as tf
 
     gl.setup(seed=0, plots=False)
-    s = gl.distribute.mirrored_strategy(2)
-    x, y = gl.distribute.toy_data(n=32)
-    model = gl.distribute.toy_model()
+    s = gl.train.distribute.mirrored_strategy(2)
+    x, y = gl.train.distribute.toy_data(n=32)
+    model = gl.train.distribute.toy_model()
     r = {"devices": len(tf.config.list_logical_devices("CPU")), "replicas": s.num_replicas_in_sync}
 
     # an independent single-device gradient (its own tape, float64 norm)
@@ -211,13 +211,13 @@ MIRRORED = textwrap.dedent(
     ref = [g.numpy() for g in tape.gradient(loss, model.trainable_variables)]
     ref_norm = float(np.sqrt(sum(np.sum(np.square(g.astype(np.float64))) for g in ref)))
     for red in ("global", "per_replica"):
-        local, summed = gl.distribute.replica_gradients(s, model, x, y, loss_reduction=red)
-        r[red + "_error"] = gl.distribute.max_abs_difference(summed, ref)
+        local, summed = gl.train.distribute.replica_gradients(s, model, x, y, loss_reduction=red)
+        r[red + "_error"] = gl.train.distribute.max_abs_difference(summed, ref)
         r[red + "_ratio"] = float(np.sqrt(sum(np.sum(np.square(g.astype(np.float64))) for g in summed))) / ref_norm
-        r[red + "_local_sum_error"] = gl.distribute.max_abs_difference([a + b for a, b in zip(*local)], summed)
-    ls = gl.distribute.compare_loss_scaling(s, model, x, y)
+        r[red + "_local_sum_error"] = gl.train.distribute.max_abs_difference([a + b for a, b in zip(*local)], summed)
+    ls = gl.train.distribute.compare_loss_scaling(s, model, x, y)
     r["scaling_ratio"] = ls.ratio
-    c = gl.distribute.compare_clipping(s, model, x, y, 0.5)
+    c = gl.train.distribute.compare_clipping(s, model, x, y, 0.5)
     r["clip"] = dict(after=c.clip_after_error, before=c.clip_before_error, after_norm=c.clip_after_norm,
                      before_norm=c.clip_before_norm, summed=c.summed_norm, single=c.single_norm, ref_norm=ref_norm,
                      replicas=list(c.replica_norms))
@@ -227,29 +227,29 @@ MIRRORED = textwrap.dedent(
     with tf.GradientTape() as tape:
         wl = tf.reduce_sum(tf.reduce_mean(tf.square(y - model(x)), axis=-1) * w) / 32
     wref = [g.numpy() for g in tape.gradient(wl, model.trainable_variables)]
-    _l, wsum = gl.distribute.replica_gradients(s, model, x, y, sample_weight=w)
-    r["weighted_error"] = gl.distribute.max_abs_difference(wsum, wref)
-    r["weighted_vs_unweighted"] = gl.distribute.max_abs_difference(wref, ref)
+    _l, wsum = gl.train.distribute.replica_gradients(s, model, x, y, sample_weight=w)
+    r["weighted_error"] = gl.train.distribute.max_abs_difference(wsum, wref)
+    r["weighted_vs_unweighted"] = gl.train.distribute.max_abs_difference(wref, ref)
 
     # make_train_step with a compiled loss under the strategy: Keras's losses divide by the replicas
     # themselves, so the step must not divide again
     with s.scope():
-        cm = gl.distribute.toy_model()
+        cm = gl.train.distribute.toy_model()
         cm.compile(optimizer="sgd", loss="mse")
         copt = keras.optimizers.SGD(0.1)
-    om = gl.distribute.toy_model()
+    om = gl.train.distribute.toy_model()
     om.compile(optimizer="sgd", loss="mse")
     co = gl.make_train_step(cm, copt)(x[:16], y[:16])
     oo = gl.make_train_step(om, keras.optimizers.SGD(0.1))(x[:16], y[:16])
     r["compiled_step"] = dict(loss=float(co["loss"]), one_loss=float(oo["loss"]),
-                              moved=gl.distribute.max_abs_difference([v.numpy() for v in cm.trainable_variables],
+                              moved=gl.train.distribute.max_abs_difference([v.numpy() for v in cm.trainable_variables],
                                                                      [v.numpy() for v in om.trainable_variables]))
 
     # make_train_step under the strategy (the test compares it with one device), a NaN batch
     # skipped on both replicas
-    r["step"] = gl.distribute.train_toy(s, steps=3)
+    r["step"] = gl.train.distribute.train_toy(s, steps=3)
     with s.scope():
-        m = gl.distribute.toy_model()
+        m = gl.train.distribute.toy_model()
         opt = keras.optimizers.SGD(0.1)
     step = gl.make_train_step(m, opt, clip_global_norm=0.5)
     before = [v.numpy() for v in m.trainable_variables]
@@ -257,32 +257,32 @@ MIRRORED = textwrap.dedent(
     bad_y[3] = np.nan  # on replica 0 only: replica 1 must skip too
     out = step(x[:16], bad_y)
     r["nan_step"] = dict(applied=bool(out["applied"]), finite=bool(out["finite"]),
-                         moved=gl.distribute.max_abs_difference(before, [v.numpy() for v in m.trainable_variables]))
+                         moved=gl.train.distribute.max_abs_difference(before, [v.numpy() for v in m.trainable_variables]))
     for i in range(3):
         step(x[:16], y[:16])
     r["traces"] = gl.tracing_count(step)
 
     # GradNormSequential: fit under the strategy (the test compares it with one device)
     with s.scope():
-        gm = gl.GradNormSequential(gl.distribute.toy_model().layers, clip_global_norm=0.5)
+        gm = gl.GradNormSequential(gl.train.distribute.toy_model().layers, clip_global_norm=0.5)
         gm.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
     h = gm.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0).history
     r["gns"] = dict(loss=h["loss"], grad_norm=h["grad_norm"], skipped=h["skipped_steps"],
                     weights=[v.numpy().tolist() for v in gm.trainable_variables])
     with s.scope():
-        gm = gl.GradNormSequential(gl.distribute.toy_model().layers, clip_global_norm=0.5)
+        gm = gl.GradNormSequential(gl.train.distribute.toy_model().layers, clip_global_norm=0.5)
         gm.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
     start = [v.numpy() for v in gm.trainable_variables]
     y_nan = y.copy()
     y_nan[20] = np.nan  # one bad example on replica 1 of the second batch
     h = gm.fit(x, y_nan, batch_size=16, epochs=1, shuffle=False, verbose=0).history
-    r["gns_nan"] = dict(skipped=h["skipped_steps"], moved=gl.distribute.max_abs_difference(start, [v.numpy() for v in gm.trainable_variables]))
+    r["gns_nan"] = dict(skipped=h["skipped_steps"], moved=gl.train.distribute.max_abs_difference(start, [v.numpy() for v in gm.trainable_variables]))
 
     # Keras 3 optimizer clipping under fit, and accumulation under the strategy
     SGD = keras.optimizers.SGD
-    r["fit"] = {k: gl.distribute.compare_fit(s, x, y, f).max_abs_difference for k, f in (
+    r["fit"] = {k: gl.train.distribute.compare_fit(s, x, y, f).max_abs_difference for k, f in (
         ("plain", lambda: SGD(0.1)), ("global_clipnorm", lambda: SGD(0.1, global_clipnorm=0.5)))}
-    r["accum_error"] = gl.distribute.compare_accumulation(x, y, lambda **k: SGD(0.1, **k), strategy=s).error
+    r["accum_error"] = gl.train.distribute.compare_accumulation(x, y, lambda **k: SGD(0.1, **k), strategy=s).error
     print(json.dumps(r))
     """
 )
@@ -324,9 +324,9 @@ def test_make_train_step_under_the_strategy(mirrored):
     st = mirrored["step"]
     losses, weights = _independent_sgd_run(steps=3)
     assert st["replicas"] == 2
-    assert gl.distribute.max_abs_difference(st["weights"], weights) < 1e-6
+    assert gl.train.distribute.max_abs_difference(st["weights"], weights) < 1e-6
     np.testing.assert_allclose(st["losses"], losses, rtol=1e-5)
-    np.testing.assert_allclose(st["grad_norms"], gl.distribute.reference_run(steps=3)["grad_norms"], rtol=1e-5)
+    np.testing.assert_allclose(st["grad_norms"], gl.train.distribute.reference_run(steps=3)["grad_norms"], rtol=1e-5)
     nan = mirrored["nan_step"]
     assert nan == {"applied": False, "finite": False, "moved": 0.0}
     assert mirrored["traces"] == 1
@@ -334,11 +334,11 @@ def test_make_train_step_under_the_strategy(mirrored):
 
 def test_grad_norm_train_step_under_the_strategy(mirrored):
     g = mirrored["gns"]
-    x, y = gl.distribute.toy_data(n=32)
-    one = gl.GradNormSequential(gl.distribute.toy_model().layers, clip_global_norm=0.5)
+    x, y = gl.train.distribute.toy_data(n=32)
+    one = gl.GradNormSequential(gl.train.distribute.toy_model().layers, clip_global_norm=0.5)
     one.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss="mse")
     h = one.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0).history
-    assert gl.distribute.max_abs_difference(g["weights"], one.get_weights()) < 1e-6
+    assert gl.train.distribute.max_abs_difference(g["weights"], one.get_weights()) < 1e-6
     np.testing.assert_allclose(g["loss"], h["loss"], rtol=1e-5)
     np.testing.assert_allclose(g["grad_norm"], h["grad_norm"], rtol=1e-5)
     assert g["skipped"] == [0.0, 0.0]
@@ -362,6 +362,6 @@ def test_sample_weights_and_a_compiled_loss_under_the_strategy(mirrored):
 
 
 def test_reports_print_float_rounding_as_a_bound():
-    assert gl.distribute.rounding_bound(6e-8) == "< 1e-6" and gl.distribute.rounding_bound(0.0082) == "0.0082"
-    fit = gl.distribute.FitComparison("plain SGD", 6e-8, 1.5)
+    assert gl.train.distribute.rounding_bound(6e-8) == "< 1e-6" and gl.train.distribute.rounding_bound(0.0082) == "0.0082"
+    fit = gl.train.distribute.FitComparison("plain SGD", 6e-8, 1.5)
     assert "< 1e-6" in str(fit) and "6e-08" not in str(fit)

@@ -1,7 +1,7 @@
 """The explorer's engine in chapter 05's modes, against Keras models and the issue's numbers.
 
 References are independent of the engine's scan-with-probes: Keras models from
-``gl.mlp.build_mlp`` (functional for residual/norm), differentiated with an eager tape
+``gl.models.mlp.build_mlp`` (functional for residual/norm), differentiated with an eager tape
 (``gl.gradient_report`` for the per-layer signal; a plain tape over the kernels for the
 weight gradients, also under Keras's mixed-precision policies).
 """
@@ -16,15 +16,15 @@ import pytest
 import tensorflow as tf
 
 import gradlab as gl
-from gradlab import presets
-from gradlab.engine import _act_np, predicted_signal
+from gradlab.engines import presets
+from gradlab.engines.mlp import _act_np, predicted_signal
 
 FLOAT32_MODES = [(r, n) for r in (False, True) for n in ("none", "batch", "layer")]
 
 
 @pytest.fixture(scope="module")
 def engine():
-    return gl.engine.MLPGradientEngine(max_depth=100)
+    return gl.engines.mlp.MLPGradientEngine(max_depth=100)
 
 
 def keras_weight_norms(model, x, y, *, loss_scale=1.0):
@@ -41,7 +41,7 @@ def keras_weight_norms(model, x, y, *, loss_scale=1.0):
 @pytest.mark.parametrize("residual,norm", FLOAT32_MODES)
 def test_engine_matches_keras_tape_weight_gradients(engine, residual, norm):
     depth = 12
-    model = gl.mlp.build_mlp(depth, activation="tanh", initializer="glorot_uniform",
+    model = gl.models.mlp.build_mlp(depth, activation="tanh", initializer="glorot_uniform",
                          residual=residual, norm=None if norm == "none" else norm)
     ref, loss = keras_weight_norms(model, engine.x, engine.y)
     fast = engine.report(depth, "tanh", "glorot_uniform", residual=residual, norm=norm)
@@ -53,7 +53,7 @@ def test_engine_matches_keras_tape_weight_gradients(engine, residual, norm):
 def test_engine_agrees_with_gradient_report(engine, residual, norm):
     """The contract with gradient_report: same weights, same per-layer numbers, in every mode."""
     depth = 10
-    model = gl.mlp.build_mlp(depth, activation="sigmoid", initializer="glorot_uniform",
+    model = gl.models.mlp.build_mlp(depth, activation="sigmoid", initializer="glorot_uniform",
                          residual=residual, norm=None if norm == "none" else norm)
     slow = gl.gradient_report(model, engine.x, engine.y)
     fast = engine.report(depth, "sigmoid", "glorot_uniform", residual=residual, norm=norm)
@@ -69,7 +69,7 @@ def test_mixed_precision_matches_keras_policy(engine, dtype, loss_scale):
     """Engine vs a Keras model built under mixed_float16/mixed_bfloat16, loss scaled as LossScaleOptimizer."""
     keras.mixed_precision.set_global_policy(f"mixed_{dtype}")
     try:
-        model = gl.mlp.build_mlp(14, activation="sigmoid", initializer="glorot_uniform")
+        model = gl.models.mlp.build_mlp(14, activation="sigmoid", initializer="glorot_uniform")
         assert model.layers[0].compute_dtype == dtype and model.layers[-1].compute_dtype == "float32"
         ref, _ = keras_weight_norms(model, engine.x, engine.y, loss_scale=loss_scale)
     finally:
@@ -132,7 +132,7 @@ def test_no_retrace_in_any_mode(engine):
 
 def test_numpy_activations_match_keras():
     z = np.linspace(-7, 7, 56)  # not 0: the kinks' one-sided derivatives differ
-    for name in gl.mlp.ACTIVATIONS:
+    for name in gl.models.mlp.ACTIVATIONS:
         act = keras.activations.get(name)
         zt = tf.constant(z, tf.float64)
         with tf.GradientTape() as tape:
@@ -200,10 +200,10 @@ def test_bad_mode_arguments(engine, kwargs, match):
 
 
 def test_build_mlp_default_is_unchanged_and_blocks_are_named():
-    plain = gl.mlp.build_mlp(3, activation="tanh")
+    plain = gl.models.mlp.build_mlp(3, activation="tanh")
     assert isinstance(plain, keras.Sequential)
     assert [layer.name for layer in plain.layers] == ["hidden_1", "hidden_2", "hidden_3", "output"]
-    res = gl.mlp.build_mlp(3, activation="tanh", residual=True, norm="layer")
+    res = gl.models.mlp.build_mlp(3, activation="tanh", residual=True, norm="layer")
     names = [layer.name for layer in res.layers]
     for i in (1, 2, 3):
         assert {f"hidden_{i}", f"norm_{i}", f"act_{i}", f"residual_{i}"} <= set(names)
@@ -212,9 +212,9 @@ def test_build_mlp_default_is_unchanged_and_blocks_are_named():
         np.testing.assert_array_equal(res.get_layer(f"hidden_{i}").kernel.numpy(),
                                       plain.get_layer(f"hidden_{i}").kernel.numpy())
     with pytest.raises(ValueError, match="input_dim == width"):
-        gl.mlp.build_mlp(3, residual=True, input_dim=8)
+        gl.models.mlp.build_mlp(3, residual=True, input_dim=8)
     with pytest.raises(ValueError, match="norm must be one of"):
-        gl.mlp.build_mlp(3, norm="group")
+        gl.models.mlp.build_mlp(3, norm="group")
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
@@ -222,7 +222,7 @@ def test_engine_agrees_with_gradient_report_under_mixed_policy(engine, dtype):
     """gradient_report of a Keras model built under mixed_<dtype>: the same exact zeros and norms."""
     keras.mixed_precision.set_global_policy(f"mixed_{dtype}")
     try:
-        model = gl.mlp.build_mlp(14, activation="sigmoid", initializer="glorot_uniform", norm="layer")
+        model = gl.models.mlp.build_mlp(14, activation="sigmoid", initializer="glorot_uniform", norm="layer")
         slow = gl.gradient_report(model, engine.x, engine.y)
     finally:
         keras.mixed_precision.set_global_policy("float32")

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import gradlab as gl
-from gradlab.diagnostics import keras, tf
 from gradlab.exercises import ch00, ch04
+from gradlab.reports.diagnostics import keras, tf
 
 
 def _fails(result, *needles):
@@ -121,10 +121,10 @@ def test_ch00_ex2_other_wrong_answers(small_model):
 
 
 def test_ch00_overshoot_claim():
-    loss, slope, w_next = gl.intro.slope_and_step(0.0, 1.5)
+    loss, slope, w_next = gl.topics.intro.slope_and_step(0.0, 1.5)
     assert slope == pytest.approx(-3.0) and w_next == pytest.approx(4.5)
-    assert float(gl.intro.toy_loss(w_next)) > loss  # the step lands higher than it started
-    assert float(gl.intro.toy_loss(gl.intro.slope_and_step(0.0, 1.0)[2])) < loss
+    assert float(gl.topics.intro.toy_loss(w_next)) > loss  # the step lands higher than it started
+    assert float(gl.topics.intro.toy_loss(gl.topics.intro.slope_and_step(0.0, 1.0)[2])) < loss
 
 
 # ----------------------------------------------------------------------------- chapter 04
@@ -139,7 +139,7 @@ def test_ch04_step_advice_steps_too_short_with_a_clip():
     losses = np.linspace(0.4, 0.19, 200)
     norms = np.full(200, 5.0)
     norms[:3] = 0.5
-    text = gl.checks.step_length_advice(losses, norms, optimizer=keras.optimizers.SGD(0.01), clip=1.0, below=0.1)
+    text = gl.exercises.checks.step_length_advice(losses, norms, optimizer=keras.optimizers.SGD(0.01), clip=1.0, below=0.1)
     assert "still falling" in text and "too short" in text, text
     assert "197 of 200 steps were clipped" in text and "0.01 × 1 = 0.01" in text, text
     assert "more steps" in text and "momentum" in text
@@ -147,10 +147,10 @@ def test_ch04_step_advice_steps_too_short_with_a_clip():
 
 def test_ch04_step_advice_steps_too_long():
     losses = np.where(np.arange(200) % 2 == 0, 0.3, 0.9)
-    text = gl.checks.step_length_advice(losses, np.full(200, 5.0), optimizer=keras.optimizers.SGD(2.0), clip=1.0, below=0.1)
+    text = gl.exercises.checks.step_length_advice(losses, np.full(200, 5.0), optimizer=keras.optimizers.SGD(2.0), clip=1.0, below=0.1)
     assert "not settling" in text and "from 0.3 to 0.9" in text and "too long" in text, text
     assert "2 × 1 = 2" in text
-    text = gl.checks.step_length_advice(losses, np.full(200, 5.0), optimizer=keras.optimizers.SGD(0.1, momentum=0.9),
+    text = gl.exercises.checks.step_length_advice(losses, np.full(200, 5.0), optimizer=keras.optimizers.SGD(0.1, momentum=0.9),
                                  clip=None, below=0.1)
     assert "too long" in text and "clipped" not in text
 

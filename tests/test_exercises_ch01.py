@@ -17,7 +17,7 @@ tf = gl.session.quiet_import_tensorflow()
 
 
 def _fails_with(result, *fragments):
-    assert isinstance(result, gl.checks.CheckResult)
+    assert isinstance(result, gl.exercises.checks.CheckResult)
     assert not result, str(result)
     for fragment in fragments:
         assert fragment in result.feedback, f"{fragment!r} not in: {result.feedback}"
@@ -27,9 +27,9 @@ def _fails_with(result, *fragments):
 @pytest.fixture(scope="module")
 def first_vanishing_depth():
     """The smallest depth whose verdict is vanishing, from gradient_report on real models."""
-    x, y = gl.mlp.make_data(batch_size=128, input_dim=64, seed=0)
+    x, y = gl.models.mlp.make_data(batch_size=128, input_dim=64, seed=0)
     for depth in range(2, 30):
-        model = gl.mlp.build_mlp(depth, activation="relu", initializer="glorot_uniform")
+        model = gl.models.mlp.build_mlp(depth, activation="relu", initializer="glorot_uniform")
         if gl.gradient_report(model, x, y).status == "vanishing":
             return depth
     raise AssertionError("relu + glorot_uniform never vanished below depth 30")
@@ -105,8 +105,8 @@ def test_ex2_wrong_answers_get_hints(wrong, fragments):
 @pytest.fixture(scope="module")
 def last_zero_layer():
     """The last exactly-zero signal layer at depth 100, from gradient_report's float64 norms."""
-    x, y = gl.mlp.make_data(batch_size=128, input_dim=64, seed=0)
-    model = gl.mlp.build_mlp(100, activation="sigmoid", initializer="glorot_uniform")
+    x, y = gl.models.mlp.make_data(batch_size=128, input_dim=64, seed=0)
+    model = gl.models.mlp.build_mlp(100, activation="sigmoid", initializer="glorot_uniform")
     sig = gl.gradient_report(model, x, y).signal_norms
     zeros = np.nonzero(sig == 0)[0]
     assert zeros.size and np.array_equal(zeros, np.arange(zeros.size))  # one block from layer 1

@@ -49,7 +49,7 @@ def test_ch02_loop_jacobian_right_the_sources_nones_and_the_gradient():
 
 
 def test_ch02_jacobian_row_tells_which_slip():
-    j = gl.jacobians.jacobian(_f, X3)
+    j = gl.topics.jacobians.jacobian(_f, X3)
     assert ch02.check_jacobian_row(j[1], _f, X3)
     _fails(ch02.check_jacobian_row(j[0], _f, X3), "row 0", "start at 0")
     _fails(ch02.check_jacobian_row(j.sum(axis=0), _f, X3), "sum of all rows")

@@ -19,7 +19,7 @@ tf = gl.session.quiet_import_tensorflow()
 
 
 def _fails(result, *needles):
-    assert isinstance(result, gl.checks.CheckResult) and not result, result
+    assert isinstance(result, gl.exercises.checks.CheckResult) and not result, result
     for needle in needles:
         assert needle in result.feedback, result.feedback
     assert "\x1b[" not in result.feedback and "Arguments received" not in result.feedback, result.feedback

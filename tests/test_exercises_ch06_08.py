@@ -15,7 +15,7 @@ tf = gl.session.quiet_import_tensorflow()
 
 
 def _fails(result, *needles):
-    assert isinstance(result, gl.checks.CheckResult) and not result, result
+    assert isinstance(result, gl.exercises.checks.CheckResult) and not result, result
     for needle in needles:
         assert needle in result.feedback, result.feedback
 

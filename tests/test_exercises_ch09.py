@@ -96,7 +96,7 @@ def test_flat_pre_ln():
 
 def test_flat_pre_ln_table_is_what_the_engine_measures():
     """The table behind exercise 4 against a measurement: only setting d is flat (12 blocks, pre-LN)."""
-    from gradlab.transformer import TransformerGradientEngine
+    from gradlab.engines.transformer import TransformerGradientEngine
 
     engine = TransformerGradientEngine(max_layers=12)
     ratios = {k: engine.report(12, "pre", **v).ratio for k, v in ch09.FLAT_SETTINGS.items()}
@@ -111,7 +111,7 @@ def test_block_norms_review_cases():
                                         if v.path.startswith(f"block_{i}/")]))) for i in range(6)]
 
     model, (x, y) = ch09.exercise_model("post")
-    post_numbers = list(gradlab.transformer.block_gradient_report(model, x, y).layer_grad_norms)
+    post_numbers = list(gradlab.reports.transformer.block_gradient_report(model, x, y).layer_grad_norms)
     assert "count the blocks" in ch09.check_block_norms(fixed_six).feedback
     constant = ch09.check_block_norms(lambda m, x, y: post_numbers)      # right numbers for one model only
     assert not constant.ok and "fixed numbers" in constant.feedback, constant.feedback

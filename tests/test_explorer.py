@@ -20,11 +20,11 @@ import pytest
 from PIL import Image
 
 import gradlab as gl
-from gradlab import advice
-from gradlab.engine import MLPGradientEngine
-from gradlab.recurrent import TimeGradientEngine
+from gradlab.engines.mlp import MLPGradientEngine
+from gradlab.engines.rnn import TimeGradientEngine
+from gradlab.reports import advice
 from gradlab.widgets.base import Explorer
-from gradlab.widgets.explorer import ADVANCED, LOSS_SCALES
+from gradlab.widgets.gradient_explorer import ADVANCED, LOSS_SCALES
 
 
 @pytest.fixture(scope="module")
@@ -183,7 +183,7 @@ def test_controls_and_css_classes(ex):
     for cls, widget in classes.items():
         assert cls in widget._dom_classes
     assert (ex.depth.min, ex.depth.max) == (1, 100)
-    assert set(gl.mlp.ACTIVATIONS) <= set(ex.activation.options)
+    assert set(gl.models.mlp.ACTIVATIONS) <= set(ex.activation.options)
     inits = {v for _k, v in ex.initializer.options}
     assert {"zeros", "small_normal", "large_normal", "glorot_uniform", "he_normal", "orthogonal"} <= inits
     assert list(ex.clip_mode.options) == ["off", "value", "norm", "global_norm"]
@@ -375,7 +375,7 @@ def test_preset_names_are_told_apart_in_full():
 
 
 def test_preset_comparison_words():
-    from gradlab.presets import PRESETS, PresetResult
+    from gradlab.engines.presets import PRESETS, PresetResult
 
     def words(key, measured):
         return advice.compare_with_paper(PresetResult(key, PRESETS[key], measured))
@@ -445,7 +445,7 @@ def test_gradient_advice_never_recommends_what_is_selected(small_engine):
     inits = [v for _l, v in e.initializer.options]
     scales = (1.0, 2.0**15, 2.0**24)
     cases = []
-    for i, (act, init) in enumerate(itertools.product(gl.mlp.ACTIVATIONS, inits)):
+    for i, (act, init) in enumerate(itertools.product(gl.models.mlp.ACTIVATIONS, inits)):
         for k, depth in enumerate((3, 14, 60)):
             cases.append((act, init, depth, "float32", 1.0, False, "none", "off" if k % 2 else "global_norm"))
             cases.append((act, init, depth, "float16", scales[(i + k) % 3], False, "none", "off"))
@@ -498,7 +498,7 @@ def test_time_advice_never_recommends_what_is_selected():
     t = gl.TimeExplorer(steps=20, engine=engine)
     labels = t.labels()
     checked = 0
-    for cell, init in itertools.product(gl.recurrent.CELLS, gl.recurrent.RECURRENT_INITIALIZERS):
+    for cell, init in itertools.product(gl.models.rnn.CELLS, gl.models.rnn.RECURRENT_INITIALIZERS):
         for steps, scale in ((10, 0.01), (60, 1.0), (200, 5.0)):
             for clip_mode in ("off", "norm"):
                 settings = dict(cell=cell, steps=steps, recurrent_initializer=init, input_scale=scale,
@@ -555,9 +555,9 @@ def test_tangent_explorer():
     assert t.slope > 0 and t.w_next < 3.5 and "to the left" in t.status_text
     t.w.value, t.learning_rate.value = 0.0, 1.5  # too large a step: past the minimum, loss rises
     assert t.w_next == pytest.approx(4.5) and "(loss 6.4" in t.status_text
-    assert gl.intro.toy_loss(4.5).numpy() > t.loss
+    assert gl.topics.intro.toy_loss(4.5).numpy() > t.loss
     x, y = t._plot.next.get_data()
-    assert (x[0], y[0]) == (pytest.approx(4.5), pytest.approx(float(gl.intro.toy_loss(4.5).numpy())))
+    assert (x[0], y[0]) == (pytest.approx(4.5), pytest.approx(float(gl.topics.intro.toy_loss(4.5).numpy())))
     with pytest.raises(ValueError, match="w must be between"):
         gl.TangentExplorer(w=10)
     with pytest.raises(ValueError, match="learning_rate"):

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from gradlab import gradcheck
-from gradlab.gradcheck import check_gradient, default_step
 from gradlab.plots.gradcheck import (
     plot_example_norms,
     plot_memory,
     plot_method_times,
     plot_step_errors,
 )
+from gradlab.topics import gradcheck
+from gradlab.topics.gradcheck import check_gradient, default_step
 
 
 @tf.custom_gradient

@@ -1,4 +1,4 @@
-"""gradlab.grads: reports against an independent tape, statuses, clipping, bad input, no retrace."""
+"""gradlab.reports.gradients: reports against an independent tape, statuses, clipping, bad input, no retrace."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import gradlab as gl
 
 @pytest.fixture(scope="module")
 def engine():
-    return gl.engine.MLPGradientEngine(width=16, batch_size=32, max_depth=40, seed=0)
+    return gl.engines.mlp.MLPGradientEngine(width=16, batch_size=32, max_depth=40, seed=0)
 
 
 def independent_norms(model, x, y):
@@ -39,8 +39,8 @@ def independent_norms(model, x, y):
 @pytest.mark.parametrize("activation,initializer", [("sigmoid", "glorot_uniform"), ("relu", "he_normal"),
                                                     ("tanh", "lecun_normal")])
 def test_gradient_report_matches_independent_tape(activation, initializer):
-    model = gl.mlp.build_mlp(5, width=16, activation=activation, initializer=initializer, seed=3)
-    x, y = gl.mlp.make_data(32, 16, seed=1)
+    model = gl.models.mlp.build_mlp(5, width=16, activation=activation, initializer=initializer, seed=3)
+    x, y = gl.models.mlp.make_data(32, 16, seed=1)
     r = gl.gradient_report(model, x, y)
     sig, ker, loss = independent_norms(model, x, y)
     np.testing.assert_allclose(r.signal_norms, sig, rtol=1e-5)
@@ -58,7 +58,7 @@ def test_gradient_report_matches_independent_tape(activation, initializer):
 def test_engine_agrees_with_keras_model(engine, activation, initializer, clip):
     depth = 7
     fast = engine.report(depth, activation, initializer, clip)
-    model = gl.mlp.build_mlp(depth, width=16, activation=activation, initializer=initializer, seed=0)
+    model = gl.models.mlp.build_mlp(depth, width=16, activation=activation, initializer=initializer, seed=0)
     slow = gl.gradient_report(model, engine.x, engine.y, clip=clip)
     np.testing.assert_allclose(fast.signal_norms, slow.signal_norms, rtol=2e-4)
     np.testing.assert_allclose(fast.weight_norms, slow.weight_norms, rtol=2e-4)
@@ -133,12 +133,12 @@ def test_clear_cases_in_engine(engine):
 
 
 @pytest.mark.parametrize("call,match", [
-    (lambda: gl.mlp.build_mlp(0), "depth must be 1 to 200"),
-    (lambda: gl.mlp.build_mlp(201), "depth must be 1 to 200"),
-    (lambda: gl.mlp.build_mlp(3.5), "depth must be an int"),
-    (lambda: gl.mlp.build_mlp(3, activation="relux"), "activation must be one of"),
-    (lambda: gl.mlp.build_mlp(3, initializer="xavier"), "initializer must be one of .*glorot_uniform"),
-    (lambda: gl.mlp.build_mlp(3, width=0), "width"),
+    (lambda: gl.models.mlp.build_mlp(0), "depth must be 1 to 200"),
+    (lambda: gl.models.mlp.build_mlp(201), "depth must be 1 to 200"),
+    (lambda: gl.models.mlp.build_mlp(3.5), "depth must be an int"),
+    (lambda: gl.models.mlp.build_mlp(3, activation="relux"), "activation must be one of"),
+    (lambda: gl.models.mlp.build_mlp(3, initializer="xavier"), "initializer must be one of .*glorot_uniform"),
+    (lambda: gl.models.mlp.build_mlp(3, width=0), "width"),
     (lambda: gl.diagnose([]), "non-empty"),
     (lambda: gl.diagnose([[1.0]]), "1-D"),
     (lambda: gl.diagnose([1.0], vanish_below=10, explode_above=1), "vanish_below < explode_above"),
@@ -146,7 +146,7 @@ def test_clear_cases_in_engine(engine):
     (lambda: gl.clip_gradients([tf.ones(2)], ("l2", 1.0)), "clip must be None or"),
     (lambda: gl.clip_gradients([tf.ones(2)], ("norm", -1.0)), "threshold > 0"),
     (lambda: gl.clip_gradients([tf.ones(2)], ("norm", math.inf)), "finite threshold"),
-    (lambda: gl.mlp.make_data(0), "batch_size"),
+    (lambda: gl.models.mlp.make_data(0), "batch_size"),
 ])
 def test_bad_input_names_the_argument(call, match):
     with pytest.raises(ValueError, match=match):
@@ -154,7 +154,7 @@ def test_bad_input_names_the_argument(call, match):
 
 
 def test_gradient_report_rejects_bad_models_and_data():
-    x, y = gl.mlp.make_data(8, 4)
+    x, y = gl.models.mlp.make_data(8, 4)
     conv = keras.Sequential([keras.Input((4, 1)), keras.layers.Conv1D(2, 2), keras.layers.Flatten(),
                              keras.layers.Dense(1)])
     with pytest.raises(ValueError, match="built from Dense layers.*found Conv1D.*inspect_training_step"):
@@ -163,7 +163,7 @@ def test_gradient_report_rejects_bad_models_and_data():
         gl.gradient_report(keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)]), x, y)
     with pytest.raises(ValueError, match="model must be a keras.Model"):
         gl.gradient_report("model", x, y)
-    model = gl.mlp.build_mlp(2, width=4)
+    model = gl.models.mlp.build_mlp(2, width=4)
     model(x)  # built for 4 features
     with pytest.raises(ValueError, match=r"x has shape \(8, 3\), but the model expects \(batch, 4\)"):
         gl.gradient_report(model, tf.ones([8, 3]), y)
@@ -196,21 +196,21 @@ def test_engine_does_not_retrace_on_depth_or_clip(engine):
 
 def test_engine_depth_is_prefix_of_build_mlp(engine):
     """Depth d uses exactly the first d cached kernels: the same weights as build_mlp(d)."""
-    model = gl.mlp.build_mlp(4, width=16, activation="relu", initializer="he_normal", seed=0)
+    model = gl.models.mlp.build_mlp(4, width=16, activation="relu", initializer="he_normal", seed=0)
     for i, layer in enumerate(model.layers[:-1]):
         np.testing.assert_array_equal(layer.kernel.numpy(), engine.kernels("he_normal")[i].numpy())
 
 
 def test_train_mlp_stops_on_nan_and_clipping_keeps_it_finite():
-    x, _ = gl.mlp.make_data(64, 8, seed=0)
+    x, _ = gl.models.mlp.make_data(64, 8, seed=0)
     y = tf.reduce_sum(x[:, :3], axis=1, keepdims=True)
 
     def model():
-        return gl.mlp.build_mlp(8, width=16, activation="relu", initializer="he_normal", input_dim=8, seed=0)
+        return gl.models.mlp.build_mlp(8, width=16, activation="relu", initializer="he_normal", input_dim=8, seed=0)
 
-    plain = gl.training.train_mlp(model(), x, y, optimizer=keras.optimizers.SGD(0.5), steps=30, progress=False)
+    plain = gl.train.steps.train_mlp(model(), x, y, optimizer=keras.optimizers.SGD(0.5), steps=30, progress=False)
     assert plain.stopped_at is not None and not math.isfinite(plain.losses[-1])
-    clipped = gl.training.train_mlp(model(), x, y, optimizer=keras.optimizers.SGD(0.5), steps=30,
+    clipped = gl.train.steps.train_mlp(model(), x, y, optimizer=keras.optimizers.SGD(0.5), steps=30,
                            clip=("global_norm", 1.0), progress=False)
     assert clipped.stopped_at is None and len(clipped.losses) == 30
     assert all(math.isfinite(v) for v in clipped.losses)
@@ -219,8 +219,8 @@ def test_train_mlp_stops_on_nan_and_clipping_keeps_it_finite():
 
 
 def test_train_mlp_prints_progress(capsys):
-    x, y = gl.mlp.make_data(16, 4)
-    gl.training.train_mlp(gl.mlp.build_mlp(2, width=4), x, y, optimizer=keras.optimizers.SGD(0.01), steps=10)
+    x, y = gl.models.mlp.make_data(16, 4)
+    gl.train.steps.train_mlp(gl.models.mlp.build_mlp(2, width=4), x, y, optimizer=keras.optimizers.SGD(0.01), steps=10)
     out = capsys.readouterr().out
     assert "step   10/10" in out and out.count("\n") == 5
 
@@ -228,14 +228,14 @@ def test_train_mlp_prints_progress(capsys):
 def test_predicted_gain_matches_measurement(engine):
     for act, init in [("relu", "he_normal"), ("tanh", "glorot_uniform"), ("linear", "orthogonal")]:
         r = engine.report(20, act, init)
-        predicted, measured = gl.engine.predicted_gain(r, engine, act, init)
+        predicted, measured = gl.engines.mlp.predicted_gain(r, engine, act, init)
         assert predicted == pytest.approx(measured, rel=0.1)
     r = engine.report(20, "sigmoid", "glorot_uniform")
-    assert gl.engine.predicted_gain(r, engine, "sigmoid", "glorot_uniform")[0] < 0.3
+    assert gl.engines.mlp.predicted_gain(r, engine, "sigmoid", "glorot_uniform")[0] < 0.3
 
 
 def test_activation_curves_derivatives():
-    z, curves = gl.mlp.activation_curves(["sigmoid", "relu"], z=[-1.0, 0.0, 2.0])
+    z, curves = gl.models.mlp.activation_curves(["sigmoid", "relu"], z=[-1.0, 0.0, 2.0])
     s = 1 / (1 + np.exp(-z))
     np.testing.assert_allclose(curves["sigmoid"][1], s * (1 - s), rtol=1e-5)
     np.testing.assert_array_equal(curves["relu"][1], [0.0, 0.0, 1.0])
@@ -303,27 +303,27 @@ def test_diagnose_with_a_none_is_a_clear_error_not_an_overflow():
 
 
 def test_train_mlp_refuses_a_y_that_would_broadcast():
-    x, y = gl.mlp.make_data(16, 4)
-    model = gl.mlp.build_mlp(2, width=4, input_dim=4)
+    x, y = gl.models.mlp.make_data(16, 4)
+    model = gl.models.mlp.build_mlp(2, width=4, input_dim=4)
     with pytest.raises(ValueError, match=r"y has shape \(16,\).*Reshape y"):
-        gl.training.train_mlp(model, x, tf.squeeze(y, 1), optimizer=keras.optimizers.SGD(0.1), steps=2, progress=False)
+        gl.train.steps.train_mlp(model, x, tf.squeeze(y, 1), optimizer=keras.optimizers.SGD(0.1), steps=2, progress=False)
 
 
 def test_train_mlp_is_a_view_of_train_steps():
-    x, y = gl.mlp.make_data(16, 4)
-    a, b = gl.mlp.build_mlp(3, width=4, input_dim=4), gl.mlp.build_mlp(3, width=4, input_dim=4)
-    hist = gl.training.train_mlp(a, x, y, optimizer=keras.optimizers.SGD(0.1), steps=3, progress=False)
+    x, y = gl.models.mlp.make_data(16, 4)
+    a, b = gl.models.mlp.build_mlp(3, width=4, input_dim=4), gl.models.mlp.build_mlp(3, width=4, input_dim=4)
+    hist = gl.train.steps.train_mlp(a, x, y, optimizer=keras.optimizers.SGD(0.1), steps=3, progress=False)
     run = gl.train_steps(b, x, y, optimizer=keras.optimizers.SGD(0.1), steps=3)
     np.testing.assert_allclose(hist.losses, run.losses, rtol=1e-5)
     np.testing.assert_allclose(hist.global_norms, run.global_norms, rtol=1e-4)
     assert hist.signal_matrix.shape == (3, 3)
     # step 1's signals equal gradient_report's on the untrained twin
-    c = gl.mlp.build_mlp(3, width=4, input_dim=4)
+    c = gl.models.mlp.build_mlp(3, width=4, input_dim=4)
     np.testing.assert_allclose(hist.signal_norms[0], gl.gradient_report(c, x, y).signal_norms, rtol=1e-5)
 
 
 def test_gradient_report_on_a_residual_block_model_from_its_own_call():
-    """Blocks Dense -> LayerNormalization -> Activation -> Add, as gl.mlp.build_mlp(residual=True) makes."""
+    """Blocks Dense -> LayerNormalization -> Activation -> Add, as gl.models.mlp.build_mlp(residual=True) makes."""
     keras.utils.set_random_seed(0)
     inp = keras.Input((4,))
     h = inp
@@ -332,7 +332,7 @@ def test_gradient_report_on_a_residual_block_model_from_its_own_call():
         a = keras.layers.Activation("tanh", name=f"act_{i}")(keras.layers.LayerNormalization(name=f"norm_{i}")(z))
         h = keras.layers.Add(name=f"residual_{i}")([h, a])
     model = keras.Model(inp, keras.layers.Dense(1, name="output")(h))
-    x, y = gl.mlp.make_data(16, 4)
+    x, y = gl.models.mlp.make_data(16, 4)
     rep = gl.gradient_report(model, x, y)
     d1, d2 = model.get_layer("hidden_1"), model.get_layer("hidden_2")
     n1, n2, out = model.get_layer("norm_1"), model.get_layer("norm_2"), model.get_layer("output")
@@ -364,5 +364,5 @@ def test_gradient_report_and_check_trains_need_y():
     x = tf.random.stateless_normal([8, 4], seed=[1, 2])
     with pytest.raises(ValueError, match=r"^y is None"):
         gl.gradient_report(m, x, None)
-    result = gl.checks.check_trains("c", m, x, None, optimizer=keras.optimizers.SGD(), steps=1, below=1.0)
+    result = gl.exercises.checks.check_trains("c", m, x, None, optimizer=keras.optimizers.SGD(), steps=1, below=1.0)
     assert not result.ok and "y is None" in str(result)

@@ -292,9 +292,9 @@ def _composed_texts() -> list[str]:
     """Texts gradlab builds from several translated pieces (verdict + advice, finding + note, ...)."""
     import tensorflow as tf
 
-    texts = [gl.verdict.judge([1e-5, 1e-3, 1e-1, 1.0]).message,  # finding + advice
-             gl.verdict.judge(np.geomspace(40.0, 1.0, 100)).message,  # finding + the compounding note
-             gl.verdict.judge([1e-3, 1.0], names=["'dense'", "'dense_1'"]).message]
+    texts = [gl.reports.verdict.judge([1e-5, 1e-3, 1e-1, 1.0]).message,  # finding + advice
+             gl.reports.verdict.judge(np.geomspace(40.0, 1.0, 100)).message,  # finding + the compounding note
+             gl.reports.verdict.judge([1e-3, 1.0], names=["'dense'", "'dense_1'"]).message]
     texts.append(gl.check_gradient(lambda t: t**3, tf.constant([1.0, 2.0])).message)  # + the float64 cast note
     texts.append(gl.check_gradient(lambda t: tf.abs(t), tf.constant([0.0, 0.0, 2.0], tf.float64)).message)
     xs = tf.Variable([-4.0, 0.0, 4.0])

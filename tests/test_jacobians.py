@@ -25,56 +25,56 @@ def softmax_analytic(x):
 def test_square_is_diag_2x(method):
     f = lambda x: x**2  # noqa: E731
     j = {
-        "loop": lambda: gl.jacobians.jacobian_loop(f, X3),
-        "jacobian": lambda: gl.jacobians.jacobian(f, X3),
-        "jacobian_no_pfor": lambda: gl.jacobians.jacobian(f, X3, experimental_use_pfor=False),
+        "loop": lambda: gl.topics.jacobians.jacobian_loop(f, X3),
+        "jacobian": lambda: gl.topics.jacobians.jacobian(f, X3),
+        "jacobian_no_pfor": lambda: gl.topics.jacobians.jacobian(f, X3, experimental_use_pfor=False),
     }[method]()
     np.testing.assert_allclose(j, np.diag(2 * X3), rtol=1e-6)
 
 
 def test_loop_works_on_a_variable_like_the_source():
     x = tf.Variable([1.0, 2.0, 3.0])
-    np.testing.assert_allclose(gl.jacobians.jacobian_loop(lambda v: v**2, x), np.diag([2.0, 4.0, 6.0]))
+    np.testing.assert_allclose(gl.topics.jacobians.jacobian_loop(lambda v: v**2, x), np.diag([2.0, 4.0, 6.0]))
 
 
 def test_softmax_jacobian_and_rows_sum_to_zero():
     x = np.array([0.3, -1.2, 2.0, 0.0], dtype=np.float32)
-    j = gl.jacobians.jacobian(tf.nn.softmax, x)
+    j = gl.topics.jacobians.jacobian(tf.nn.softmax, x)
     np.testing.assert_allclose(j, softmax_analytic(x), atol=1e-6)
     np.testing.assert_allclose(j.sum(axis=1), 0.0, atol=1e-6)
-    np.testing.assert_allclose(gl.jacobians.jacobian_loop(tf.nn.softmax, x), j, atol=1e-6)
+    np.testing.assert_allclose(gl.topics.jacobians.jacobian_loop(tf.nn.softmax, x), j, atol=1e-6)
 
 
 def test_matvec_tanh_jacobian():
     f = lambda x: tf.tanh(tf.linalg.matvec(W, x))  # noqa: E731
     expected = np.diag(1 - np.tanh(W @ X3) ** 2) @ W
-    np.testing.assert_allclose(gl.jacobians.jacobian(f, X3), expected, rtol=1e-5, atol=1e-6)
-    assert gl.jacobians.jacobian(f, X3).shape == (2, 3)
+    np.testing.assert_allclose(gl.topics.jacobians.jacobian(f, X3), expected, rtol=1e-5, atol=1e-6)
+    assert gl.topics.jacobians.jacobian(f, X3).shape == (2, 3)
 
 
 def test_dense_layer_jacobian_is_block_diagonal_and_batch_jacobian_matches_blocks():
     layer = tf.keras.layers.Dense(2, activation="tanh", kernel_initializer=tf.constant_initializer(W.T),
                                   bias_initializer=tf.constant_initializer([0.1, -0.2]))
     x = np.array([[1.0, 0.0, -1.0], [0.5, 0.5, 0.5], [-2.0, 1.0, 0.0]], dtype=np.float32)
-    full = gl.jacobians.jacobian(layer, x)
+    full = gl.topics.jacobians.jacobian(layer, x)
     assert full.shape == (3, 2, 3, 3)
     z = x @ W.T + np.array([0.1, -0.2])
     for b in range(3):
         expected = (1 - np.tanh(z[b]) ** 2)[:, None] * W  # diag(1 - tanh²(z_b)) W
         np.testing.assert_allclose(full[b, :, b, :], expected, rtol=1e-5, atol=1e-6)
-    assert gl.jacobians.cross_example_max(full) == 0.0
-    bj = gl.jacobians.batch_jacobian(layer, x)
-    np.testing.assert_allclose(bj, gl.jacobians.diagonal_blocks(full), atol=1e-6)
+    assert gl.topics.jacobians.cross_example_max(full) == 0.0
+    bj = gl.topics.jacobians.batch_jacobian(layer, x)
+    np.testing.assert_allclose(bj, gl.topics.jacobians.diagonal_blocks(full), atol=1e-6)
 
 
 def test_batch_jacobian_is_silently_wrong_when_examples_are_coupled():
     x = np.arange(12, dtype=np.float32).reshape(4, 3)
     f = lambda x: x - tf.reduce_mean(x, axis=0)  # noqa: E731  (centering couples the batch)
-    full = gl.jacobians.jacobian(f, x)
-    true_blocks = gl.jacobians.diagonal_blocks(full)
+    full = gl.topics.jacobians.jacobian(f, x)
+    true_blocks = gl.topics.jacobians.diagonal_blocks(full)
     np.testing.assert_allclose(true_blocks[0], 0.75 * np.eye(3), atol=1e-6)  # 1 - 1/B
-    assert gl.jacobians.cross_example_max(full) == pytest.approx(0.25)
-    bj = gl.jacobians.batch_jacobian(f, x)
+    assert gl.topics.jacobians.cross_example_max(full) == pytest.approx(0.25)
+    bj = gl.topics.jacobians.batch_jacobian(f, x)
     assert bj.shape == true_blocks.shape  # right shape ...
     np.testing.assert_allclose(bj, 0.0, atol=1e-6)  # ... wrong values: the column sums, all 0
     assert np.abs(bj - true_blocks).max() == pytest.approx(0.75)
@@ -83,33 +83,33 @@ def test_batch_jacobian_is_silently_wrong_when_examples_are_coupled():
 # ----------------------------------------------------------------------------- products
 def test_vjp_is_jt_v_and_jvp_is_j_v():
     f = lambda x: tf.tanh(tf.linalg.matvec(W, x))  # noqa: E731
-    j = gl.jacobians.jacobian(f, X3)
+    j = gl.topics.jacobians.jacobian(f, X3)
     v_out = np.array([1.0, -2.0], dtype=np.float32)
     v_in = np.array([0.5, 1.0, -1.0], dtype=np.float32)
-    np.testing.assert_allclose(gl.jacobians.vjp(f, X3, v_out), j.T @ v_out, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(gl.jacobians.jvp(f, X3, v_in), j @ v_in, rtol=1e-5, atol=1e-6)
-    assert gl.jacobians.vjp(f, X3, v_out).shape == X3.shape
-    assert gl.jacobians.jvp(f, X3, v_in).shape == (2,)
+    np.testing.assert_allclose(gl.topics.jacobians.vjp(f, X3, v_out), j.T @ v_out, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(gl.topics.jacobians.jvp(f, X3, v_in), j @ v_in, rtol=1e-5, atol=1e-6)
+    assert gl.topics.jacobians.vjp(f, X3, v_out).shape == X3.shape
+    assert gl.topics.jacobians.jvp(f, X3, v_in).shape == (2,)
 
 
 def test_hessian_and_hvp_of_a_quadratic():
     a = np.array([[2.0, 1.0, 0.0], [1.0, 3.0, -1.0], [0.0, -1.0, 4.0]], dtype=np.float32)
     b = np.array([1.0, 0.0, -1.0], dtype=np.float32)
     f = lambda x: 0.5 * tf.tensordot(x, tf.linalg.matvec(a, x), 1) + tf.tensordot(b, x, 1)  # noqa: E731
-    np.testing.assert_allclose(gl.jacobians.hessian(f, X3), a, rtol=1e-6)
+    np.testing.assert_allclose(gl.topics.jacobians.hessian(f, X3), a, rtol=1e-6)
     v = np.array([1.0, 2.0, -1.0], dtype=np.float32)
-    for method in gl.jacobians.HVP_METHODS:
-        np.testing.assert_allclose(gl.jacobians.hvp(f, X3, v, method=method), a @ v, rtol=1e-6)
+    for method in gl.topics.jacobians.HVP_METHODS:
+        np.testing.assert_allclose(gl.topics.jacobians.hvp(f, X3, v, method=method), a @ v, rtol=1e-6)
 
 
 def test_forward_and_reverse_mode_jacobians_agree():
-    fwd, rev = gl.jacobians.forward_reverse_jacobians(5, 3)
+    fwd, rev = gl.topics.jacobians.forward_reverse_jacobians(5, 3)
     assert fwd.shape == rev.shape == (5, 3)
     np.testing.assert_allclose(fwd, rev, rtol=1e-5, atol=1e-6)
 
 
 def test_time_forward_reverse_shapes():
-    t = gl.jacobian_timing.time_forward_reverse((2, 8), fixed=2, repeats=1)
+    t = gl.topics.jacobian_timing.time_forward_reverse((2, 8), fixed=2, repeats=1)
     assert list(t.sizes) == [2, 8]
     for sweep in (t.wide_inputs, t.wide_outputs):
         assert set(sweep) == {"forward", "reverse"}
@@ -118,14 +118,14 @@ def test_time_forward_reverse_shapes():
 
 # ----------------------------------------------------------------------------- shape table
 def test_shape_table_is_measured():
-    rows = {(r.target, r.source): r for r in gl.jacobians.shape_table()}
+    rows = {(r.target, r.source): r for r in gl.topics.jacobians.shape_table()}
     r = rows[((4,), (3,))]
     assert (r.gradient, r.jacobian) == ("(3,)", "(4, 3)")
     assert r.batch_jacobian.startswith("error")
     r = rows[((2, 4), (2, 3))]
     assert (r.gradient, r.jacobian, r.batch_jacobian) == ("(2, 3)", "(2, 4, 2, 3)", "(2, 4, 3)")
     assert all(row.gradient == str(row.source) for row in rows.values())  # always x's shape
-    text = gl.jacobians.format_shape_table(gl.jacobians.shape_table())
+    text = gl.topics.jacobians.format_shape_table(gl.topics.jacobians.shape_table())
     assert text.splitlines()[0].split() == ["target", "y", "source", "x", "gradient", "jacobian", "batch_jacobian"]
 
 
@@ -133,20 +133,20 @@ def test_shape_table_is_measured():
 @pytest.mark.parametrize(
     "call, match",
     [
-        (lambda: gl.jacobians.jacobian(lambda x: x, tf.constant([1, 2, 3])), "floating point"),
-        (lambda: gl.jacobians.jacobian("not a function", X3), "callable"),
-        (lambda: gl.jacobians.jacobian(lambda x: x, "abc"), "float tensor"),
-        (lambda: gl.jacobians.jacobian(lambda x: tf.constant([1.0, 2.0]), X3), "None"),
-        (lambda: gl.jacobians.batch_jacobian(lambda x: x, X3), "batch axis"),
-        (lambda: gl.jacobians.batch_jacobian(lambda x: tf.reduce_sum(x, axis=0), np.ones((4, 3), np.float32)), "keep the batch axis"),
-        (lambda: gl.jacobians.vjp(lambda x: x**2, X3, [1.0, 2.0]), r"v must have shape \(3,\)"),
-        (lambda: gl.jacobians.jvp(lambda x: x**2, X3, np.ones(4, np.float32)), r"v must have shape \(3,\)"),
-        (lambda: gl.jacobians.hessian(lambda x: x**2, X3), "scalar"),
-        (lambda: gl.jacobians.hvp(lambda x: tf.reduce_sum(x), X3, X3, method="magic"), "method must be one of"),
-        (lambda: gl.jacobians.diagonal_blocks(np.zeros((2, 3, 4, 5))), "both batch axes"),
-        (lambda: gl.jacobian_timing.JacobianBench().run("cube", 4), "function must be one of"),
-        (lambda: gl.jacobian_timing.JacobianBench().run("softmax", 0), "n must be"),
-        (lambda: gl.jacobian_timing.time_forward_reverse(()), "at least one size"),
+        (lambda: gl.topics.jacobians.jacobian(lambda x: x, tf.constant([1, 2, 3])), "floating point"),
+        (lambda: gl.topics.jacobians.jacobian("not a function", X3), "callable"),
+        (lambda: gl.topics.jacobians.jacobian(lambda x: x, "abc"), "float tensor"),
+        (lambda: gl.topics.jacobians.jacobian(lambda x: tf.constant([1.0, 2.0]), X3), "None"),
+        (lambda: gl.topics.jacobians.batch_jacobian(lambda x: x, X3), "batch axis"),
+        (lambda: gl.topics.jacobians.batch_jacobian(lambda x: tf.reduce_sum(x, axis=0), np.ones((4, 3), np.float32)), "keep the batch axis"),
+        (lambda: gl.topics.jacobians.vjp(lambda x: x**2, X3, [1.0, 2.0]), r"v must have shape \(3,\)"),
+        (lambda: gl.topics.jacobians.jvp(lambda x: x**2, X3, np.ones(4, np.float32)), r"v must have shape \(3,\)"),
+        (lambda: gl.topics.jacobians.hessian(lambda x: x**2, X3), "scalar"),
+        (lambda: gl.topics.jacobians.hvp(lambda x: tf.reduce_sum(x), X3, X3, method="magic"), "method must be one of"),
+        (lambda: gl.topics.jacobians.diagonal_blocks(np.zeros((2, 3, 4, 5))), "both batch axes"),
+        (lambda: gl.topics.jacobian_timing.JacobianBench().run("cube", 4), "function must be one of"),
+        (lambda: gl.topics.jacobian_timing.JacobianBench().run("softmax", 0), "n must be"),
+        (lambda: gl.topics.jacobian_timing.time_forward_reverse(()), "at least one size"),
         (lambda: gl.JacobianViewer(size=1000), "size must be"),
     ],
 )
@@ -157,11 +157,11 @@ def test_bad_input_raises_value_error(call, match):
 
 # ----------------------------------------------------------------------------- bench and viewer
 def test_bench_methods_agree_for_every_function():
-    bench = gl.jacobian_timing.JacobianBench()
-    for name in gl.jacobians.JACOBIAN_FUNCTIONS:
+    bench = gl.topics.jacobian_timing.JacobianBench()
+    for name in gl.topics.jacobians.JACOBIAN_FUNCTIONS:
         run = bench.run(name, 5, repeats=1)
         assert run.max_disagreement < 1e-5, name
-        assert set(run.times) == set(gl.jacobians.JACOBIAN_METHODS)
+        assert set(run.times) == set(gl.topics.jacobians.JACOBIAN_METHODS)
 
 
 def test_viewer_updates_jacobian_status_and_plot_without_retracing():
@@ -177,7 +177,7 @@ def test_viewer_updates_jacobian_status_and_plot_without_retracing():
         assert f"n={n} → jacobian shape ({n}, {n})" in v.status_text
     assert v.tracing_count() == traces  # new sizes reuse the compiled functions
     assert v.plot.value != png
-    x, _ = gl.jacobians.JACOBIAN_FUNCTIONS["softmax"].inputs(30)
+    x, _ = gl.topics.jacobians.JACOBIAN_FUNCTIONS["softmax"].inputs(30)
     np.testing.assert_allclose(v.jacobian, softmax_analytic(x.numpy()), atol=1e-6)
     v.function.value = "dense_batch"
     assert v.jacobian.shape == (4, 3, 4, 30)
@@ -211,12 +211,12 @@ def test_pfor_falls_back_silently_and_pfor_fallbacks_names_the_op():
     v = tf.constant([0.5, 1.0, 2.0, 1.5])
     logger = tf.get_logger()
     before = (logger.level, list(logger.handlers), logger.propagate)
-    j, messages = gl.jacobians.pfor_fallbacks(_upscale, v)
+    j, messages = gl.topics.jacobians.pfor_fallbacks(_upscale, v)
     assert (logger.level, list(logger.handlers), logger.propagate) == before  # restored
     # the fallback is right: compare with the row-by-row loop, an independent path
-    np.testing.assert_allclose(j, gl.jacobians.jacobian_loop(_upscale, v), atol=1e-6)
+    np.testing.assert_allclose(j, gl.topics.jacobians.jacobian_loop(_upscale, v), atol=1e-6)
     assert len(messages) == 1 and "ResizeBilinearGrad" in messages[0]
-    _, none = gl.jacobians.pfor_fallbacks(lambda x: tf.tanh(2.0 * x), v)
+    _, none = gl.topics.jacobians.pfor_fallbacks(lambda x: tf.tanh(2.0 * x), v)
     assert none == []
 
 
@@ -249,28 +249,28 @@ def test_parallel_iterations_gives_the_same_jacobian():
 
 
 def test_time_pfor_vs_loop_and_gradient_vs_hvp_report_positive_times():
-    t = gl.jacobian_timing.time_pfor_vs_loop(sizes=(4, 8), repeats=1)
+    t = gl.topics.jacobian_timing.time_pfor_vs_loop(sizes=(4, 8), repeats=1)
     assert t.sizes.tolist() == [4, 8]
     for d in (t.graph, t.eager):
         assert set(d) == {"pfor", "while_loop"} and all(np.all(v > 0) for v in d.values())
     np.testing.assert_allclose(t.speedups()["graph"], t.graph["while_loop"] / t.graph["pfor"])
-    h = gl.jacobian_timing.time_gradient_vs_hvp(n=8, batch=4, repeats=2)
+    h = gl.topics.jacobian_timing.time_gradient_vs_hvp(n=8, batch=4, repeats=2)
     assert h.n_params == 64 and h.relative()["gradient"] == 1.0
     assert all(s > 0 for s in h.seconds.values())
     with pytest.raises(ValueError, match="sizes"):
-        gl.jacobian_timing.time_pfor_vs_loop(sizes=())
+        gl.topics.jacobian_timing.time_pfor_vs_loop(sizes=())
 
 
 def test_block_diagonal_matrix_places_blocks_where_the_full_jacobian_has_them():
     xc = tf.reshape(tf.range(12, dtype=tf.float32), [4, 3])
-    full = gl.jacobians.jacobian(lambda x: x - tf.reduce_mean(x, axis=0), xc)
-    m = gl.plots.block_diagonal_matrix(gl.jacobians.diagonal_blocks(full))
+    full = gl.topics.jacobians.jacobian(lambda x: x - tf.reduce_mean(x, axis=0), xc)
+    m = gl.plots.block_diagonal_matrix(gl.topics.jacobians.diagonal_blocks(full))
     flat = full.reshape(12, 12)
     on = ~np.isnan(m)
     assert on.sum() == 4 * 9  # four 3 × 3 blocks, nothing else
     np.testing.assert_allclose(m[on], flat[on])
     np.testing.assert_allclose(np.diag(m), 0.75)
-    fig = gl.plots.plot_block_diagonals(full, {"batch_jacobian": gl.jacobians.batch_jacobian(
+    fig = gl.plots.plot_block_diagonals(full, {"batch_jacobian": gl.topics.jacobians.batch_jacobian(
         lambda x: x - tf.reduce_mean(x, axis=0), xc)})
     texts = [t.get_text() for t in fig.axes[1].texts]
     assert len(texts) == 36 and set(texts) == {"0"}  # the all-zero panel is labelled, not blank

@@ -1,4 +1,4 @@
-"""gradlab.memory.measure_peak: TensorFlow's CPU allocator statistics with TF_CPU_ALLOCATOR_USE_BFC
+"""gradlab.topics.memory.measure_peak: TensorFlow's CPU allocator statistics with TF_CPU_ALLOCATOR_USE_BFC
 (in a subprocess, since the variable is read when TensorFlow starts), and a clear error without."""
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ import sys
 import pytest
 import tensorflow as tf
 
-from gradlab.memory import allocator_stats_available, measure_peak
+from gradlab.topics.memory import allocator_stats_available, measure_peak
 
 CHILD = r"""
 import json, os
 os.environ["TF_CPU_ALLOCATOR_USE_BFC"] = "true"
 import gradlab
 import tensorflow as tf
-from gradlab.memory import measure_peak, allocator_stats_available
+from gradlab.topics.memory import measure_peak, allocator_stats_available
 
 x = tf.ones([512, 512])  # float32: exactly 1 MiB
 
@@ -31,7 +31,7 @@ out = {"available": allocator_stats_available("CPU:0")}
 for n in (2, 8):
     m = measure_peak(holds, x, n, repeats=2)
     out[str(n)] = m.peak_bytes
-out["device"], out["default"] = m.device, gradlab.memory.default_device()
+out["device"], out["default"] = m.device, gradlab.topics.memory.default_device()
 print(json.dumps(out))
 """
 

@@ -269,7 +269,7 @@ def test_one_training_step_equals_an_independent_sgd_step(kind, tool):
 
 def test_check_trains_on_float64_numpy_data():
     model, x, y = _build("sequential")
-    r = gl.checks.check_trains("fit", model, x, y, optimizer=keras.optimizers.SGD(0.05), steps=60, below=1.0)
+    r = gl.exercises.checks.check_trains("fit", model, x, y, optimizer=keras.optimizers.SGD(0.05), steps=60, below=1.0)
     assert r.ok, r.feedback
 
 
@@ -319,7 +319,7 @@ def test_mixed_precision_trains_as_fit_does(mixed):
     for name, model in runs.items():
         for got, exp in zip(_moved(model, start), want, strict=True):
             np.testing.assert_allclose(got, exp, rtol=2e-3, atol=1e-5, err_msg=name)
-    assert gl.checks.check_trains("mp", _mixed_model(), X4, Y1, optimizer=keras.optimizers.SGD(0.05),
+    assert gl.exercises.checks.check_trains("mp", _mixed_model(), X4, Y1, optimizer=keras.optimizers.SGD(0.05),
                            steps=80, below=1.0).ok
 
 
@@ -426,7 +426,7 @@ def test_bad_input_is_a_clear_value_error(tool, bad):
 
 def test_check_trains_turns_bad_input_into_feedback():
     model, x, y = _build("sequential")
-    r = gl.checks.check_trains("fit", model, x, y[:, 0], optimizer=keras.optimizers.SGD(0.05), steps=5, below=1.0)
+    r = gl.exercises.checks.check_trains("fit", model, x, y[:, 0], optimizer=keras.optimizers.SGD(0.05), steps=5, below=1.0)
     assert not r.ok and "Reshape y" in r.feedback
 
 

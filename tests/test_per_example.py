@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from gradlab.per_example import METHODS, per_example_gradients, per_example_norms
+from gradlab.topics.per_example import METHODS, per_example_gradients, per_example_norms
 
 B = 12
 

@@ -10,7 +10,7 @@ import gradlab as gl
 
 
 def test_relu_and_leaky_relu_are_told_apart():
-    z, curves = gl.mlp.activation_curves(["sigmoid", "tanh", "relu", "leaky_relu"])
+    z, curves = gl.models.mlp.activation_curves(["sigmoid", "tanh", "relu", "leaky_relu"])
     fig = gl.plots.plot_activations(z, curves)
     lines = {ln.get_label(): ln for ln in fig.axes[0].get_lines()}
     relu = lines["relu"]
@@ -37,8 +37,8 @@ def test_target_line_sits_above_the_x_axis():
 
 def test_cliff_paths_stay_inside_their_panel():
     w_grid, b_grid = np.meshgrid(np.linspace(0, 12, 61), np.linspace(-8, 2, 51))
-    surface = gl.rnn_theory.cliff_loss(w_grid, b_grid)
-    plain = gl.rnn_theory.descent_path(6.25, -3.9, learning_rate=0.05, iterations=12)
+    surface = gl.topics.rnn_theory.cliff_loss(w_grid, b_grid)
+    plain = gl.topics.rnn_theory.descent_path(6.25, -3.9, learning_rate=0.05, iterations=12)
     assert np.any(plain["points"][:, 1] < -8)  # the plain path does jump off the surface
     fig = gl.plots.plot_cliff(w_grid, b_grid, surface, {"plain": plain})
     ax = fig.axes[0]
@@ -82,21 +82,21 @@ def chapter_figures() -> dict:
     Every word of three letters or more in them is gradlab's own text, so in Chinese it must
     be Chinese.
     """
-    from gradlab.engine import MLPGradientEngine
+    from gradlab.engines.mlp import MLPGradientEngine
     from gradlab.plots import gradients, intro, jacobians, recurrent, tracing
-    from gradlab.tracing import StepTiming
+    from gradlab.topics.tracing import StepTiming
 
     rng = np.random.default_rng(0)
     w_grid, b_grid = np.meshgrid(np.linspace(0, 12, 31), np.linspace(-8, 2, 21))
-    path = gl.rnn_theory.descent_path(6.25, -3.9, learning_rate=0.05, iterations=12)
+    path = gl.topics.rnn_theory.descent_path(6.25, -3.9, learning_rate=0.05, iterations=12)
     calls = tracing.CallTimePlot()
     calls.update([5.0, 1.0, 1.1], [True, False, False])
-    x, y = gl.recurrent.make_sequence_data(8, 12, 8)
-    report = gl.time_report(gl.recurrent.build_rnn("simple_rnn", units=8), x, y, clip=("norm", 0.1))
+    x, y = gl.models.rnn.make_sequence_data(8, 12, 8)
+    report = gl.time_report(gl.models.rnn.build_rnn("simple_rnn", units=8), x, y, clip=("norm", 0.1))
     return {
         "plot_time_norms": recurrent.plot_time_norms({"A": np.geomspace(1e-4, 1, 20),
                                                       "B": np.r_[0.0, np.geomspace(1e-3, 1, 19)]}),
-        "plot_cliff": recurrent.plot_cliff(w_grid, b_grid, gl.rnn_theory.cliff_loss(w_grid, b_grid),
+        "plot_cliff": recurrent.plot_cliff(w_grid, b_grid, gl.topics.rnn_theory.cliff_loss(w_grid, b_grid),
                                            {"A": path}),
         "plot_time_report": recurrent.plot_time_report(report),
         "plot_step_times": tracing.plot_step_times([StepTiming("A", 0.01, 0.002, np.ones(3)),
@@ -108,7 +108,7 @@ def chapter_figures() -> dict:
         "plot_losses": gradients.plot_losses({"A": [3, 2, np.nan], "B": [3, 1, 0.5]}, target=0.1, linear=True),
         "ReportPlot": gradients.plot_report(
             MLPGradientEngine(width=8, batch_size=8, max_depth=12).report(12, "sigmoid", clip=("norm", 0.1))),
-        "plot_activations": gradients.plot_activations(*gl.mlp.activation_curves(["relu", "leaky_relu"])),
+        "plot_activations": gradients.plot_activations(*gl.models.mlp.activation_curves(["relu", "leaky_relu"])),
         "TangentPlot": intro.TangentPlot(np.linspace(-1, 5, 30), np.linspace(0, 5, 30))
         .update(0.0, 1.0, -1.0, 0.3, 0.5).fig,
     }

@@ -7,15 +7,16 @@ import numpy as np
 import pytest
 
 import gradlab as gl
-from gradlab import recurrent as R
-from gradlab import rnn_theory as T
+from gradlab.models import rnn as rnn_models
+from gradlab.reports import time as time_reports
+from gradlab.topics import rnn_theory as T
 
 tf = gl.session.quiet_import_tensorflow()
 
 
 @pytest.fixture(scope="module")
 def engine():
-    return gl.recurrent.TimeGradientEngine(units=16, input_dim=4, batch_size=8, max_steps=60)
+    return gl.engines.rnn.TimeGradientEngine(units=16, input_dim=4, batch_size=8, max_steps=60)
 
 
 @pytest.fixture(scope="module")
@@ -69,11 +70,11 @@ def test_tape_on_tiny_rnn_equals_bptt_reference():
 
 def test_keras_simple_rnn_time_report_equals_bptt_reference():
     """The Keras SimpleRNN (bias 0 at init) is the tiny RNN with a readout bias of 0."""
-    model = R.build_rnn("simple_rnn", 8, 3, seed=2)
+    model = rnn_models.build_rnn("simple_rnn", 8, 3, seed=2)
     k, r, b, ok, ob = model.get_weights()
     assert not b.any() and not ob.any()
-    x, y = R.make_sequence_data(5, 30, 3, seed=4)
-    rep = R.time_report(model, x, y)
+    x, y = rnn_models.make_sequence_data(5, 30, 3, seed=4)
+    rep = time_reports.time_report(model, x, y)
     ref = T.bptt_reference(r, k, ok, x, y)
     assert rep.steps == 30
     np.testing.assert_allclose(rep.time_step_norms, ref["time_step_norms"], rtol=2e-4)
@@ -111,20 +112,20 @@ def test_adding_problem():
 
 
 def test_sequence_data_prefix_is_stable():
-    x50, y50 = R.make_sequence_data(4, 50, 3, seed=1)
-    x20, y20 = R.make_sequence_data(4, 20, 3, seed=1)
+    x50, y50 = rnn_models.make_sequence_data(4, 50, 3, seed=1)
+    x20, y20 = rnn_models.make_sequence_data(4, 20, 3, seed=1)
     np.testing.assert_array_equal(x50.numpy()[:, :20], x20.numpy())
     np.testing.assert_array_equal(y50.numpy(), y20.numpy())
 
 
 # ----------------------------------------------------------------------------- the engine
-@pytest.mark.parametrize("cell", list(R.CELLS))
+@pytest.mark.parametrize("cell", list(rnn_models.CELLS))
 @pytest.mark.parametrize("init", ["orthogonal", "identity", "normal_2", "large_normal"])
 def test_engine_matches_keras_layers(engine, cell, init):
     steps, scale, clip = 23, 0.7, ("global_norm", 0.05)
     rep = engine.report(cell, steps, init, scale, clip)
-    model = R.build_rnn(cell, 16, 4, recurrent_initializer=init, seed=0)
-    ref = R.time_report(model, engine.x[:, :steps] * scale, engine.y, clip=clip)
+    model = rnn_models.build_rnn(cell, 16, 4, recurrent_initializer=init, seed=0)
+    ref = time_reports.time_report(model, engine.x[:, :steps] * scale, engine.y, clip=clip)
     np.testing.assert_allclose(rep.time_step_norms, ref.time_step_norms, rtol=1e-4)
     np.testing.assert_allclose(rep.weight_norms, ref.weight_norms, rtol=1e-4)
     np.testing.assert_allclose(rep.clipped_weight_norms, ref.clipped_weight_norms, rtol=1e-4)
@@ -133,7 +134,7 @@ def test_engine_matches_keras_layers(engine, cell, init):
 
 def test_engine_clip_modes_follow_tf_ops(engine):
     k, r, b, ok, ob = engine.weights("gru", "orthogonal")
-    model = R.build_rnn("gru", 16, 4, seed=0)
+    model = rnn_models.build_rnn("gru", 16, 4, seed=0)
     x, y = engine.x[:, :15], engine.y
     with tf.GradientTape() as tape:
         loss = tf.reduce_mean(tf.square(model(x) - y))
@@ -163,11 +164,11 @@ def test_input_scale_saturates(engine):
 
 
 def test_no_retrace_per_control_change(engine):
-    for cell in R.CELLS:
+    for cell in rnn_models.CELLS:
         engine.report(cell, 10)
     before = engine.tracing_count()
-    for i, cell in enumerate(list(R.CELLS) * 3):
-        engine.report(cell, 5 + 6 * i, list(R.RECURRENT_INITIALIZERS)[i % 5], 10 ** (i % 3 - 1),
+    for i, cell in enumerate(list(rnn_models.CELLS) * 3):
+        engine.report(cell, 5 + 6 * i, list(rnn_models.RECURRENT_INITIALIZERS)[i % 5], 10 ** (i % 3 - 1),
                       (gl.core.CLIP_MODES[i % 3], 0.1 * (i + 1)) if i % 2 else None)
     assert engine.tracing_count() - before == 0
 
@@ -182,11 +183,11 @@ def test_bad_input_raises_value_error(engine):
     with pytest.raises(ValueError, match="recurrent_initializer"):
         engine.report("lstm", 10, "zeros")
     with pytest.raises(ValueError, match=r"x has shape \(3, 2\), but the model expects \(batch, None, 2\)"):
-        R.time_report(R.build_rnn("lstm", 4, 2), np.zeros((3, 2)), np.zeros((3, 1)))
+        time_reports.time_report(rnn_models.build_rnn("lstm", 4, 2), np.zeros((3, 2)), np.zeros((3, 1)))
     with pytest.raises(ValueError, match=r"y has shape \(3,\) but the model's output has shape \(3, 1\)"):
-        R.time_report(R.build_rnn("lstm", 4, 2), np.zeros((3, 5, 2)), np.zeros(3))
+        time_reports.time_report(rnn_models.build_rnn("lstm", 4, 2), np.zeros((3, 5, 2)), np.zeros(3))
     with pytest.raises(ValueError, match="sample_weight must hold one weight per example"):
-        R.time_report(R.build_rnn("lstm", 4, 2), np.zeros((3, 5, 2)), np.zeros((3, 1)), sample_weight=[1.0, 2.0])
+        time_reports.time_report(rnn_models.build_rnn("lstm", 4, 2), np.zeros((3, 5, 2)), np.zeros((3, 1)), sample_weight=[1.0, 2.0])
     with pytest.raises(ValueError, match="steps"):
         gl.TimeExplorer(steps=201)
 
@@ -196,7 +197,7 @@ def test_train_rnn_lowers_the_loss_reproducibly():
     x, y = T.adding_problem(256, 10, seed=1)
     runs = []
     for _ in range(2):
-        model = R.build_rnn("gru", 8, 2, seed=1)
+        model = rnn_models.build_rnn("gru", 8, 2, seed=1)
         runs.append(T.train_rnn(model, x, y, train_steps=60, batch_size=32, learning_rate=0.02))
     np.testing.assert_array_equal(runs[0], runs[1])
     assert runs[0][-10:].mean() < 0.5 * runs[0][:5].mean()
@@ -262,7 +263,7 @@ def test_explorer_report_is_current_and_plot_follows(ex):
 
 
 def test_explorer_does_not_retrace(ex):
-    for cell in R.CELLS:
+    for cell in rnn_models.CELLS:
         ex.cell.value = cell
     before = ex.engine.tracing_count()
     for steps in range(5, 201, 15):
@@ -320,7 +321,7 @@ def _dx(model, x, y):
 def test_ch07_longest_healthy_check():
     from gradlab.exercises import ch07
 
-    eng = gl.recurrent.TimeGradientEngine()
+    eng = gl.engines.rnn.TimeGradientEngine()
     truth = max(s for s in range(2, 40) if eng.report("lstm", s).status == "healthy")
     assert eng.report("lstm", truth + 1).status == "vanishing"
     assert ch07.check_longest_healthy(truth)

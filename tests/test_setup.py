@@ -56,12 +56,12 @@ def test_setup_rejects_bad_seed(seed):
 
 def test_computation_modules_do_not_import_ipywidgets():
     proc = run_python(
-        "import sys, gradlab, gradlab.grads, gradlab.jacobians, gradlab.tracing, gradlab.checks, "
-        "gradlab.diagnostics, gradlab.plots, gradlab.core, gradlab.causes, gradlab.engine, "
-        "gradlab.mlp, gradlab.presets, gradlab.recurrent, gradlab.distribute, gradlab.verdict, gradlab.report, "
-        "gradlab.rules, gradlab.training, gradlab.fit, gradlab.rnn_theory, gradlab.jacobian_timing, "
-        "gradlab.session, gradlab.core.loss, gradlab.core.state, gradlab.gradcheck, gradlab.per_example, "
-        "gradlab.memory, gradlab.exercises.ch10, "
+        "import sys, gradlab, gradlab.reports.gradients, gradlab.topics.jacobians, gradlab.topics.tracing, gradlab.exercises.checks, "
+        "gradlab.reports.diagnostics, gradlab.plots, gradlab.core, gradlab.reports.causes, gradlab.engines.mlp, "
+        "gradlab.models.mlp, gradlab.engines.presets, gradlab.models.rnn, gradlab.reports.time, gradlab.engines.rnn, gradlab.train.distribute, gradlab.reports.verdict, gradlab.reports.report, "
+        "gradlab.reports.rules, gradlab.train.steps, gradlab.train.fit, gradlab.topics.rnn_theory, gradlab.topics.jacobian_timing, "
+        "gradlab.session, gradlab.core.loss, gradlab.core.state, gradlab.topics.gradcheck, gradlab.topics.per_example, "
+        "gradlab.topics.memory, gradlab.exercises.ch10, "
         "gradlab.exercises.ch00, gradlab.exercises.ch01, gradlab.exercises.ch02, gradlab.exercises.ch03, "
         "gradlab.exercises.ch04, gradlab.exercises.ch05, gradlab.exercises.ch06, gradlab.exercises.ch07, "
         "gradlab.exercises.ch08\n"

@@ -61,7 +61,7 @@ def test_error_summary_keeps_the_message_line():
 
     with pytest.raises(tf.errors.InvalidArgumentError) as info:
         f(tf.constant([-1.0]))
-    assert gl.tracing.error_summary(info.value) == "InvalidArgumentError: log blew up : Tensor had NaN values"
+    assert gl.topics.tracing.error_summary(info.value) == "InvalidArgumentError: log blew up : Tensor had NaN values"
 
 
 # ----------------------------------------------------------------------------- make_train_step
@@ -80,7 +80,7 @@ def test_grad_norms_per_layer_combine_to_the_global_norm():
     model = _model()
     out = gl.make_train_step(model, keras.optimizers.SGD(0.0))(*_data())
     norms = {k: float(v) for k, v in out["grad_norms"].items()}
-    assert list(norms) == ["hidden", "out"] == gl.training.layer_names(model)
+    assert list(norms) == ["hidden", "out"] == gl.train.steps.layer_names(model)
     assert np.hypot(*norms.values()) == pytest.approx(float(out["global_norm"]), rel=1e-5)
 
 
@@ -128,7 +128,7 @@ def test_time_step_separates_first_call_from_steady_state():
     t = gl.time_step(fn, (1.0,), warmup=2, repeats=5, name="toy")
     assert len(calls) == 1 + 2 + 5 and t.times_s.shape == (5,)
     assert t.first_s > 0 and t.steady_s == pytest.approx(float(np.median(t.times_s)))
-    table = gl.tracing.format_timings([t, gl.tracing.StepTiming("half", t.first_s, t.steady_s / 2, t.times_s)])
+    table = gl.topics.tracing.format_timings([t, gl.topics.tracing.StepTiming("half", t.first_s, t.steady_s / 2, t.times_s)])
     assert "2x" in table.splitlines()[2]
     with pytest.raises(ValueError, match="repeats"):
         gl.time_step(fn, (1.0,), repeats=0)

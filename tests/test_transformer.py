@@ -1,4 +1,4 @@
-"""gradlab.transformer: build_transformer, markov_tokens, the per-block report and the explorer's engine."""
+"""gradlab.models.transformer, gradlab.reports.transformer and gradlab.engines.transformer: build_transformer, markov_tokens, the per-block report and the explorer's engine."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 import gradlab  # noqa: F401  (imports TensorFlow quietly)
-from gradlab import transformer as T
+from gradlab.engines import transformer as tengines
+from gradlab.models import transformer as tmodels
+from gradlab.reports import transformer as treports
 
 tf = pytest.importorskip("tensorflow")
 import keras  # noqa: E402
@@ -36,26 +38,26 @@ def tape_block_norms(model, x, y):
 
 @pytest.fixture(scope="module")
 def engine():
-    return T.TransformerGradientEngine(max_layers=4, batch_size=3, **SMALL)
+    return tengines.TransformerGradientEngine(max_layers=4, batch_size=3, **SMALL)
 
 
 def test_build_both_positions_paths_and_shapes():
-    x, _ = T.markov_tokens(2, 5, 11)
-    for position in T.NORM_POSITIONS:
-        model = T.build_transformer(3, norm_position=position, **SMALL)
+    x, _ = tmodels.markov_tokens(2, 5, 11)
+    for position in tmodels.NORM_POSITIONS:
+        model = tmodels.build_transformer(3, norm_position=position, **SMALL)
         assert model(x).shape == (2, 5, 11)
         paths = [v.path for v in model.trainable_variables]
         for i in range(3):
             block = [p for p in paths if p.startswith(f"block_{i}/")]
-            assert {p[len(f"block_{i}/"):] for p in block} == set(T.BLOCK_WEIGHTS)
+            assert {p[len(f"block_{i}/"):] for p in block} == set(tmodels.BLOCK_WEIGHTS)
         assert ("final_norm/gamma" in paths) == (position == "pre")
-        assert T.block_paths(model) == ["block_0/", "block_1/", "block_2/"]
+        assert tmodels.block_paths(model) == ["block_0/", "block_1/", "block_2/"]
 
 
 def test_weights_depend_only_on_seed_and_path():
-    a = T.build_transformer(2, norm_position="pre", **SMALL)
-    b = T.build_transformer(3, norm_position="post", **SMALL)
-    c = T.build_transformer(2, norm_position="pre", seed=1, **SMALL)
+    a = tmodels.build_transformer(2, norm_position="pre", **SMALL)
+    b = tmodels.build_transformer(3, norm_position="post", **SMALL)
+    c = tmodels.build_transformer(2, norm_position="pre", seed=1, **SMALL)
     wa = {v.path: np.asarray(v) for v in a.variables}
     wb = {v.path: np.asarray(v) for v in b.variables}
     for path in wa:
@@ -71,7 +73,7 @@ def test_attention_kernels_are_distinct_glorot_draws():
     z = np.zeros((1, 4, 16), "float32")
     keras_mha(z, z)
     np.testing.assert_array_equal(np.asarray(keras_mha.query_dense.kernel), np.asarray(keras_mha.key_dense.kernel))
-    model = T.build_transformer(1, d_model=64, num_heads=4, vocab_size=11, seq_len=5)
+    model = tmodels.build_transformer(1, d_model=64, num_heads=4, vocab_size=11, seq_len=5)
     att = model.get_layer("block_0").attention
     kernels = [np.asarray(getattr(att, f"{p}_dense").kernel) for p in ("query", "key", "value", "output")]
     for i in range(4):
@@ -82,15 +84,15 @@ def test_attention_kernels_are_distinct_glorot_draws():
 
 
 def test_embedding_options_set_the_input_scale():
-    x, _ = T.markov_tokens(4, 5, 11)
+    x, _ = tmodels.markov_tokens(4, 5, 11)
     scales = {}
     for init, scale in (("uniform", False), ("uniform", True), ("normal", False), ("normal", True)):
-        model = T.build_transformer(1, embedding_initializer=init, scale_embedding=scale, **SMALL)
+        model = tmodels.build_transformer(1, embedding_initializer=init, scale_embedding=scale, **SMALL)
         scales[init, scale] = np.asarray(model.get_layer("embedding").token.embeddings).std()
     assert scales["uniform", False] == pytest.approx(0.05 / np.sqrt(3), rel=0.25)
     assert scales["normal", False] == pytest.approx(1.0, rel=0.25)
-    emb = T.build_transformer(1, scale_embedding=True, **SMALL).get_layer("embedding")
-    plain = T.build_transformer(1, **SMALL).get_layer("embedding")
+    emb = tmodels.build_transformer(1, scale_embedding=True, **SMALL).get_layer("embedding")
+    plain = tmodels.build_transformer(1, **SMALL).get_layer("embedding")
     tokens = tf.constant(x)
     got = np.asarray(emb(tokens)) - np.asarray(emb.position(tf.range(5)))
     want = np.sqrt(16) * (np.asarray(plain(tokens)) - np.asarray(plain.position(tf.range(5))))
@@ -98,8 +100,8 @@ def test_embedding_options_set_the_input_scale():
 
 
 def test_attention_is_causal():
-    model = T.build_transformer(2, **SMALL)
-    x, _ = T.markov_tokens(2, 5, 11)
+    model = tmodels.build_transformer(2, **SMALL)
+    x, _ = tmodels.markov_tokens(2, 5, 11)
     changed = x.copy()
     changed[:, -1] = (changed[:, -1] + 1) % 11
     a, b = np.asarray(model(x)), np.asarray(model(changed))
@@ -107,11 +109,11 @@ def test_attention_is_causal():
     assert not np.allclose(a[:, -1], b[:, -1])
 
 
-@pytest.mark.parametrize("position", T.NORM_POSITIONS)
+@pytest.mark.parametrize("position", tmodels.NORM_POSITIONS)
 def test_post_and_pre_compute_their_own_formulas(position):
     """One block against NumPy: post x = LN(x + f(x)), pre x = x + f(LN(x)) (here f = the FFN,
     with the attention's output kernel zeroed so the attention branch is its output bias, 0)."""
-    block = T.TransformerBlock(8, 2, 12, norm_position=position)
+    block = tmodels.TransformerBlock(8, 2, 12, norm_position=position)
     block.build((1, 3, 8))
     block.attention.output_dense.kernel.assign(np.zeros(block.attention.output_dense.kernel.shape, "float32"))
     x = np.random.default_rng(1).normal(size=(1, 3, 8)).astype("float32")
@@ -119,7 +121,7 @@ def test_post_and_pre_compute_their_own_formulas(position):
     k2, c2 = np.asarray(block.ffn_2.kernel, np.float64), np.asarray(block.ffn_2.bias, np.float64)
 
     def ln(h):
-        return (h - h.mean(-1, keepdims=True)) / np.sqrt(h.var(-1, keepdims=True) + T.LN_EPSILON)
+        return (h - h.mean(-1, keepdims=True)) / np.sqrt(h.var(-1, keepdims=True) + tmodels.LN_EPSILON)
 
     def ffn(h):
         return np.maximum(h @ k1 + c1, 0) @ k2 + c2
@@ -142,42 +144,42 @@ def test_post_and_pre_compute_their_own_formulas(position):
 def test_bad_arguments_name_themselves(kwargs, name):
     num_layers = kwargs.pop("num_layers")
     with pytest.raises(ValueError, match=name):
-        T.build_transformer(num_layers, **kwargs)
+        tmodels.build_transformer(num_layers, **kwargs)
 
 
 def test_markov_tokens():
-    x, y = T.markov_tokens(6, 9, 13, branching=2, seed=4)
+    x, y = tmodels.markov_tokens(6, 9, 13, branching=2, seed=4)
     assert x.shape == y.shape == (6, 9) and x.dtype == y.dtype == np.int32
     np.testing.assert_array_equal(x[:, 1:], y[:, :-1])        # y is the next token
-    x2, y2 = T.markov_tokens(6, 9, 13, branching=2, seed=4)
+    x2, y2 = tmodels.markov_tokens(6, 9, 13, branching=2, seed=4)
     np.testing.assert_array_equal(x, x2)
     successors = {}
     for a, b in zip(x.ravel(), y.ravel(), strict=True):
         successors.setdefault(int(a), set()).add(int(b))
     assert max(len(s) for s in successors.values()) <= 2        # each token has 2 successors
-    _, yr = T.markov_tokens(6, 9, 13, targets="random", seed=4)
+    _, yr = tmodels.markov_tokens(6, 9, 13, targets="random", seed=4)
     assert not np.array_equal(yr, y) and yr.min() >= 0 and yr.max() < 13
     for kwargs, name in ((dict(targets="real"), "targets"), (dict(branching=0), "branching"),
                          (dict(batch_size=0), "batch_size")):
         with pytest.raises(ValueError, match=name):
-            T.markov_tokens(**kwargs)
+            tmodels.markov_tokens(**kwargs)
 
 
-@pytest.mark.parametrize("position", T.NORM_POSITIONS)
+@pytest.mark.parametrize("position", tmodels.NORM_POSITIONS)
 def test_block_gradient_report_matches_tape(position):
-    model = T.build_transformer(3, norm_position=position, **SMALL)
-    x, y = T.markov_tokens(4, 5, 11, seed=2)
-    report = T.block_gradient_report(model, x, y)
+    model = tmodels.build_transformer(3, norm_position=position, **SMALL)
+    x, y = tmodels.markov_tokens(4, 5, 11, seed=2)
+    report = treports.block_gradient_report(model, x, y)
     blocks, ffn, loss = tape_block_norms(model, x, y)
     np.testing.assert_allclose(report.layer_grad_norms, blocks, rtol=1e-6)
     np.testing.assert_allclose(report.ffn_grad_norms, ffn, rtol=1e-6)
     assert report.loss == pytest.approx(loss, rel=1e-6)
     assert report.norm_position == position and report.stream_rms.shape == (4,)
     with pytest.raises(ValueError, match="block_"):
-        T.block_gradient_report(keras.Sequential([keras.Input((5,)), keras.layers.Dense(1)]), x, y)
+        treports.block_gradient_report(keras.Sequential([keras.Input((5,)), keras.layers.Dense(1)]), x, y)
 
 
-@pytest.mark.parametrize("position", T.NORM_POSITIONS)
+@pytest.mark.parametrize("position", tmodels.NORM_POSITIONS)
 def test_engine_equals_an_independent_tape(engine, position):
     for depth in (1, 3):
         report = engine.report(depth, position)
@@ -189,7 +191,7 @@ def test_engine_equals_an_independent_tape(engine, position):
 
 
 def test_engine_embedding_and_data_overrides(engine):
-    x, y = T.markov_tokens(7, 5, 11, seed=9)
+    x, y = tmodels.markov_tokens(7, 5, 11, seed=9)
     report = engine.report(2, "post", embedding_initializer="normal", scale_embedding=True, data=(x, y))
     model = engine.model(2, "post", embedding_initializer="normal", scale_embedding=True)
     blocks, _, _ = tape_block_norms(model, x, y)
@@ -224,7 +226,7 @@ def test_engine_never_retraces(engine):
     assert before >= 1
     for depth, position in ((1, "post"), (4, "pre"), (3, "post"), (2, "pre")):
         engine.report(depth, position)
-    engine.report(2, "post", embedding_initializer="glorot_uniform", data=T.markov_tokens(9, 5, 11))
+    engine.report(2, "post", embedding_initializer="glorot_uniform", data=tmodels.markov_tokens(9, 5, 11))
     engine.report(2, "post", seed=3)
     assert engine.tracing_count() - before == 0
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import gradlab  # noqa: F401
-from gradlab.transformer import TransformerGradientEngine
-from gradlab.widgets.transformer import TransformerExplorer
+from gradlab.engines.transformer import TransformerGradientEngine
+from gradlab.widgets.transformer_explorer import TransformerExplorer
 
 tf = pytest.importorskip("tensorflow")
 import keras  # noqa: E402

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import gradlab as gl
-from gradlab.transformer import build_transformer, markov_tokens
+from gradlab.models.transformer import build_transformer, markov_tokens
 
 keras = pytest.importorskip("keras")
 

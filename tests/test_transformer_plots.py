@@ -7,8 +7,8 @@ import pytest
 
 import gradlab  # noqa: F401
 from gradlab.plots import transformer as P
-from gradlab.transformer import TransformerReport
-from gradlab.warmup import TrainingCurve
+from gradlab.reports.transformer import TransformerReport
+from gradlab.train.warmup import TrainingCurve
 
 
 def report(values, position="pre"):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import gradlab as gl
-from gradlab.transformer import build_transformer, markov_tokens
+from gradlab.models.transformer import build_transformer, markov_tokens
 
 tf = pytest.importorskip("tensorflow")
 import keras  # noqa: E402

@@ -1,4 +1,4 @@
-"""gradlab.warmup: Keras's warmup schedule, the Playbook's clip threshold, short Transformer runs."""
+"""gradlab.train.warmup: Keras's warmup schedule, the Playbook's clip threshold, short Transformer runs."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import gradlab  # noqa: F401
-from gradlab import warmup as W
-from gradlab.transformer import build_transformer
+from gradlab.models.transformer import build_transformer
+from gradlab.train import warmup as W
 
 tf = pytest.importorskip("tensorflow")
 import keras  # noqa: E402

@@ -35,7 +35,7 @@ def reference_signals(model, x, y) -> tuple[np.ndarray, np.ndarray]:
 
 @pytest.fixture(scope="module")
 def engine():
-    return gl.engine.MLPGradientEngine(max_depth=100)
+    return gl.engines.mlp.MLPGradientEngine(max_depth=100)
 
 
 def assert_true_norms(got, ref, what):
@@ -50,7 +50,7 @@ def assert_true_norms(got, ref, what):
 ])
 def test_engine_and_report_match_float64_reference(engine, activation, depth):
     x, y = engine.x, engine.y
-    model = gl.mlp.build_mlp(depth, activation=activation)
+    model = gl.models.mlp.build_mlp(depth, activation=activation)
     ref_signal, ref_weight = reference_signals(model, x, y)
     rep = gl.gradient_report(model, x, y)
     fast = engine.report(depth, activation)
@@ -69,7 +69,7 @@ def test_sigmoid_depth_50_has_no_false_zeros(engine):
     assert (rep.signal_norms > 0).all()
     assert 1e-34 < rep.signal_norms[0] < 1e-31
     # the float32 norm of the same gradient does underflow: that was the artifact
-    model = gl.mlp.build_mlp(50, activation="sigmoid")
+    model = gl.models.mlp.build_mlp(50, activation="sigmoid")
     dense = model.layers
     with tf.GradientTape() as tape:
         h = engine.x
@@ -96,7 +96,7 @@ def test_real_float32_underflow_is_reported_as_exact_zero(engine):
 
 def test_clipped_norms_are_true_norms(engine):
     rep = engine.report(50, "sigmoid", clip=("global_norm", 1e-3))
-    model = gl.mlp.build_mlp(50, activation="sigmoid")
+    model = gl.models.mlp.build_mlp(50, activation="sigmoid")
     ref = gl.gradient_report(model, engine.x, engine.y, clip=("global_norm", 1e-3))
     assert (rep.clipped_weight_norms > 0).all()
     np.testing.assert_allclose(rep.clipped_weight_norms, ref.clipped_weight_norms, rtol=1e-3)

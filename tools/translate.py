@@ -7,7 +7,7 @@
 
 ``update`` never loses a translation: a changed English cell keeps its Chinese text, gets
 ``stale: true`` and the old English under ``was`` (with the difference as a comment). Code in
-backticks renamed in the English (``gl.vjp`` -> ``gl.jacobians.vjp``) is renamed in the Chinese
+backticks renamed in the English (``gl.vjp`` -> ``gl.topics.jacobians.vjp``) is renamed in the Chinese
 too, and a cell whose English changed only in such code is current again; a new
 English cell gets an empty ``zh``; a translation whose English cell is gone moves to
 ``orphans:`` at the end of the file. Then edit the ``zh`` texts, delete ``stale``/``was``,

@@ -292,7 +292,7 @@ def carry_code_changes(e: Entry) -> list[tuple[str, str]]:
     """For a stale entry: apply the English's renamed code spans to ``zh``; return the renames.
 
     A span of the old English (``e.was``) that is gone from the new one (``e.en``) is replaced,
-    in the Chinese, by the most similar new span (``gl.vjp`` -> ``gl.jacobians.vjp``). When the
+    in the Chinese, by the most similar new span (``gl.vjp`` -> ``gl.topics.jacobians.vjp``). When the
     English changed in its code spans only, the entry is current again (``stale`` cleared):
     its prose was not touched, so neither is the translation's.
     """

@@ -55,7 +55,7 @@ print("TensorFlow", tf.__version__, "· Keras", keras.__version__)
 w = tf.constant(-0.5)
 with tf.GradientTape() as tape:
     tape.watch(w)              # w is a plain tensor, so we ask the tape to watch it
-    loss = gl.intro.toy_loss(w)      # (3w - 6)² / 9 + 0.5·sin(2w)
+    loss = gl.topics.intro.toy_loss(w)      # (3w - 6)² / 9 + 0.5·sin(2w)
 slope = tape.gradient(loss, w)
 print("loss :", round(float(loss), 4))
 print("dL/dw:", round(float(slope), 4))  # negative: the loss falls if w grows
@@ -68,7 +68,7 @@ print("dL/dw:", round(float(slope), 4))  # negative: the loss falls if w grows
 eta = 0.3
 w_next = w - eta * slope
 print("w after one step:", round(float(w_next), 4))
-print("loss after     :", round(float(gl.intro.toy_loss(w_next)), 4))  # smaller than before
+print("loss after     :", round(float(gl.topics.intro.toy_loss(w_next)), 4))  # smaller than before
 
 # %% [markdown]
 # ### Try it: drag the weight · 交互体验
@@ -107,8 +107,8 @@ step.snapshot()
 
 # %%
 for lr in [0.3, 1.0, 1.5]:
-    loss, slope, w_next = gl.intro.slope_and_step(0.0, lr)
-    print(f"lr {lr}: w 0 -> {w_next:.2f}, loss {loss:.3f} -> {float(gl.intro.toy_loss(w_next)):.3f}")
+    loss, slope, w_next = gl.topics.intro.slope_and_step(0.0, lr)
+    print(f"lr {lr}: w 0 -> {w_next:.2f}, loss {loss:.3f} -> {float(gl.topics.intro.toy_loss(w_next)):.3f}")
 
 # %% [markdown]
 # Too large a step is the one-weight version of *exploding* updates, which chapter 01

@@ -111,12 +111,12 @@ def layer_signals(model, x, y):
     return zs, tape.gradient(loss, zs)
 
 # %% [markdown]
-# Run it on a 6-layer sigmoid network from `gl.mlp.build_mlp` (Dense layers of width 64, Glorot
+# Run it on a 6-layer sigmoid network from `gl.models.mlp.build_mlp` (Dense layers of width 64, Glorot
 # initialization, one output unit) and a batch of 128 random examples:
 
 # %%
-model = gl.mlp.build_mlp(6, activation="sigmoid", initializer="glorot_uniform")
-x, y = gl.mlp.make_data(batch_size=128, input_dim=64, seed=0)
+model = gl.models.mlp.build_mlp(6, activation="sigmoid", initializer="glorot_uniform")
+x, y = gl.models.mlp.make_data(batch_size=128, input_dim=64, seed=0)
 zs, signals = layer_signals(model, x, y)
 signal_norms = [float(tf.norm(tf.cast(s, tf.float64))) for s in signals]
 print("signal norms, layer 1..6:", [f"{v:.3g}" for v in signal_norms])
@@ -167,7 +167,7 @@ print("geometric mean   :", f"{np.prod(factors) ** (1 / len(factors)):.4g}", "= 
 # layer after layer once it adds up to 10×. The borderline cases:
 
 # %%
-engine = gl.engine.MLPGradientEngine()   # fast reports for gl.mlp.build_mlp networks (width 64, batch 128)
+engine = gl.engines.mlp.MLPGradientEngine()   # fast reports for gl.models.mlp.build_mlp networks (width 64, batch 128)
 cases = [(2, "sigmoid", "glorot_uniform"), (3, "sigmoid", "glorot_uniform"), (5, "sigmoid", "glorot_uniform"),
          (3, "relu", "glorot_uniform"), (5, "tanh", "glorot_uniform"), (50, "tanh", "glorot_uniform"),
          (50, "sigmoid", "large_normal"), (50, "relu", "he_normal")]
@@ -188,7 +188,7 @@ for depth, act, init in cases:
 # derivatives are not typed in by hand, they come from `tf.GradientTape`:
 
 # %%
-z, curves = gl.mlp.activation_curves(["sigmoid", "tanh", "relu", "leaky_relu"])
+z, curves = gl.models.mlp.activation_curves(["sigmoid", "tanh", "relu", "leaky_relu"])
 for name, (f, df) in curves.items():
     print(f"{name:10s} max f'(z) = {df.max():.3f}   f'(-3) = {df[np.argmin(abs(z + 3))]:.3f}")
 gl.plots.plot_activations(z, curves)
@@ -210,7 +210,7 @@ gl.plots.plot_activations(z, curves)
 # **not zero**. Its float32 norm is zero, because every squared element flushes to 0:
 
 # %%
-deep = gl.mlp.build_mlp(50, activation="sigmoid", initializer="glorot_uniform")
+deep = gl.models.mlp.build_mlp(50, activation="sigmoid", initializer="glorot_uniform")
 _, deep_signals = layer_signals(deep, x, y)
 d1 = deep_signals[0]
 print("layer 1: non-zero elements", int(tf.math.count_nonzero(d1)), "of", d1.shape.num_elements(),
@@ -241,7 +241,7 @@ for depth in (50, 54, 56, 57, 58, 60, 70, 80):
 # %% [markdown]
 # ## See it: the GradientExplorer · 交互探索
 #
-# The explorer builds the same network as `gl.mlp.build_mlp` (width 64, batch 128) and plots, for
+# The explorer builds the same network as `gl.models.mlp.build_mlp` (width 64, batch 128) and plots, for
 # every hidden layer, input side on the left, on a **logarithmic** y-axis (each grid step is a
 # factor of 10):
 #
@@ -322,7 +322,7 @@ lab.snapshot()
 # [optional part](#Going-further-·-深入（选读）) measures others). He et al. (2015)
 # take $2/\text{fan\_in}$ for ReLU, because ReLU zeroes half the units: $\mathbb{E}[f'(z)^2] = 1/2$.
 #
-# `gl.engine.predicted_gain` evaluates the backward formula with the sampled weights and the
+# `gl.engines.mlp.predicted_gain` evaluates the backward formula with the sampled weights and the
 # measured $\mathbb{E}[f'(z)^2]$, and compares with the measured gain:
 
 # %%
@@ -331,7 +331,7 @@ for act, init in [("sigmoid", "glorot_uniform"), ("tanh", "glorot_uniform"), ("r
                   ("relu", "he_normal"), ("selu", "lecun_normal"), ("linear", "orthogonal"),
                   ("tanh", "large_normal")]:
     r = engine.report(30, act, init)
-    predicted, measured = gl.engine.predicted_gain(r, engine, act, init)
+    predicted, measured = gl.engines.mlp.predicted_gain(r, engine, act, init)
     print(f"{act:10s} {init:15s} {predicted:9.3f} {measured:9.3f}  {r.status}")
 
 # %% [markdown]
@@ -436,15 +436,15 @@ print("clip_by_global_norm:", [t.numpy() for t in tf.clip_by_global_norm([g, tf.
 # ### Monitor every layer during training
 #
 # The most useful detector is the cheapest one: record each layer's gradient norm while
-# training. `gl.training.train_mlp` does that for a stack of Dense layers, with the same tape as
+# training. `gl.train.steps.train_mlp` does that for a stack of Dense layers, with the same tape as
 # `layer_signals` above. Train a 12-layer sigmoid
 # network for 40 steps and look at all layers at once:
 
 # %%
-xs, ys = gl.mlp.make_data(batch_size=256, input_dim=16, seed=1)
+xs, ys = gl.models.mlp.make_data(batch_size=256, input_dim=16, seed=1)
 ys = tf.reduce_sum(xs[:, :4], axis=1, keepdims=True)  # a target the network can learn
-deep_sigmoid = gl.mlp.build_mlp(12, width=32, activation="sigmoid", input_dim=16, seed=0)
-hist = gl.training.train_mlp(deep_sigmoid, xs, ys, optimizer=keras.optimizers.SGD(0.1), steps=40)
+deep_sigmoid = gl.models.mlp.build_mlp(12, width=32, activation="sigmoid", input_dim=16, seed=0)
+hist = gl.train.steps.train_mlp(deep_sigmoid, xs, ys, optimizer=keras.optimizers.SGD(0.1), steps=40)
 print("status at the first and last step:", hist.statuses[0], "→", hist.statuses[-1])
 print("loss first → last:", f"{hist.losses[0]:.3f} → {hist.losses[-1]:.3f}",
       "· variance of the target:", f"{float(tf.math.reduce_variance(ys)):.3f}")
@@ -558,11 +558,11 @@ lab.snapshot()
 
 # %%
 def fresh_model():
-    return gl.mlp.build_mlp(8, width=32, activation="relu", initializer="he_normal", input_dim=16, seed=0)
+    return gl.models.mlp.build_mlp(8, width=32, activation="relu", initializer="he_normal", input_dim=16, seed=0)
 
 
-hist_plain = gl.training.train_mlp(fresh_model(), xs, ys, optimizer=keras.optimizers.SGD(0.2), steps=80)
-hist_clip = gl.training.train_mlp(fresh_model(), xs, ys, optimizer=keras.optimizers.SGD(0.2), steps=80,
+hist_plain = gl.train.steps.train_mlp(fresh_model(), xs, ys, optimizer=keras.optimizers.SGD(0.2), steps=80)
+hist_clip = gl.train.steps.train_mlp(fresh_model(), xs, ys, optimizer=keras.optimizers.SGD(0.2), steps=80,
                          clip=("global_norm", 1.0))
 
 # %%
@@ -633,7 +633,7 @@ for name, act in [("relu", tf.nn.relu), ("LeakyReLU(negative_slope=0.1)", keras.
 
 # %%
 def shifted_network(activation):
-    m = gl.mlp.build_mlp(10, activation=activation, initializer="he_normal")
+    m = gl.models.mlp.build_mlp(10, activation=activation, initializer="he_normal")
     for layer in m.layers[:-1]:
         layer.bias.assign(tf.fill(layer.bias.shape, -1.5))   # push units into the negative side
     return m
@@ -696,7 +696,7 @@ for act in ["relu", "leaky_relu"]:
 # the 6-layer sigmoid network of the core path, against the tape:
 
 # %%
-six = gl.mlp.build_mlp(6, activation="sigmoid", initializer="glorot_uniform")
+six = gl.models.mlp.build_mlp(6, activation="sigmoid", initializer="glorot_uniform")
 zs6, signals6 = layer_signals(six, x, y)
 s5 = tf.sigmoid(zs6[4])
 by_hand = (signals6[5] @ tf.transpose(six.layers[5].kernel)) * s5 * (1 - s5)   # (δ6 W6ᵀ) ⊙ σ'(z5)
@@ -810,7 +810,7 @@ formulas = {
     "orthogonal": np.sqrt(1 / fan_in),
 }
 for name, expected in formulas.items():
-    kernel = gl.mlp.make_initializer(name, seed=0)((fan_in, fan_out))
+    kernel = gl.models.mlp.make_initializer(name, seed=0)((fan_in, fan_out))
     print(f"{name:15s} sampled std {float(tf.math.reduce_std(kernel)):.4f}   formula {expected:.4f}")
 
 # %% [markdown]
@@ -938,7 +938,7 @@ for mode in ("fan_in", "fan_out"):
     stack = keras.Sequential([keras.Input((64,))] + [
         keras.layers.Dense(w, activation="relu",
                            kernel_initializer=keras.initializers.VarianceScaling(2.0, mode=mode, seed=i))
-        for i, w in enumerate(widths)] + [keras.layers.Dense(1, kernel_initializer=gl.mlp.make_initializer("glorot_uniform", 99))])
+        for i, w in enumerate(widths)] + [keras.layers.Dense(1, kernel_initializer=gl.models.mlp.make_initializer("glorot_uniform", 99))])
     r = gl.gradient_report(stack, x, y)
     rms = r.signal_norms / np.sqrt(128 * np.array(widths))   # per element: comparable across widths
     print(f"He with {mode:7s}: forward std layer 20 / layer 1 {r.activation_stds[-1] / r.activation_stds[0]:.2f}"
@@ -1038,7 +1038,7 @@ gl.plots.plot_losses({"Adam": plain, "Adam + global_clipnorm=1": with_clip}, yla
 
 # %%
 def kernel_moves(optimizer, clip, steps=20):
-    net = gl.mlp.build_mlp(10, activation="sigmoid", initializer="glorot_uniform")
+    net = gl.models.mlp.build_mlp(10, activation="sigmoid", initializer="glorot_uniform")
     start = [k.numpy().copy() for k in net.trainable_variables]
 
     @tf.function
@@ -1087,7 +1087,7 @@ print("relu + small_normal: layers whose signal is exactly 0:", int(np.sum(r.sig
 # %%
 r = engine.report(50, "sigmoid", "large_normal")
 print("sigmoid + large_normal, predicted / measured gain per layer:",
-      " / ".join(f"{v:.3f}" for v in gl.engine.predicted_gain(r, engine, "sigmoid", "large_normal")))
+      " / ".join(f"{v:.3f}" for v in gl.engines.mlp.predicted_gain(r, engine, "sigmoid", "large_normal")))
 
 # %% [markdown]
 # sigmoid with large weights loses about 11 % per layer, far less than with Glorot (a gain of

@@ -81,11 +81,11 @@ print("gradient shape:", tape.gradient(target, w).shape)  # (2, 3), like w
 # which element of `y` moved. When you need it, you need the **Jacobian**: one row per
 # element of the target, one column per element of the source.
 #
-# The three tape methods give three different answers. `gl.jacobians.shape_table()` calls each one on
+# The three tape methods give three different answers. `gl.topics.jacobians.shape_table()` calls each one on
 # a grid of target and source shapes and reports what really came back:
 
 # %%
-print(gl.jacobians.format_shape_table(gl.jacobians.shape_table()))
+print(gl.topics.jacobians.format_shape_table(gl.topics.jacobians.shape_table()))
 
 # %% [markdown]
 # Read it column by column:
@@ -156,7 +156,7 @@ print(tape.jacobian(y, x).numpy())  # diag(2x) = diag([2, 4, 6])
 # %%
 layer = tf.keras.layers.Dense(3, activation="tanh", kernel_initializer=tf.keras.initializers.GlorotUniform(seed=1))
 xb = tf.random.stateless_normal([4, 5], seed=[0, 1])
-full = gl.jacobians.jacobian(layer, xb)
+full = gl.topics.jacobians.jacobian(layer, xb)
 print("full Jacobian shape:", full.shape)  # (4, 3, 4, 5)
 
 # %%
@@ -168,9 +168,9 @@ gl.plots.plot_jacobian(full, title="Dense(3, tanh) on a batch of 4")
 # zeros anyway. `tape.batch_jacobian` computes only the diagonal blocks:
 
 # %%
-bj = gl.jacobians.batch_jacobian(layer, xb)
+bj = gl.topics.jacobians.batch_jacobian(layer, xb)
 print("batch_jacobian shape:", bj.shape)  # (4, 3, 5)
-print("equals the diagonal blocks:", np.allclose(bj, gl.jacobians.diagonal_blocks(full), atol=1e-6))  # True
+print("equals the diagonal blocks:", np.allclose(bj, gl.topics.jacobians.diagonal_blocks(full), atol=1e-6))  # True
 
 # %% [markdown]
 # How does it get them so cheaply? For output unit $j$ it differentiates
@@ -188,9 +188,9 @@ def center(x):
 
 
 xc = tf.reshape(tf.range(12, dtype=tf.float32), [4, 3])
-full_c = gl.jacobians.jacobian(center, xc)
-true_blocks = gl.jacobians.diagonal_blocks(full_c)
-bj_c = gl.jacobians.batch_jacobian(center, xc)
+full_c = gl.topics.jacobians.jacobian(center, xc)
+true_blocks = gl.topics.jacobians.diagonal_blocks(full_c)
+bj_c = gl.topics.jacobians.batch_jacobian(center, xc)
 print("true block of example 0:\n", true_blocks[0])  # (1 - 1/4) * I = 0.75 * I
 print("batch_jacobian's block 0:\n", bj_c[0])  # all zeros: wrong
 print("largest error:", np.abs(bj_c - true_blocks).max())  # 0.75
@@ -210,8 +210,8 @@ gl.plots.plot_block_diagonals(full_c, {"true diagonal blocks": true_blocks, "bat
 # check on a small batch that the cross-example entries are zero:
 
 # %%
-print("Dense layer, largest cross-example entry:", gl.jacobians.cross_example_max(full))  # 0.0: safe
-print("centering,   largest cross-example entry:", gl.jacobians.cross_example_max(full_c))  # 0.25: unsafe
+print("Dense layer, largest cross-example entry:", gl.topics.jacobians.cross_example_max(full))  # 0.0: safe
+print("centering,   largest cross-example entry:", gl.topics.jacobians.cross_example_max(full_c))  # 0.25: unsafe
 
 # %% [markdown]
 # ## Use persistent tapes with care · persistent=True 与 del tape
@@ -465,7 +465,7 @@ print("x shape:", x.shape, " 'gradient' shape:", g.shape)  # (3,) vs (3, 3)
 
 # %% [markdown]
 # So "the gradient has the source's shape" holds only when `output_gradients` has the
-# target's exact shape. Check `v.shape == y.shape` yourself (`gl.jacobians.vjp` does).
+# target's exact shape. Check `v.shape == y.shape` yourself (`gl.topics.jacobians.vjp` does).
 #
 # **`Shape (3,) must have rank at least 2`**: `batch_jacobian` needs a batch axis on both
 # sides:
@@ -508,7 +508,7 @@ with tf.GradientTape() as tape:
     tape.watch(x3)
     y = f(x3)
 vjp = tape.gradient(y, x3, output_gradients=v)
-J = gl.jacobians.jacobian(f, x3)
+J = gl.topics.jacobians.jacobian(f, x3)
 print("J shape:", J.shape)  # (2, 3): 2 outputs, 3 inputs
 print("output_gradients=v:", np.round(vjp.numpy(), 4))
 print("J.T @ v:           ", np.round(J.T @ v.numpy(), 4))  # the same
@@ -536,7 +536,7 @@ print("J @ u:                 ", np.round(J @ u.numpy(), 4))  # the same
 # %% [markdown]
 # ### Forward vs reverse mode, measured
 #
-# `gl.jacobians.vjp(f, x, v)` and `gl.jacobians.jvp(f, x, u)` wrap both. Which one builds a full Jacobian faster?
+# `gl.topics.jacobians.vjp(f, x, v)` and `gl.topics.jacobians.jvp(f, x, u)` wrap both. Which one builds a full Jacobian faster?
 # Reverse mode needs one pass per output, forward mode one pass per input. So for a function
 # with **many inputs and few outputs** (a loss: millions of weights, one number) reverse mode
 # should win, and for **few inputs and many outputs** forward mode should. The next cell
@@ -547,7 +547,7 @@ print("J @ u:                 ", np.round(J @ u.numpy(), 4))  # the same
 # is tested.
 
 # %% tags=["nbval-ignore-output"]
-timing = gl.jacobian_timing.time_forward_reverse(sizes=(4, 16, 64, 256, 1024), fixed=4)
+timing = gl.topics.jacobian_timing.time_forward_reverse(sizes=(4, 16, 64, 256, 1024), fixed=4)
 gl.plots.plot_forward_reverse(timing)
 
 # %% [markdown]
@@ -628,13 +628,13 @@ del tape
 print("shape:", j_pfor.shape, " same as the loop:", np.allclose(j_pfor, j_loop))  # (9, 4) True
 
 # %% [markdown]
-# `gl.jacobians.pfor_fallbacks(f, x)` computes the same Jacobian with TensorFlow's logger at DEBUG
+# `gl.topics.jacobians.pfor_fallbacks(f, x)` computes the same Jacobian with TensorFlow's logger at DEBUG
 # level, collected into a list instead of the screen, and returns the fallback messages:
 
 # %%
-_, fallbacks = gl.jacobians.pfor_fallbacks(upscale, v4)
+_, fallbacks = gl.topics.jacobians.pfor_fallbacks(upscale, v4)
 print(fallbacks)  # the op that fell back to a while_loop
-_, fallbacks = gl.jacobians.pfor_fallbacks(f, x3)
+_, fallbacks = gl.topics.jacobians.pfor_fallbacks(f, x3)
 print(fallbacks)  # [] for tanh(W x): fully vectorised
 
 # %% [markdown]
@@ -643,7 +643,7 @@ print(fallbacks)  # [] for tanh(W x): fully vectorised
 # while_loop, inside a `tf.function` and eagerly (machine-dependent, so not compared):
 
 # %% tags=["nbval-ignore-output"]
-pfor_timing = gl.jacobian_timing.time_pfor_vs_loop(sizes=(16, 64, 256), repeats=5)
+pfor_timing = gl.topics.jacobian_timing.time_pfor_vs_loop(sizes=(16, 64, 256), repeats=5)
 print("n:                         ", pfor_timing.sizes)
 print("eager, pfor, ms:           ", np.round(1e3 * pfor_timing.eager["pfor"], 2))
 print("eager, while_loop, ms:     ", np.round(1e3 * pfor_timing.eager["while_loop"], 2))
@@ -723,7 +723,7 @@ print("Hv by forward over reverse:", acc.jvp(g).numpy())  # A @ v = [ 4.  8. -6.
 print("H @ v:                     ", (H.numpy() @ vq.numpy()))
 
 # %% [markdown]
-# `gl.jacobians.hessian(f, x)` and `gl.jacobians.hvp(f, x, v)` wrap both; `gl.jacobians.hvp(..., method="reverse_over_reverse")`
+# `gl.topics.jacobians.hessian(f, x)` and `gl.topics.jacobians.hvp(f, x, v)` wrap both; `gl.topics.jacobians.hvp(..., method="reverse_over_reverse")`
 # instead differentiates $g \cdot v$ with an outer tape, which gives the same vector.
 
 # %%
@@ -731,8 +731,8 @@ def quad(x):
     return 0.5 * tf.tensordot(x, tf.linalg.matvec(A, x), 1)
 
 
-print("forward over reverse:", gl.jacobians.hvp(quad, xq, vq))  # [ 4.  8. -6.]
-print("reverse over reverse:", gl.jacobians.hvp(quad, xq, vq, method="reverse_over_reverse"))  # the same
+print("forward over reverse:", gl.topics.jacobians.hvp(quad, xq, vq))  # [ 4.  8. -6.]
+print("reverse over reverse:", gl.topics.jacobians.hvp(quad, xq, vq, method="reverse_over_reverse"))  # the same
 
 # %% [markdown]
 # How much does an HVP cost? A rule of thumb says "about two gradients": forward over
@@ -744,7 +744,7 @@ print("reverse over reverse:", gl.jacobians.hvp(quad, xq, vq, method="reverse_ov
 # median over rounds; machine-dependent, so not compared):
 
 # %% tags=["nbval-ignore-output"]
-hvp_timing = gl.jacobian_timing.time_gradient_vs_hvp(n=256, repeats=30)
+hvp_timing = gl.topics.jacobian_timing.time_gradient_vs_hvp(n=256, repeats=30)
 for name, ratio in hvp_timing.relative().items():
     print(f"{name:26s} {ratio:5.2f} × the gradient's time")
 
@@ -905,7 +905,7 @@ print(ch02.check_jacobian_row(row_1, f, x3))
 # %% [markdown]
 # **4. Is `batch_jacobian` safe here?** Read the function `layer_norm` below: which axis
 # do its mean and variance run over? Decide whether `batch_jacobian` gives the right blocks
-# for it (`True` or `False`), then confirm with `gl.jacobians.cross_example_max`.
+# for it (`True` or `False`), then confirm with `gl.topics.jacobians.cross_example_max`.
 
 # %%
 def layer_norm(x):
@@ -959,5 +959,5 @@ print(ch02.check_jacobian_row(row_1, f, x3))
 
 # %% tags=["solution"]
 print("largest cross-example entry:",
-      gl.jacobians.cross_example_max(gl.jacobians.jacobian(layer_norm, tf.random.stateless_normal([3, 4], seed=[0, 2]))))  # 0.0
+      gl.topics.jacobians.cross_example_max(gl.topics.jacobians.jacobian(layer_norm, tf.random.stateless_normal([3, 4], seed=[0, 2]))))  # 0.0
 print(ch02.check_batch_jacobian_safe(True, layer_norm))

@@ -196,7 +196,7 @@ print("modes:", list(steps))
 
 # %% tags=["nbval-ignore-output"]
 timings = [gl.time_step(fn, (x32, y32), warmup=5, repeats=50, name=name) for name, fn in steps.items()]
-print(gl.tracing.format_timings(timings))
+print(gl.topics.tracing.format_timings(timings))
 
 # %%
 gl.plots.plot_step_times(timings)
@@ -234,7 +234,7 @@ steps_big = {
 }
 timings_big = [gl.time_step(fn, (x4096, y4096), warmup=2, repeats=15, name=name)
                for name, fn in steps_big.items()]
-print(gl.tracing.format_timings(timings_big))
+print(gl.topics.tracing.format_timings(timings_big))
 
 # %% [markdown]
 # The speed-up shrinks. How far depends on the machine and on what else runs on it: on a
@@ -358,7 +358,7 @@ print("\n".join(relaxed.log))
 try:
     with_signature(tf.ones([2, 2]), tf.constant(1.0))
 except TypeError as err:
-    print(gl.tracing.error_summary(err).split(" Received args")[0])
+    print(gl.topics.tracing.error_summary(err).split(" Received args")[0])
 print("input_signature :", with_signature)  # 5 calls, still 1 trace
 
 # %% [markdown]
@@ -508,7 +508,7 @@ print("fresh function:", predict(ones).numpy())  # [[0.]]
 # traced a **second** time straight away, to get a graph that only uses them. The function
 # below creates a new variable each time its Python body runs, so that second trace creates
 # another one, and the very first call already fails. (We catch the error and print it
-# with `gl.tracing.error_summary`, which keeps the line that matters.)
+# with `gl.topics.tracing.error_summary`, which keeps the line that matters.)
 
 # %%
 @tf.function
@@ -520,7 +520,7 @@ def make_and_use(x):
 try:
     make_and_use(tf.constant(2.0))
 except ValueError as err:
-    print(gl.tracing.error_summary(err))
+    print(gl.topics.tracing.error_summary(err))
 
 # %% [markdown]
 # An optimizer holds variables too (its iteration count, momentum slots), so creating one
@@ -542,7 +542,7 @@ def step_with_new_optimizer(x):
 try:
     step_with_new_optimizer(tf.constant(2.0))
 except ValueError as err:
-    print(gl.tracing.error_summary(err))
+    print(gl.topics.tracing.error_summary(err))
 
 # %% [markdown]
 # Fix: create models, optimizers and variables **outside** the function, once, and build
@@ -561,7 +561,7 @@ print("traces:", dense_fn.experimental_get_tracing_count(), " weights:", len(bui
 try:
     dense_fn(tf.ones([2, 5]))  # 5 features, but the kernel is 4 x 3
 except ValueError as err:
-    print(gl.tracing.error_summary(err))
+    print(gl.topics.tracing.error_summary(err))
 
 # %% [markdown]
 # ### Python side effects run only while tracing
@@ -625,7 +625,7 @@ for checked in numerics_checks:
     try:
         tf.function(checked)(zero_and_one)
     except tf.errors.InvalidArgumentError as err:
-        print(f"{checked.__name__:24s}", gl.tracing.error_summary(err))
+        print(f"{checked.__name__:24s}", gl.topics.tracing.error_summary(err))
 
 # %% [markdown]
 # Now the same three functions with `jit_compile=True`:
@@ -807,7 +807,7 @@ net = keras.Sequential([
     keras.layers.Dense(1, name="output"),
 ])
 step = gl.make_train_step(net, keras.optimizers.SGD(0.05), clip_global_norm=5.0)
-print("layers:", gl.training.layer_names(net))
+print("layers:", gl.train.steps.layer_names(net))
 
 # %%
 for i in range(60):
@@ -955,7 +955,7 @@ gl.plots.plot_grad_norm_history(probe_logger.history, steps=probe_logger.steps, 
 # - `tf.config.run_functions_eagerly(True)` is for debugging only.
 
 # %% tags=["nbval-ignore-output"]
-print(gl.tracing.format_timings(timings))  # this machine, batch of 32, from the timing section
+print(gl.topics.tracing.format_timings(timings))  # this machine, batch of 32, from the timing section
 
 # %%
 print("source train_step, 610 calls:", train_step.experimental_get_tracing_count(), "traces")  # 2

@@ -118,7 +118,7 @@ gl.setup(seed=0)
 #   off-diagonal blocks (one example's outputs against another example's inputs) are all 0
 #   when the examples are independent; more outputs than you need.
 # - **Check:** count the entries, (number of outputs) × (number of inputs);
-#   `gl.jacobians.cross_example_max` shows whether the off-diagonal blocks are 0.
+#   `gl.topics.jacobians.cross_example_max` shows whether the off-diagonal blocks are 0.
 # - **Fix:** `tape.jacobian` in one call, `batch_jacobian` for independent examples, a
 #   vector-Jacobian product (VJP) instead of the whole matrix.
 # - **See:** [02 · Jacobians](02-jacobians.ipynb#Build-a-Jacobian-·-示例：计算Jacobian矩阵),
@@ -159,8 +159,8 @@ gl.setup(seed=0)
 # with a fix. Here is chapter 01's first network, six sigmoid layers:
 
 # %%
-model = gl.mlp.build_mlp(6, activation="sigmoid", initializer="glorot_uniform")
-x, y = gl.mlp.make_data(batch_size=128, input_dim=64, seed=0)
+model = gl.models.mlp.build_mlp(6, activation="sigmoid", initializer="glorot_uniform")
+x, y = gl.models.mlp.make_data(batch_size=128, input_dim=64, seed=0)
 report = gl.inspect_training_step(model, x, y)
 report
 
@@ -182,7 +182,7 @@ print("problem kinds:", report.problem_kinds)
 # initializer, not a learning rate:
 
 # %%
-overflowing = gl.mlp.build_mlp(60, activation="linear", initializer="large_normal")
+overflowing = gl.models.mlp.build_mlp(60, activation="linear", initializer="large_normal")
 nan_report = gl.inspect_training_step(overflowing, x, y)
 print(nan_report.summary())
 print("first layer with NaN/inf output:", nan_report.first_nonfinite_layer)
@@ -370,7 +370,7 @@ lstm_report
 #   layer where they appear, per-layer signal and gradient norms with the vanishing/exploding
 #   diagnosis, `None` gradients by variable, and the tracing count of a `tf.function` step.
 # - `gl.train_steps` trains any Keras model for a few steps and stops at the first non-finite
-#   step; `gl.checks.check_trains` turns "it trains" into a self-check: the final loss (the mean of
+#   step; `gl.exercises.checks.check_trains` turns "it trains" into a self-check: the final loss (the mean of
 #   the last 10 steps) must be below the target, and `require_variables=` keeps a layer from
 #   being deleted instead of repaired.
 # - Clipping bounds a step; it does not repair NaN, vanishing gradients or a wrong learning
@@ -463,7 +463,7 @@ gl.plots.plot_losses({"broken setup": broken_run.losses}, target=0.1)
 #
 # "Falls below" means the **final** loss, the mean of the last 10 steps: a loss that dips
 # below 0.1 once and climbs back does not count. Any Keras optimizer is allowed, plain SGD,
-# SGD with momentum or Adam. `ch04.check_capstone` checks all of this (with `gl.checks.check_trains`)
+# SGD with momentum or Adam. `ch04.check_capstone` checks all of this (with `gl.exercises.checks.check_trains`)
 # and says which condition fails, and when the loss ends too high, whether the steps were too
 # short or too long. Work through the hints; the worked solution is in
 # [Solutions](#Solutions) at the end.
@@ -585,7 +585,7 @@ print("problems left :", step1.problem_kinds)  # ('vanishing',)
 
 # %% tags=["solution"]
 engine = capstone_explorer.engine
-for init in gl.mlp.INITIALIZERS:
+for init in gl.models.mlp.INITIALIZERS:
     r = engine.report(8, "sigmoid", init)
     print(f"{init:16s} {r.status:9s} gain per layer {r.gain:.3g}")
 

@@ -27,12 +27,12 @@ import gradlab as gl  # noqa: I001  (first: it imports TensorFlow quietly)
 import keras
 import numpy as np
 import tensorflow as tf
-from gradlab import presets
+from gradlab.engines import presets
 from gradlab.exercises import ch05
 
 gl.setup(seed=0)
 np.set_printoptions(precision=3)
-engine = gl.engine.MLPGradientEngine()  # one engine for every cell and the explorer: each mode traces once
+engine = gl.engines.mlp.MLPGradientEngine()  # one engine for every cell and the explorer: each mode traces once
 
 # %% [markdown]
 # ## Skip connections keep the gain near 1 · 残差连接
@@ -70,7 +70,7 @@ print(f"plain   : layer 1 {plain[0]:.3g}, layer 50 {plain[-1]:.3g}, ratio {plain
 print(f"residual: layer 1 {skip[0]:.3g}, layer 50 {skip[-1]:.3g}, ratio {skip[0] / skip[-1]:.3g}")
 
 # %% [markdown]
-# The same numbers from the explorer's engine, which packages this measurement (and `gl.mlp.build_mlp(...,
+# The same numbers from the explorer's engine, which packages this measurement (and `gl.models.mlp.build_mlp(...,
 # residual=True)` builds the same network as a Keras model):
 
 # %%
@@ -91,7 +91,7 @@ blowup = engine.report(100, "relu", "he_normal", residual=True)
 stds = blowup.activation_stds
 print("forward std of h at layers 1, 10, 50, 100:", [f"{stds[i]:.3g}" for i in (0, 9, 49, 99)])
 print(f"std² at layer 100: {stds[-1] ** 2:.3g}  (float32 max {float(np.finfo(np.float32).max):.3g})")
-print(f"loss: {blowup.loss}; {gl.verdict.status_word(blowup.status)}: "
+print(f"loss: {blowup.loss}; {gl.reports.verdict.status_word(blowup.status)}: "
       f"{int(np.sum(~np.isfinite(blowup.signal_norms)))} layers with a NaN/inf signal")
 sig = blowup.signal_norms
 bad = np.flatnonzero(~np.isfinite(sig)) + 1
@@ -196,7 +196,7 @@ for norm in ("layer", "batch"):
 # %%
 for norm in ("none", "batch", "layer"):
     r = engine.report(50, "sigmoid", "glorot_uniform", norm=norm)
-    print(f"norm={norm:<5}: ratio {r.ratio:.3g}, gain {r.gain:.3g} per layer → {gl.verdict.status_word(r.status)}")
+    print(f"norm={norm:<5}: ratio {r.ratio:.3g}, gain {r.gain:.3g} per layer → {gl.reports.verdict.status_word(r.status)}")
 s = engine.report(50, "sigmoid", "glorot_uniform", norm="batch").signal_norms
 print(f"batch norm signal: layer 1 {s[0]:.3g}, layer 2 {s[1]:.3g}, layer 50 {s[-1]:.3g}")
 
@@ -214,11 +214,11 @@ print(f"batch norm signal: layer 1 {s[0]:.3g}, layer 2 {s[1]:.3g}, layer 50 {s[-
 # $\sqrt{E[f'^2]/E[f^2]} \approx 0.39$.
 
 # %%
-ef, vf, d2 = gl.engine.gaussian_moments("sigmoid", 1.0)  # E f, Var f, E f'² for z ~ N(0, 1)
+ef, vf, d2 = gl.engines.mlp.gaussian_moments("sigmoid", 1.0)  # E f, Var f, E f'² for z ~ N(0, 1)
 print(f"sigmoid: E f = {ef:.3f}, Var f = {vf:.4f}, E f'^2 = {d2:.4f}")
 print(f"batch-norm gain sqrt(E f'^2 / Var f) = {np.sqrt(d2 / vf):.3f}")
 print(f"layer-norm gain sqrt(E f'^2 / E f^2) = {np.sqrt(d2 / (vf + ef**2)):.3f}")
-ef_t, vf_t, d2_t = gl.engine.gaussian_moments("tanh", 1.0)
+ef_t, vf_t, d2_t = gl.engines.mlp.gaussian_moments("tanh", 1.0)
 print(f"tanh: layer-norm gain sqrt(E f'^2 / E f^2) = {np.sqrt(d2_t / (vf_t + ef_t**2)):.3f}")
 
 # %% [markdown]
@@ -257,11 +257,11 @@ print("moving mean after one training call:", np.round(bn.moving_mean.numpy(), 3
 two = tf.random.stateless_normal([2, 6], seed=[1, 2])
 print("batch of 2, normalized:\n", np.round(keras.layers.BatchNormalization()(two, training=True).numpy(), 3))
 for batch_size in (2, 8, 128):
-    small = gl.engine.MLPGradientEngine(batch_size=batch_size, max_depth=50)
+    small = gl.engines.mlp.MLPGradientEngine(batch_size=batch_size, max_depth=50)
     cells = []
     for norm in ("batch", "layer"):
         r = small.report(50, "tanh", "glorot_uniform", norm=norm)
-        cells.append(f"{norm} norm: ratio {r.ratio:.3g} ({gl.verdict.status_word(r.status)})")
+        cells.append(f"{norm} norm: ratio {r.ratio:.3g} ({gl.reports.verdict.status_word(r.status)})")
     print(f"batch {batch_size:>3}: " + "; ".join(cells))
 
 # %% [markdown]
@@ -312,14 +312,14 @@ for depth, scale in [(16, 2**15), (17, 2**15), (14, 2**24)]:
     s = r.signal_norms
     print(f"depth {depth}, scale 2^{int(np.log2(scale))}: zero layers {int(np.sum(s == 0))}, "
           f"inf layers {int(np.sum(np.isinf(s)))}, NaN layers {int(np.sum(np.isnan(s)))}, "
-          f"status {gl.verdict.status_word(r.status)}")
+          f"status {gl.reports.verdict.status_word(r.status)}")
 
 # %% [markdown]
 # ### In Keras 3
 #
 # `keras.mixed_precision.set_global_policy("mixed_float16")` makes every new layer compute in
 # float16 and keep float32 variables. Keep the output layer in float32 (`dtype="float32"`,
-# which `gl.mlp.build_mlp` does under a mixed policy), so the loss is computed in float32.
+# which `gl.models.mlp.build_mlp` does under a mixed policy), so the loss is computed in float32.
 # `compile` wraps the optimizer in a `LossScaleOptimizer` by itself when the model was built
 # under `mixed_float16` (the model keeps the policy it was built with), and `fit` then scales the
 # loss; in a custom loop, wrap the optimizer in a
@@ -332,7 +332,7 @@ for depth, scale in [(16, 2**15), (17, 2**15), (14, 2**24)]:
 # %%
 keras.mixed_precision.set_global_policy("mixed_float16")
 try:
-    model = gl.mlp.build_mlp(14, activation="sigmoid")
+    model = gl.models.mlp.build_mlp(14, activation="sigmoid")
     optimizer = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.1))
 finally:
     keras.mixed_precision.set_global_policy("float32")  # every later layer is float32 again
@@ -341,7 +341,7 @@ print("output layer:", model.layers[-1].compute_dtype)
 print("scale_loss:", hasattr(optimizer, "scale_loss"), "· get_scaled_loss:", hasattr(optimizer, "get_scaled_loss"),
       "· get_unscaled_gradients:", hasattr(optimizer, "get_unscaled_gradients"))
 print("initial loss scale:", optimizer.initial_scale)  # 2^15 = 32768
-fit_model = gl.mlp.build_mlp(3, activation="sigmoid")  # built under float32: compile does not wrap
+fit_model = gl.models.mlp.build_mlp(3, activation="sigmoid")  # built under float32: compile does not wrap
 model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
 fit_model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
 print("compile under mixed_float16:", type(model.optimizer).__name__, "· under float32:", type(fit_model.optimizer).__name__)
@@ -389,7 +389,7 @@ print("after a finite one   :", v.numpy(), "· steps", int(demo.iterations), "·
 # is the sum of the untouched copy and the branch's share, and the recursion adds their
 # *variances*: $\lVert\partial L/\partial h_{l-1}\rVert^2 \approx (1 + g_l^2)\,\lVert\partial L/\partial h_l\rVert^2$,
 # a factor $\sqrt{1 + g^2}$ per layer, not $1 + g$ (the two parts are uncorrelated at
-# initialization). `gl.engine.predicted_signal` (with `gl.engine.gaussian_moments`) evaluates this with Gaussian quadrature, anchored at
+# initialization). `gl.engines.mlp.predicted_signal` (with `gl.engines.mlp.gaussian_moments`) evaluates this with Gaussian quadrature, anchored at
 # the measured last layer. It returns `None` in float16 and bfloat16 (the recursion is about real
 # numbers; rounding and underflow are what those modes show) and when there is nothing finite
 # to anchor to.
@@ -556,7 +556,7 @@ print(f"singular values of the 100-layer Jacobian (one example): largest {sv.max
 # are fixed, the backward gain is slightly above 1.
 
 # %%
-selu_d2 = gl.engine.gaussian_moments("selu", 1.0)[2]  # E[f'(z)^2] for z ~ N(0, 1)
+selu_d2 = gl.engines.mlp.gaussian_moments("selu", 1.0)[2]  # E[f'(z)^2] for z ~ N(0, 1)
 selu_run = engine.report(100, "selu", "lecun_normal")
 print(f"E[selu'(z)^2] = {selu_d2:.4f}; predicted gain sqrt = {np.sqrt(selu_d2):.4f} per layer, "
       f"^99 = {np.sqrt(selu_d2) ** 99:.3g}")

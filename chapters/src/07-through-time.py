@@ -85,24 +85,24 @@ print("largest difference to the tape:", "< 1e-6" if gap < 1e-6 else f"{gap:.1e}
 # The gradient at step 1 has passed through five of these Jacobians, the one at step 6
 # through none. That product is the whole story of this chapter: if each factor shrinks
 # vectors, the early steps receive almost nothing; if it stretches them, they receive too much.
-# `gl.rnn_theory.bptt_reference` is the same recursion in float64 NumPy (the tests use it as the
+# `gl.topics.rnn_theory.bptt_reference` is the same recursion in float64 NumPy (the tests use it as the
 # reference for every tape in this chapter):
 
 # %%
-ref = gl.rnn_theory.bptt_reference(W, U, V, x, y)
+ref = gl.topics.rnn_theory.bptt_reference(W, U, V, x, y)
 print("bptt_reference norms:", np.round(ref["time_step_norms"], 4))  # the same numbers
 
 # %% [markdown]
 # ## Measure Keras's SimpleRNN, GRU and LSTM · 测量 SimpleRNN、GRU 与 LSTM
 #
-# `gl.recurrent.build_rnn` builds `Input → SimpleRNN/GRU/LSTM(units) → Dense(1)` with Keras's default
+# `gl.models.rnn.build_rnn` builds `Input → SimpleRNN/GRU/LSTM(units) → Dense(1)` with Keras's default
 # settings (orthogonal recurrent kernel, Glorot input kernel), seeded. The measurement is the
 # same tape as above, on the Keras model. Take the norm in float64: the early steps' gradients
 # are often far below $10^{-19}$ per element, where a float32 square flushes to 0.
 
 # %%
-x, y = gl.recurrent.make_sequence_data(batch_size=32, steps=50, input_dim=8)  # standard-normal inputs
-model = gl.recurrent.build_rnn("simple_rnn", units=32, input_dim=8)
+x, y = gl.models.rnn.make_sequence_data(batch_size=32, steps=50, input_dim=8)  # standard-normal inputs
+model = gl.models.rnn.build_rnn("simple_rnn", units=32, input_dim=8)
 with tf.GradientTape() as tape:
     tape.watch(x)
     loss = tf.reduce_mean(tf.square(model(x) - y))
@@ -123,14 +123,14 @@ gl.plots.plot_time_report(report)
 # %% [markdown]
 # The usual story says an LSTM keeps its gradient and a SimpleRNN loses it. Measure all three
 # cells at initialization, in two settings (batch 32, 50 and 200 steps). The table uses
-# `gl.recurrent.TimeGradientEngine`, the explorer's engine: the same cells with the same weights as
-# `gl.recurrent.build_rnn`, written once in a `tf.function` (so 200 steps take milliseconds, not
+# `gl.engines.rnn.TimeGradientEngine`, the explorer's engine: the same cells with the same weights as
+# `gl.models.rnn.build_rnn`, written once in a `tf.function` (so 200 steps take milliseconds, not
 # seconds). Check first that it measures what the Keras model measures:
 
 # %%
-engines = {(32, 8): gl.recurrent.TimeGradientEngine(units=32, input_dim=8),
-           (64, 1): gl.recurrent.TimeGradientEngine(units=64, input_dim=1)}
-keras_lstm = gl.time_report(gl.recurrent.build_rnn("lstm", 32, 8), engines[32, 8].x[:, :50], engines[32, 8].y)
+engines = {(32, 8): gl.engines.rnn.TimeGradientEngine(units=32, input_dim=8),
+           (64, 1): gl.engines.rnn.TimeGradientEngine(units=64, input_dim=1)}
+keras_lstm = gl.time_report(gl.models.rnn.build_rnn("lstm", 32, 8), engines[32, 8].x[:, :50], engines[32, 8].y)
 engine_lstm = engines[32, 8].report("lstm", 50)
 gap = np.max(np.abs(engine_lstm.time_step_norms / keras_lstm.time_step_norms - 1))
 print("largest relative difference, Keras vs engine:", "< 1e-6" if gap < 1e-6 else f"{gap:.0e}")
@@ -138,7 +138,7 @@ print("largest relative difference, Keras vs engine:", "< 1e-6" if gap < 1e-6 el
 # %%
 print(f"{'ratio step 1 / step T':>22} {'32 units, 8 inputs':>22} {'64 units, 1 input':>22}")
 for steps in (50, 200):
-    for cell in gl.recurrent.CELLS:
+    for cell in gl.models.rnn.CELLS:
         a, b = (engines[k].report(cell, steps) for k in engines)
         print(f"{cell:>12} {steps:>3} steps {a.ratio:>10.2g} {a.status:>11} {b.ratio:>10.2g} {b.status:>11}")
 
@@ -155,8 +155,8 @@ for steps in (50, 200):
 
 # %%
 curves = {}
-for cell in gl.recurrent.CELLS:
-    curves[cell] = gl.time_report(gl.recurrent.build_rnn(cell), x, y).time_step_norms
+for cell in gl.models.rnn.CELLS:
+    curves[cell] = gl.time_report(gl.models.rnn.build_rnn(cell), x, y).time_step_norms
 gl.plots.plot_time_norms(curves, title="at initialization, 50 steps (32 units, 8 inputs)")
 
 # %% [markdown]
@@ -166,13 +166,13 @@ gl.plots.plot_time_norms(curves, title="at initialization, 50 steps (32 units, 8
 # gives the same per-step norms on this CPU, and demanding cuDNN raises:
 
 # %%
-base = gl.time_report(gl.recurrent.build_rnn("lstm"), x, y).time_step_norms
+base = gl.time_report(gl.models.rnn.build_rnn("lstm"), x, y).time_step_norms
 for kwargs in ({"use_cudnn": False}, {"unroll": True}):
-    other = gl.time_report(gl.recurrent.build_rnn("lstm", **kwargs), x, y).time_step_norms
+    other = gl.time_report(gl.models.rnn.build_rnn("lstm", **kwargs), x, y).time_step_norms
     gap = np.max(np.abs(other / base - 1))
     print(f"{kwargs}: largest relative difference", "< 1e-6" if gap < 1e-6 else f"{gap:.1g}")
 
-lstm = gl.recurrent.build_rnn("lstm")
+lstm = gl.models.rnn.build_rnn("lstm")
 
 
 @tf.function
@@ -187,7 +187,7 @@ graph = np.sqrt(np.sum(np.square(graph_dx(x).numpy().astype(np.float64)), axis=(
 gap = np.max(np.abs(graph / base - 1))
 print("inside tf.function: largest relative difference", "< 1e-6" if gap < 1e-6 else f"{gap:.1g}")
 try:
-    gl.recurrent.build_rnn("lstm", use_cudnn=True)(x)
+    gl.models.rnn.build_rnn("lstm", use_cudnn=True)(x)
 except ValueError as err:
     print("use_cudnn=True on a CPU:", str(err).split("use_cudnn=True")[1].split(".")[0].strip())
 
@@ -222,10 +222,10 @@ ys = np.random.default_rng(4).normal(size=(16, 1))
 print(f"{'':>9} {'inputs x0.01':>23} {'inputs x1':>23}")
 print(f"{'sigma_max':>9} {'mean gain':>11} {'max gain':>11} {'mean gain':>11} {'max gain':>11}")
 for s in (0.5, 0.9, 1.0, 1.1, 1.5, 2.0, 3.0):
-    bound = gl.rnn_theory.pascanu_bound(s * Q)["bound"]
+    bound = gl.topics.rnn_theory.pascanu_bound(s * Q)["bound"]
     row = []
     for scale in (0.01, 1.0):
-        n = gl.rnn_theory.bptt_reference(s * Q, w_in, w_out, scale * xs, ys)["state_norms"]
+        n = gl.topics.rnn_theory.bptt_reference(s * Q, w_in, w_out, scale * xs, ys)["state_norms"]
         row += [gl.per_layer_gain(n), np.max(n[:-1] / n[1:])]
     print(f"{bound:>9.2f} " + " ".join(f"{g:>11.3f}" for g in row))
 
@@ -240,20 +240,20 @@ for s in (0.5, 0.9, 1.0, 1.1, 1.5, 2.0, 3.0):
 #
 # ### Saturation is set by the input scale
 #
-# The explorer's engine (`gl.recurrent.TimeGradientEngine`, the same weights as `gl.recurrent.build_rnn`) measures
+# The explorer's engine (`gl.engines.rnn.TimeGradientEngine`, the same weights as `gl.models.rnn.build_rnn`) measures
 # Keras's SimpleRNN with each recurrent initializer while the inputs are scaled. `normal_0.5`
 # and `normal_2` are scaled to a spectral radius (`rho`, the largest |eigenvalue|) of about
 # 0.5 and 2; their largest singular value `sigma_max`, the quantity in Pascanu's bound, is about
 # twice that, as for any random Gaussian matrix. `identity` is $I$ in every gate's block.
 
 # %%
-engine = gl.recurrent.TimeGradientEngine()  # 32 units, 8 inputs, batch 32
+engine = gl.engines.rnn.TimeGradientEngine()  # 32 units, 8 inputs, batch 32
 scales = (0.01, 0.1, 0.3, 1.0, 3.0, 10.0)
 print(f"{'SimpleRNN, 50 steps':>20} {'rho':>5} {'sigma_max':>9} " + " ".join(f"{f'x{s:g}':>8}" for s in scales))
-for init in gl.recurrent.RECURRENT_INITIALIZERS:
+for init in gl.models.rnn.RECURRENT_INITIALIZERS:
     recurrent = np.asarray(engine.weights("simple_rnn", init)[1])
     rho = np.max(np.abs(np.linalg.eigvals(recurrent)))  # spectral radius
-    sigma = gl.rnn_theory.pascanu_bound(recurrent)["sigma_max"]
+    sigma = gl.topics.rnn_theory.pascanu_bound(recurrent)["sigma_max"]
     ratios = [engine.report("simple_rnn", 50, init, s).ratio for s in scales]
     print(f"{init:>20} {rho:>5.2f} {sigma:>9.2f} " + " ".join(f"{r:>8.2g}" for r in ratios))
 
@@ -323,7 +323,7 @@ lab.snapshot()
 # must carry a number across up to 50 steps.
 
 # %%
-x_train, y_train = gl.rnn_theory.adding_problem(2048, steps=50, seed=0)
+x_train, y_train = gl.topics.rnn_theory.adding_problem(2048, steps=50, seed=0)
 print("one sequence, first 6 steps (value, marker):\n", np.round(x_train[0, :6].numpy(), 3))
 print("target:", f"{float(y_train[0, 0]):.3f}", "· baseline MSE:",
       f"{float(tf.reduce_mean(tf.square(y_train - 1.0))):.3f}")
@@ -334,12 +334,12 @@ print("target:", f"{float(y_train[0, 0]):.3f}", "· baseline MSE:",
 # and 200 steps before and after. The same trained network runs on either length.
 
 # %%
-tests = {steps: gl.rnn_theory.adding_problem(256, steps=steps, seed=steps) for steps in (50, 200)}
+tests = {steps: gl.topics.rnn_theory.adding_problem(256, steps=steps, seed=steps) for steps in (50, 200)}
 results, before_after = {}, {}
-for cell in gl.recurrent.CELLS:
-    model = gl.recurrent.build_rnn(cell, units=32, input_dim=2)
+for cell in gl.models.rnn.CELLS:
+    model = gl.models.rnn.build_rnn(cell, units=32, input_dim=2)
     before = {s: gl.time_report(model, *tests[s], compiled=True) for s in tests}
-    losses = gl.rnn_theory.train_rnn(model, x_train, y_train, train_steps=600, batch_size=64,
+    losses = gl.topics.rnn_theory.train_rnn(model, x_train, y_train, train_steps=600, batch_size=64,
                           learning_rate=0.01, clipnorm=1.0)
     after = {s: gl.time_report(model, *tests[s], compiled=True) for s in tests}
     results[cell] = (losses, before, after)
@@ -387,10 +387,10 @@ def last_two(x):
 y_control = last_two(x_train)
 print(f"{'cell':>6} {'learned the control':>20} | ratio step 1 / step 50, init -> trained (verdict)")
 for cell in ("gru", "lstm"):
-    model = gl.recurrent.build_rnn(cell, units=32, input_dim=2)
+    model = gl.models.rnn.build_rnn(cell, units=32, input_dim=2)
     x50 = tests[50][0]
     before = gl.time_report(model, x50, last_two(x50), compiled=True)
-    losses = gl.rnn_theory.train_rnn(model, x_train, y_control, train_steps=600, batch_size=64,
+    losses = gl.topics.rnn_theory.train_rnn(model, x_train, y_control, train_steps=600, batch_size=64,
                           learning_rate=0.01, clipnorm=1.0)
     after = gl.time_report(model, x50, last_two(x50), compiled=True)
     learned = "yes" if losses[-50:].mean() < 0.01 else "no"
@@ -443,17 +443,17 @@ for b in (-6.0, -4.48, -2.0):
 # %% [markdown]
 # Inside the window a tiny change of $b$ (or of $w$) decides which fixed point $x_{50}$ falls
 # into: the loss surface has a **wall**, where the gradient is enormous in a very thin band.
-# `gl.rnn_theory.cliff_loss` evaluates the loss on a grid:
+# `gl.topics.rnn_theory.cliff_loss` evaluates the loss on a grid:
 
 # %%
 w_grid, b_grid = np.meshgrid(np.linspace(0, 12, 241), np.linspace(-8, 2, 201))
-surface = gl.rnn_theory.cliff_loss(w_grid, b_grid)
+surface = gl.topics.rnn_theory.cliff_loss(w_grid, b_grid)
 for b in (-4.49, -4.48, -4.47):
-    print(f"w = 8, b = {b}: loss {float(gl.rnn_theory.cliff_loss(8.0, b)):.3g}")  # the wall lies in between
+    print(f"w = 8, b = {b}: loss {float(gl.topics.rnn_theory.cliff_loss(8.0, b)):.3g}")  # the wall lies in between
 
 # %% [markdown]
 # Now gradient descent from $(w, b) = (6.25, -3.9)$ with learning rate 0.05. Each gradient
-# comes from a tape over the 50 steps (`gl.rnn_theory.descent_path`). The start lies next to the wall:
+# comes from a tape over the 50 steps (`gl.topics.rnn_theory.descent_path`). The start lies next to the wall:
 # plain steps hop back and forth across it (the loss alternates between about 20 and 2) while
 # the gradient norm stays near 10, until the seventh step lands inside the wall's band, where
 # the gradient is about 600 times larger (5.9e3), and the next step throws the parameters far
@@ -461,8 +461,8 @@ for b in (-4.49, -4.48, -4.47):
 # so no step is longer than 0.05.
 
 # %%
-plain = gl.rnn_theory.descent_path(6.25, -3.9, learning_rate=0.05, iterations=30)
-clipped = gl.rnn_theory.descent_path(6.25, -3.9, learning_rate=0.05, iterations=30, clip_norm=1.0)
+plain = gl.topics.rnn_theory.descent_path(6.25, -3.9, learning_rate=0.05, iterations=30)
+clipped = gl.topics.rnn_theory.descent_path(6.25, -3.9, learning_rate=0.05, iterations=30, clip_norm=1.0)
 for name, p in (("plain", plain), ("clipped", clipped)):
     w_end, b_end = p["points"][-1]
     print(f"{name:>8}: largest gradient norm {p['grad_norms'].max():.3g}, "
@@ -479,7 +479,7 @@ gl.plots.plot_cliff(w_grid, b_grid, surface, {"plain": plain, "clipped to norm 1
 # takes there is still 0.05:
 
 # %%
-longer = gl.rnn_theory.descent_path(6.25, -3.9, learning_rate=0.05, iterations=200, clip_norm=1.0)
+longer = gl.topics.rnn_theory.descent_path(6.25, -3.9, learning_rate=0.05, iterations=200, clip_norm=1.0)
 hit = int(np.argmax(longer["grad_norms"]))
 step_length = np.linalg.norm(longer["points"][hit + 1] - longer["points"][hit])
 print(f"clipped, 200 iterations: largest gradient norm {longer['grad_norms'].max():.3g} "
@@ -499,11 +499,11 @@ print(f"loss: lowest on the way {longer['losses'].min():.2g}, at the end {longer
 # step of a GRU:
 
 # %%
-xg, yg = gl.recurrent.make_sequence_data(16, 20, 8, seed=7)
+xg, yg = gl.models.rnn.make_sequence_data(16, 20, 8, seed=7)
 
 
 def one_step(**clip):
-    model = gl.recurrent.build_rnn("gru", 16, 8, seed=5)
+    model = gl.models.rnn.build_rnn("gru", 16, 8, seed=5)
     with tf.GradientTape() as tape:
         loss = tf.reduce_mean(tf.square(model(xg) - yg))
     grads = tape.gradient(loss, model.trainable_weights)

@@ -73,15 +73,15 @@ print("two devices again: accepted;", len(tf.config.list_logical_devices("CPU"))
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 print("replicas:", strategy.num_replicas_in_sync)  # 2
 
-x, y = gl.distribute.toy_data(n=32)  # one global batch of 32 examples, 4 features
+x, y = gl.train.distribute.toy_data(n=32)  # one global batch of 32 examples, 4 features
 with strategy.scope():
-    model = gl.distribute.toy_model(seed=0)  # Dense(16, tanh) -> Dense(1), seeded weights
+    model = gl.train.distribute.toy_model(seed=0)  # Dense(16, tanh) -> Dense(1), seeded weights
 print(type(model.layers[0].kernel.value).__name__)  # a variable with one copy per replica
 print("x:", x.shape, "y:", y.shape)
 
 # %% [markdown]
-# `gl.distribute.mirrored_strategy(2)` builds the same strategy, and says what to do when the devices
-# are missing. `gl.distribute.split_batch(strategy, x, y)` gives replica *i* rows
+# `gl.train.distribute.mirrored_strategy(2)` builds the same strategy, and says what to do when the devices
+# are missing. `gl.train.distribute.split_batch(strategy, x, y)` gives replica *i* rows
 # `16*i ... 16*i + 15` of the global batch, so every number below can be checked against
 # one device running the whole batch.
 
@@ -127,11 +127,11 @@ for global_mean in (True, False):
     print(f"{label:<24} gradient norm / one-device norm = {float(ratio):.4f}")  # 1, then 2
 
 # %% [markdown]
-# `gl.distribute.compare_loss_scaling` packages the same measurement (norms in float64, and the
+# `gl.train.distribute.compare_loss_scaling` packages the same measurement (norms in float64, and the
 # largest element-wise error against the single-device gradient):
 
 # %%
-scaling = gl.distribute.compare_loss_scaling(strategy, model, x, y)
+scaling = gl.train.distribute.compare_loss_scaling(strategy, model, x, y)
 print(scaling)
 
 # %% [markdown]
@@ -169,8 +169,8 @@ def difference(d: float) -> str:
 
 
 for n in (32, 33, 34):
-    xn, yn = gl.distribute.toy_data(n=n)
-    run = gl.distribute.compare_fit(strategy, xn, yn, lambda: SGD(0.1))
+    xn, yn = gl.train.distribute.toy_data(n=n)
+    run = gl.train.distribute.compare_fit(strategy, xn, yn, lambda: SGD(0.1))
     print(f"{n} examples: max |w_one_device - w_distributed| = {difference(run.max_abs_difference)}"
           f"  (weight norm {run.weight_norm:.3g})")
 
@@ -182,21 +182,21 @@ for n in (32, 33, 34):
 # that takes its last step at half the learning rate:
 
 # %%
-x33, y33 = gl.distribute.toy_data(n=33)
+x33, y33 = gl.train.distribute.toy_data(n=33)
 with strategy.scope():
-    distributed = gl.distribute.toy_model(seed=0)
+    distributed = gl.train.distribute.toy_model(seed=0)
     distributed.compile(optimizer=SGD(0.1), loss="mse")
 distributed.fit(x33, y33, batch_size=16, epochs=1, shuffle=False, verbose=0)
 weights_distributed = [v.numpy() for v in distributed.trainable_variables]
 for last_lr in (0.1, 0.05):
-    one = gl.distribute.toy_model(seed=0)
+    one = gl.train.distribute.toy_model(seed=0)
     one.compile(optimizer=SGD(0.1), loss="mse")
     one.fit(x33[:32], y33[:32], batch_size=16, epochs=1, shuffle=False, verbose=0)  # the two full batches
     with tf.GradientTape() as tape:
         last_loss = tf.reduce_mean(tf.square(one(x33[32:]) - y33[32:]))  # the one-example batch
     for v, g in zip(one.trainable_variables, tape.gradient(last_loss, one.trainable_variables), strict=True):
         v.assign_sub(last_lr * g)
-    d = gl.distribute.max_abs_difference([v.numpy() for v in one.trainable_variables], weights_distributed)
+    d = gl.train.distribute.max_abs_difference([v.numpy() for v in one.trainable_variables], weights_distributed)
     print(f"one device, last step at lr {last_lr}: max |w - w_distributed| = {difference(d)}")
 
 # %% [markdown]
@@ -208,7 +208,7 @@ for last_lr in (0.1, 0.05):
 # %%
 def fit_dataset(where, drop_remainder: bool):
     with where.scope():
-        m = gl.distribute.toy_model(seed=0)
+        m = gl.train.distribute.toy_model(seed=0)
         m.compile(optimizer=SGD(0.1), loss="mse")
     data = tf.data.Dataset.from_tensor_slices((x33, y33)).batch(16, drop_remainder=drop_remainder)
     m.fit(data, epochs=2, shuffle=False, verbose=0)
@@ -219,7 +219,7 @@ for drop in (False, True):
     one_device = fit_dataset(tf.distribute.get_strategy(), drop)
     two_replicas = fit_dataset(strategy, drop)
     print(f"33 examples, drop_remainder={drop!s:5}: max |w_one_device - w_distributed| = "
-          f"{difference(gl.distribute.max_abs_difference(one_device, two_replicas))}")
+          f"{difference(gl.train.distribute.max_abs_difference(one_device, two_replicas))}")
 
 # %% [markdown]
 # ## Clip after the all-reduce · 在全归约之后裁剪
@@ -231,7 +231,7 @@ for drop in (False, True):
 # replica's own norm is a different number:
 
 # %%
-local, summed = gl.distribute.replica_gradients(strategy, model, x, y)
+local, summed = gl.train.distribute.replica_gradients(strategy, model, x, y)
 print("global norm, one device:         ", f"{float(tf.linalg.global_norm(single)):.4g}")
 print("global norm of the summed grads: ", f"{float(tf.linalg.global_norm(summed)):.4g}")
 for i, grads in enumerate(local):
@@ -243,7 +243,7 @@ for i, grads in enumerate(local):
 # points in a slightly different direction than the single-device one (a cosine below 1):
 
 # %%
-clipping = gl.distribute.compare_clipping(strategy, model, x, y, clip_norm=0.5)
+clipping = gl.train.distribute.compare_clipping(strategy, model, x, y, clip_norm=0.5)
 print(clipping)
 clip_before = [tf.add_n(parts) for parts in zip(*[tf.clip_by_global_norm(g, 0.5)[0] for g in local])]
 cosine = sum(float(tf.reduce_sum(a * b)) for a, b in zip(clip_before, single)) / (
@@ -268,7 +268,7 @@ plot_clip_placement(local, 0.5)
 # currently unsupported when using a distribution strategy". The TensorFlow team explained why
 # ([tensorflow#33929](https://github.com/tensorflow/tensorflow/issues/33929)): the
 # optimizer clipped *before* aggregating, "usually wrong". Keras 3 accepts the arguments.
-# Does it clip in the right place? `gl.distribute.compare_fit` runs `fit` twice from the same start
+# Does it clip in the right place? `gl.train.distribute.compare_fit` runs `fit` twice from the same start
 # on the same batches of 16, on one device and under the strategy, and prints the largest
 # weight difference after 2 epochs (4 steps):
 
@@ -280,7 +280,7 @@ runs = {
     "SGD, global_clipnorm=100": lambda: SGD(0.1, global_clipnorm=100.0),
 }
 for label, optimizer in runs.items():
-    print(gl.distribute.compare_fit(strategy, x, y, optimizer, label=label))
+    print(gl.train.distribute.compare_fit(strategy, x, y, optimizer, label=label))
 
 # %% [markdown]
 # Without clipping, `fit` under the strategy matches one device to float rounding. So does a
@@ -308,10 +308,10 @@ for method in (SGD._backend_apply_gradients, SGD._backend_update_step):
 
 # %%
 def grad_norm_model():
-    return gl.GradNormSequential(gl.distribute.toy_model().layers, clip_global_norm=0.5)
+    return gl.GradNormSequential(gl.train.distribute.toy_model().layers, clip_global_norm=0.5)
 
 
-print(gl.distribute.compare_fit(strategy, x, y, lambda: SGD(0.1), label="GradNormSequential(clip 0.5)",
+print(gl.train.distribute.compare_fit(strategy, x, y, lambda: SGD(0.1), label="GradNormSequential(clip 0.5)",
                      make_model=grad_norm_model))
 histories = {}
 for name, where in (("one device", tf.distribute.get_strategy()), ("2 replicas", strategy)):
@@ -328,14 +328,14 @@ for name, where in (("one device", tf.distribute.get_strategy()), ("2 replicas",
 # `gl.make_train_step` (chapter 03) also works with a model built in `strategy.scope()`: it
 # runs the step on every replica with `strategy.run`, splits a global batch evenly, divides
 # each replica's loss by the number of replicas, and clips after the all-reduce.
-# `gl.distribute.train_toy` runs three steps of it with SGD(0.1) and `clip_global_norm=0.5`:
+# `gl.train.distribute.train_toy` runs three steps of it with SGD(0.1) and `clip_global_norm=0.5`:
 
 # %%
-one = gl.distribute.train_toy(None, steps=3)
-two = gl.distribute.train_toy(strategy, steps=3)
+one = gl.train.distribute.train_toy(None, steps=3)
+two = gl.train.distribute.train_toy(strategy, steps=3)
 print("one device losses:", np.round(one["losses"], 4), "norms:", np.round(one["grad_norms"], 4))
 print("2 replicas losses:", np.round(two["losses"], 4), "norms:", np.round(two["grad_norms"], 4))
-diff = gl.distribute.max_abs_difference(one["weights"], two["weights"])
+diff = gl.train.distribute.max_abs_difference(one["weights"], two["weights"])
 print(f"max |w_one_device - w_2_replicas| = {difference(diff)}")
 
 # %% [markdown]
@@ -348,7 +348,7 @@ print(f"max |w_one_device - w_2_replicas| = {difference(diff)}")
 
 # %%
 for name, opt in (("SGD", lambda **kw: SGD(0.1, **kw)), ("Adam", lambda **kw: keras.optimizers.Adam(0.01, **kw))):
-    print(f"{name:<5}", gl.distribute.compare_accumulation(x, y, opt, steps=2))
+    print(f"{name:<5}", gl.train.distribute.compare_accumulation(x, y, opt, steps=2))
 
 # %% [markdown]
 # Under `MirroredStrategy`, Keras 3.15 cannot run it: the optimizer chooses between
@@ -358,7 +358,7 @@ for name, opt in (("SGD", lambda **kw: SGD(0.1, **kw)), ("Adam", lambda **kw: ke
 # ([keras#17429](https://github.com/keras-team/keras/issues/17429)):
 
 # %%
-print(gl.distribute.compare_accumulation(x, y, lambda **kw: SGD(0.1, **kw), steps=2, strategy=strategy))
+print(gl.train.distribute.compare_accumulation(x, y, lambda **kw: SGD(0.1, **kw), steps=2, strategy=strategy))
 
 # %% [markdown]
 # Under a strategy, the replicas themselves are an accumulation: a global batch of 32 split
@@ -382,16 +382,16 @@ tf_config = {"cluster": {"worker": ["127.0.0.1:20000", "127.0.0.1:20001"]},
 print(json.dumps(tf_config))
 
 # %% [markdown]
-# `gl.distribute.run_workers(2)` starts two Python processes on this machine (127.0.0.1, two free
+# `gl.train.distribute.run_workers(2)` starts two Python processes on this machine (127.0.0.1, two free
 # ports), each running `gradlab/distribute_worker.py` with its own `TF_CONFIG`. Each worker
 # creates `tf.distribute.MultiWorkerMirroredStrategy()` *before* running any op (collective
 # ops must be configured at program start, so the script creates the strategy before
-# it imports gradlab, whose import runs an op), runs `gl.distribute.train_toy` on its half of every
+# it imports gradlab, whose import runs an op), runs `gl.train.distribute.train_toy` on its half of every
 # global batch of 16, and prints its losses, gradient norms and final weights as JSON. The workers are killed if they take
 # longer than the timeout. Then the same training runs here, in one process on one device:
 
 # %%
-workers = gl.distribute.run_workers(2, steps=3, timeout=600)  # generous: a busy machine is slow to start TF
+workers = gl.train.distribute.run_workers(2, steps=3, timeout=600)  # generous: a busy machine is slow to start TF
 print(workers)
 
 # %% [markdown]

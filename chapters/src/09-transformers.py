@@ -29,11 +29,13 @@ import gradlab as gl  # noqa: I001  (first: it imports TensorFlow quietly)
 import keras
 import numpy as np
 import tensorflow as tf
-from gradlab import transformer as tfm
-from gradlab import warmup
+from gradlab.engines.transformer import TransformerGradientEngine
+from gradlab.models.transformer import TransformerBlock
+from gradlab.reports.transformer import block_gradient_report
+from gradlab.train import warmup
 from gradlab.exercises import ch09
 from gradlab.plots import transformer as tplots
-from gradlab.widgets.transformer import TransformerExplorer
+from gradlab.widgets.transformer_explorer import TransformerExplorer
 
 gl.setup(seed=0)
 np.set_printoptions(formatter={"float": lambda v: f"{v:.3g}"})   # 3 significant digits
@@ -50,7 +52,7 @@ np.set_printoptions(formatter={"float": lambda v: f"{v:.3g}"})   # 3 significant
 # %%
 import inspect  # noqa: E402
 
-print(inspect.getsource(tfm.TransformerBlock.call))
+print(inspect.getsource(TransformerBlock.call))
 
 # %% [markdown]
 # Post-LN, $x \leftarrow \mathrm{LN}(x + f(x))$, is the original Transformer (Vaswani et al.
@@ -119,13 +121,13 @@ print("pre-LN  blocks 1..6:", block_norms(pre, x, y))
 print("post-LN blocks 1..6:", block_norms(post, x, y))
 
 # %% [markdown]
-# `gl.transformer.block_gradient_report` is the same measurement, packaged; it also gives each
+# `gl.reports.transformer.block_gradient_report` is the same measurement, packaged; it also gives each
 # block's second FFN kernel alone (the parameter $W^{2,l}$ that Xiong et al. analyse) and the
 # size (root mean square) of the residual stream entering each block and leaving the last:
 
 # %%
-report_pre = tfm.block_gradient_report(pre, x, y)
-report_post = tfm.block_gradient_report(post, x, y)
+report_pre = block_gradient_report(pre, x, y)
+report_post = block_gradient_report(post, x, y)
 print("same numbers as the tape:", np.allclose(report_pre.layer_grad_norms, block_norms(pre, x, y)))
 for r in (report_pre, report_post):
     print(f"{r.norm_position:>4}-LN  second FFN kernel:", r.ffn_grad_norms.round(3),
@@ -152,12 +154,12 @@ for r in (report_pre, report_post):
 # %% [markdown]
 # ## Which conditions give Xiong et al.'s picture · 什么条件下出现论文中的图景
 #
-# To try many conditions quickly, `gl.transformer.TransformerGradientEngine` writes the same
+# To try many conditions quickly, `gl.engines.transformer.TransformerGradientEngine` writes the same
 # forward pass once more in plain TensorFlow, as one `tf.function` whose depth, norm position,
 # embedding and batch are inputs, so nothing retraces. Check it against the Keras model first:
 
 # %%
-engine = tfm.TransformerGradientEngine(max_layers=24)
+engine = TransformerGradientEngine(max_layers=24)
 same = engine.report(6, "post", data=(x, y))
 print("agrees with the tape to 1e-5:", np.allclose(same.layer_grad_norms, report_post.layer_grad_norms, rtol=1e-5))
 
@@ -351,13 +353,13 @@ print("rho_t:", rho.round(2), f"  (rho_inf = {rho_inf:.0f})")
 # no RAdam; its warmup is a learning-rate schedule. `CosineDecay` with `warmup_target` and
 # `warmup_steps` ramps linearly from `initial_learning_rate` to `warmup_target`, then decays;
 # with `alpha=1.0` it stays at the target, which is the Tuning Playbook's warmup protocol.
-# `gl.warmup.warmup_schedule` is exactly this:
+# `gl.train.warmup.warmup_schedule` is exactly this:
 
 # %%
 schedule = keras.optimizers.schedules.CosineDecay(0.0, decay_steps=75, alpha=1.0,
                                                   warmup_target=3e-3, warmup_steps=25)
 print("steps 0, 5, 10, 25, 90:", [f"{float(schedule(s)):.1e}" for s in (0, 5, 10, 25, 90)])
-print("the same as gl.warmup.warmup_schedule:",
+print("the same as gl.train.warmup.warmup_schedule:",
       all(float(schedule(s)) == float(warmup.warmup_schedule(3e-3, 25, 100)(s)) for s in range(100)))
 
 # %% [markdown]

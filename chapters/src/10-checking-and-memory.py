@@ -37,12 +37,12 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from gradlab.exercises import ch10  # noqa: E402
-from gradlab.memory import measure_peak  # noqa: E402
+from gradlab.topics.memory import measure_peak  # noqa: E402
 from gradlab.plots.gradcheck import plot_example_norms, plot_memory, plot_method_times, plot_step_errors  # noqa: E402
 
 gl.setup(seed=0)
 np.set_printoptions(precision=4, suppress=True)
-print("allocator statistics on the CPU:", gl.memory.allocator_stats_available("CPU:0"))  # True
+print("allocator statistics on the CPU:", gl.topics.memory.allocator_stats_available("CPU:0"))  # True
 
 # %% [markdown]
 # ## Check a derivative with finite differences · 用有限差分检验导数
@@ -635,7 +635,7 @@ print(f"plain step {min(t_plain) * 1e3:.2f} ms, with the gradient penalty {min(t
 #
 # ## Measure memory · 测量内存
 #
-# **The method.** `gl.memory.measure_peak(fn)` calls `fn` once (to trace it), then resets
+# **The method.** `gl.topics.memory.measure_peak(fn)` calls `fn` once (to trace it), then resets
 # TensorFlow's allocator statistics (`tf.config.experimental.reset_memory_stats`), calls it
 # again and reads `tf.config.experimental.get_memory_info(device)["peak"]`: the largest number
 # of bytes TensorFlow's allocator had handed out at once during the call, above what was
@@ -858,7 +858,7 @@ print("and the while_loop gives the same gradient (1e-6):", same < 1e-6)
 # | Per-example gradients | Loop, `vectorized_map`, Jacobian agree to 1e-5; their mean is the batch gradient; the loop grows as B, the other two slowly; pfor fails on an RNN fed by another layer, e.g. stacked RNNs (the Jacobian works). | `gl.per_example_gradients` |
 # | DP-SGD | Per-example clipping caps an outlier's share at C/B and turns the step towards the other examples; batch clipping keeps the outlier's direction. | Clip each example, then noise σC/B. |
 # | Gradient penalty | Nested tapes, outer first, inner gradient taken inside it: same values eagerly, in `tf.function` and with XLA, verified by `check_gradient`; closing the outer tape first gives `None`; one norm for the batch or BatchNorm in the critic is silently wrong. | One norm per example, no BatchNorm in the critic. |
-# | `tf.recompute_grad` | Segments of √n about halve the peak; every layer alone or all in one save little or nothing. | Measure with `gl.memory.measure_peak`. |
+# | `tf.recompute_grad` | Segments of √n about halve the peak; every layer alone or all in one save little or nothing. | Measure with `gl.topics.memory.measure_peak`. |
 # | Gradient accumulation | Equal micro-batches give the whole batch's gradient; BatchNorm in training mode does not; 4 micro-batches in sequence need less than half the peak, but unrolled in a `tf.function` they may run at once and save much less, depending on how many cores the executor runs them on. | Divide by k (or weight by size); `tf.while_loop(..., parallel_iterations=1)` or eager. |
 
 # %% [markdown]

@@ -14,9 +14,9 @@ from collections.abc import Callable
 import numpy as np
 
 from .._env import quiet_import_tensorflow
-from ..checks import CheckResult, check_array, check_arrays, describe_error
 from ..core import mean_squared_error
 from ..i18n import N_, _, join_sentences
+from .checks import CheckResult, check_array, check_arrays, describe_error
 
 tf = quiet_import_tensorflow()
 

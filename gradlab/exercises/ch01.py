@@ -8,7 +8,7 @@ Each exercise cell shows the task and one call:
 * exercise 3: :func:`check_last_zero_layer`, the last layer of a depth-100 sigmoid network
   whose gradient signal underflowed to exactly 0.
 
-Every check returns a :class:`~gradlab.checks.CheckResult` and never raises on a wrong
+Every check returns a :class:`~gradlab.exercises.checks.CheckResult` and never raises on a wrong
 answer: a typical mistake (a flat tensor, ``tf.clip_by_global_norm``'s ``(list, norm)``
 tuple, a 0-based layer index, ...) gets feedback that says what is wrong and hints at why.
 """
@@ -20,9 +20,9 @@ import functools
 import numpy as np
 
 from .._env import quiet_import_tensorflow
-from ..checks import CheckResult, as_int_answer, check_arrays, describe_error
-from ..engine import MLPGradientEngine
+from ..engines.mlp import MLPGradientEngine
 from ..i18n import N_, _
+from .checks import CheckResult, as_int_answer, check_arrays, describe_error
 
 tf = quiet_import_tensorflow()
 

@@ -7,7 +7,7 @@ Each exercise cell shows the task and one call:
 * exercise 3: :func:`check_jacobian_row`, one row of a Jacobian from one ``output_gradients`` call;
 * exercise 4: :func:`check_batch_jacobian_safe`, is ``batch_jacobian`` right for a function?
 
-Every check returns a :class:`~gradlab.checks.CheckResult` and never raises on a wrong
+Every check returns a :class:`~gradlab.exercises.checks.CheckResult` and never raises on a wrong
 answer: the typical slips (an unwatched constant, ``gradient`` instead of ``jacobian``, the
 source's list of ``None`` s, the wrong row, a string instead of a bool) get feedback that says
 what is wrong and hints at why.
@@ -20,9 +20,9 @@ from collections.abc import Callable
 import numpy as np
 
 from .._env import quiet_import_tensorflow
-from ..checks import CheckResult, check_array
 from ..i18n import _
-from ..jacobians import cross_example_max, jacobian
+from ..topics.jacobians import cross_example_max, jacobian
+from .checks import CheckResult, check_array
 
 tf = quiet_import_tensorflow()
 
@@ -152,8 +152,8 @@ def check_batch_jacobian_safe(answer, f: Callable, shape=(3, 4), seed: int = 2) 
             value=answer, kind=type(answer).__name__))
     if answer != safe:
         text = (_("not quite (look at which examples each output depends on: does any statistic mix examples?). "
-                  "gl.jacobians.cross_example_max on its full Jacobian tells you.") if safe else
-                _("not quite (some output depends on another example's input). gl.jacobians.cross_example_max on its "
+                  "gl.topics.jacobians.cross_example_max on its full Jacobian tells you.") if safe else
+                _("not quite (some output depends on another example's input). gl.topics.jacobians.cross_example_max on its "
                   "full Jacobian tells you."))
         return CheckResult(name, False, text)
     if safe:

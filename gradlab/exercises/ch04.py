@@ -17,9 +17,9 @@ from collections.abc import Callable
 import numpy as np
 
 from .._env import quiet_import_tensorflow
-from ..checks import CheckResult, check_trains, describe_error, step_length_advice
 from ..i18n import _, join_sentences
-from ..training import train_steps
+from ..train.steps import train_steps
+from .checks import CheckResult, check_trains, describe_error, step_length_advice
 
 tf = quiet_import_tensorflow()
 
@@ -49,7 +49,7 @@ def check_capstone(make_model: Callable, make_optimizer: Callable, clip: float |
     ``make_model()`` and ``make_optimizer()`` are the learner's functions; ``clip`` is ``None``
     or a global-norm threshold. Passes when :func:`gradlab.check_trains` passes on the capstone
     data with ``require_variables=REQUIRED``. When the final loss stays above ``below`` for
-    another reason than NaN or ``None``, :func:`gradlab.checks.step_length_advice` is appended.
+    another reason than NaN or ``None``, :func:`gradlab.exercises.checks.step_length_advice` is appended.
     """
     name = _("capstone")
     import keras

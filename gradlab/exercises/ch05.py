@@ -9,7 +9,7 @@ Each exercise cell shows the task and one call:
 * exercise 3: :func:`check_scaled_step`, a custom Keras 3 training step under
   ``mixed_float16`` that scales the loss with ``LossScaleOptimizer.scale_loss``.
 
-Every check returns a :class:`~gradlab.checks.CheckResult` and never raises on a wrong answer.
+Every check returns a :class:`~gradlab.exercises.checks.CheckResult` and never raises on a wrong answer.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ import math
 import numpy as np
 
 from .._env import quiet_import_tensorflow
-from ..checks import CheckResult, as_number_answer, clean_message, describe_error
 from ..core import mean_squared_error
-from ..engine import MLPGradientEngine
+from ..engines.mlp import MLPGradientEngine
 from ..i18n import _, join_list, join_sentences
-from ..mlp import ACTIVATIONS, INITIALIZERS, NORMS, build_mlp, make_data
+from ..models.mlp import ACTIVATIONS, INITIALIZERS, NORMS, build_mlp, make_data
+from .checks import CheckResult, as_number_answer, clean_message, describe_error
 
 tf = quiet_import_tensorflow()
 import keras  # noqa: E402

@@ -5,7 +5,7 @@
 * exercise 3: :func:`check_clip_threshold`, the Tuning Playbook's clip threshold for a run;
 * exercise 4: :func:`check_flat_pre_ln`, the embedding that makes pre-LN's per-block norms flat.
 
-Every check returns a :class:`~gradlab.checks.CheckResult` and never raises on a wrong answer;
+Every check returns a :class:`~gradlab.exercises.checks.CheckResult` and never raises on a wrong answer;
 typical mistakes get feedback that says what is wrong.
 """
 
@@ -17,9 +17,10 @@ import numpy as np
 
 from .. import core
 from .._env import quiet_import_tensorflow
-from ..checks import CheckResult, as_number_answer, check_array, describe_error
 from ..i18n import _
-from ..transformer import block_gradient_report, block_paths, build_transformer, markov_tokens
+from ..models.transformer import block_paths, build_transformer, markov_tokens
+from ..reports.transformer import block_gradient_report
+from .checks import CheckResult, as_number_answer, check_array, describe_error
 
 tf = quiet_import_tensorflow()
 import keras  # noqa: E402
@@ -92,7 +93,7 @@ def check_block_norms(fn) -> CheckResult:
             return result
     want = _exercise_case("post")[3].layer_grad_norms
     return CheckResult(name, True, _("{values}: the post-LN model's blocks (and the pre-LN model's too), as "
-                                     "gl.transformer.block_gradient_report measures them").format(
+                                     "gl.reports.transformer.block_gradient_report measures them").format(
         values=", ".join(f"{v:.3g}" for v in want)))
 
 

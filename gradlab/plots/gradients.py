@@ -16,7 +16,7 @@ import numpy as np
 from matplotlib.patches import Rectangle
 
 from ..i18n import N_, _, join_list
-from ..verdict import status_word
+from ..reports.verdict import status_word
 from .live import (
     LIVE_DPI,
     LivePlot,
@@ -87,12 +87,12 @@ def decade_limits(values, *, floor: float = 1e-300, min_step: int = 1) -> tuple[
 
 
 class ReportPlot(LivePlot):
-    """A log-scale per-layer plot of a :class:`~gradlab.grads.GradientReport`, updated in place.
+    """A log-scale per-layer plot of a :class:`~gradlab.reports.gradients.GradientReport`, updated in place.
 
     Draws the back-propagated signal, the weight-gradient norms (after clipping too, when a
     clip is set), optionally the forward activation std, the theory curve (``report.
     predicted_signal``, dashed, where the report has one) and a shaded healthy band for the
-    *signal*: the range of layer-1 signals that :func:`~gradlab.grads.diagnose` calls healthy
+    *signal*: the range of layer-1 signals that :func:`~gradlab.reports.gradients.diagnose` calls healthy
     (1e-3 to 1e3 times the last layer's). Exact zeros (underflow) are drawn as red triangles
     just inside the bottom edge, NaN/inf as purple triangles just inside the top edge (clear
     of the title), instead of silently disappearing from a log axis. With a loss scale the
@@ -239,12 +239,12 @@ def _has_data(artist) -> bool:
 
 
 def plot_report(report, *, show_forward: bool = True, title: str | None = None):
-    """A static plot of one :class:`~gradlab.grads.GradientReport` (chapters 01, 05)."""
+    """A static plot of one :class:`~gradlab.reports.gradients.GradientReport` (chapters 01, 05)."""
     return _show(ReportPlot(report, show_forward=show_forward).update(report, title=title).fig)
 
 
 def plot_activations(z, curves, *, figsize=(8, 3.2)):
-    """Activations (left) and their derivatives (right), from :func:`~gradlab.mlp.activation_curves`.
+    """Activations (left) and their derivatives (right), from :func:`~gradlab.models.mlp.activation_curves`.
 
     A curve that runs on top of an earlier one over part of the range (relu and leaky_relu for
     z > 0, in both panels; relu' = 0 on the axis for z < 0) is drawn dashed over the earlier
@@ -385,7 +385,7 @@ def plot_losses(histories: dict, *, ylabel: str = N_("loss"), logy: bool = True,
 def plot_signal_history(history, *, figsize=(7.2, 3.2)):
     """Heatmap of log10 per-layer signal norms over training steps (chapter 01).
 
-    ``history`` is a :class:`~gradlab.grads.TrainingHistory`. Exact zeros and NaN are shown in
+    ``history`` is a :class:`~gradlab.reports.gradients.TrainingHistory`. Exact zeros and NaN are shown in
     grey, so a layer that stops receiving any gradient is visible at a glance.
     """
     m = history.signal_matrix.T  # layers x steps

@@ -13,7 +13,7 @@ import numpy as np
 from matplotlib.patches import Rectangle
 
 from ..i18n import N_, _
-from ..verdict import status_word
+from ..reports.verdict import status_word
 from .gradients import STATUS_COLORS, decade_limits, place_band
 from .live import LIVE_DPI, LivePlot, legend_below, legend_handle, new_figure
 
@@ -24,7 +24,7 @@ class TimePlot(LivePlot):
     """Per-time-step gradient norms on a log scale (left) and the weight-gradient norms (right).
 
     Left: ``time_step_norms`` against the step (1 = earliest), the healthy band (the range of
-    step-1 norms that :func:`gradlab.grads.diagnose` calls healthy: 1e-3 to 1e3 times the last
+    step-1 norms that :func:`gradlab.reports.gradients.diagnose` calls healthy: 1e-3 to 1e3 times the last
     step's), and exact zeros (float32 underflow) as red triangles just inside the bottom edge.
     Right: the norm of each weight gradient, and after clipping (filled dots) when a clip is
     set. The legend, below the panels, lists only what is drawn; the status is the title.
@@ -71,7 +71,7 @@ class TimePlot(LivePlot):
             self.update(report)
 
     def update(self, report, *, title: str | None = None):
-        """Replace the plotted data with ``report``'s (a :class:`gradlab.recurrent.TimeReport`)."""
+        """Replace the plotted data with ``report``'s (a :class:`gradlab.reports.time.TimeReport`)."""
         s = report.time_step_norms
         n = s.size
         x = np.arange(1, n + 1)
@@ -139,7 +139,7 @@ def _short(name: str) -> str:
 
 
 def plot_time_report(report, *, title: str | None = None):
-    """A static plot of one :class:`~gradlab.recurrent.TimeReport` (chapter 07)."""
+    """A static plot of one :class:`~gradlab.reports.time.TimeReport` (chapter 07)."""
     return TimePlot(report).update(report, title=title).fig
 
 
@@ -183,7 +183,7 @@ def plot_time_norms(curves: dict, *, title: str | None = None, figsize=(7.2, 3.4
 def plot_cliff(w_grid, b_grid, loss, paths: dict | None = None, *, figsize=(7.6, 3.6)):
     """Pascanu's cliff: ``log10`` of the loss over ``(w, b)`` (left) and the loss along each path (right).
 
-    ``paths`` maps a label to :func:`gradlab.rnn_theory.descent_path`'s result. A path that
+    ``paths`` maps a label to :func:`gradlab.topics.rnn_theory.descent_path`'s result. A path that
     jumps off the loss surface is drawn up to the panel's edge, where an arrow points the way
     it left and says at which iteration (its losses, right, show every iteration).
     """

@@ -25,7 +25,7 @@ RETRACE_COLOR = "#cf222e"
 def plot_step_times(timings: Sequence, *, title: str | None = None):
     """Grouped bars of first-call and steady-state step times (ms, log scale) per mode (chapter 03).
 
-    ``timings`` is a list of :class:`~gradlab.tracing.StepTiming` (from ``gl.time_step``).
+    ``timings`` is a list of :class:`~gradlab.topics.tracing.StepTiming` (from ``gl.time_step``).
     Each bar is labelled with its value, so the figure reads without the table.
     """
     timings = list(timings)

@@ -88,8 +88,8 @@ class TransformerPlot(LivePlot):
             self.update(report)
 
     def update(self, report, *, runs=None, clip_norm: float | None = None, title: str = "", hint: str = ""):
-        """Show ``report`` (a :class:`gradlab.transformer.TransformerReport`) and, when given,
-        ``runs = (with_warmup, without_warmup)`` (two :class:`gradlab.warmup.TrainingCurve`)."""
+        """Show ``report`` (a :class:`gradlab.reports.transformer.TransformerReport`) and, when given,
+        ``runs = (with_warmup, without_warmup)`` (two :class:`gradlab.train.warmup.TrainingCurve`)."""
         n = report.layer_grad_norms
         x = np.arange(1, n.size + 1)
         self.blocks.set_data(x, n)
@@ -119,7 +119,7 @@ class TransformerPlot(LivePlot):
 
 
 def plot_block_norms(reports: dict, *, which: str = "block", title: str | None = None, figsize=(7.2, 3.4)):
-    """One line per labelled :class:`~gradlab.transformer.TransformerReport`: each block's gradient norm.
+    """One line per labelled :class:`~gradlab.reports.transformer.TransformerReport`: each block's gradient norm.
 
     ``which="block"``: the norm over all of the block's variables; ``"ffn"``: its second FFN
     kernel; ``"both"``: two panels. Log scale, block 1 nearest the input.

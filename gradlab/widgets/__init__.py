@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import importlib
 
-from .explorer import GradientExplorer
-from .intro import TangentExplorer
+from .gradient_explorer import GradientExplorer
+from .tangent_explorer import TangentExplorer
 
-__all__ = ["GradientExplorer", "TangentExplorer", "JacobianViewer", "TracingLab", "TimeExplorer"]
+__all__ = ["GradientExplorer", "TangentExplorer", "JacobianViewer", "TracingLab", "TimeExplorer",
+           "TransformerExplorer"]
 
-_LAZY = {"JacobianViewer": ".jacobian", "TracingLab": ".tracing", "TimeExplorer": ".time"}
+_LAZY = {"JacobianViewer": ".jacobian_viewer", "TracingLab": ".tracing_lab", "TimeExplorer": ".time_explorer",
+         "TransformerExplorer": ".transformer_explorer"}
 
 
 def __getattr__(name: str):

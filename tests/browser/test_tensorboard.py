@@ -39,7 +39,7 @@ def _write_log(log_dir: Path) -> None:
     import keras
 
     import gradlab as gl
-    from gradlab.transformer import build_transformer, markov_tokens
+    from gradlab.models.transformer import build_transformer, markov_tokens
 
     model = build_transformer(2, d_model=16, num_heads=2, vocab_size=11, seq_len=6)
     model.compile(optimizer=keras.optimizers.Adam(1e-3),

@@ -1,0 +1,419 @@
+"""The inspector's rules: a table of small functions over one typed context (chapters 04 and 06).
+
+:func:`gradlab.inspect_training_step` measures one training step and fills a
+:class:`StepContext`; :func:`problems` runs every rule of :data:`RULES` on it, in order, and
+returns the :class:`gradlab.reports.report.Problem` each one finds (a finding and its fix, in the
+current language). A rule reads only the context; adding a check is adding one function and
+one row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from ..i18n import N_, _, end_sentence, join_clauses, join_list, join_sentences, ngettext
+from .report import LayerStats, Problem, VariableStats
+from .verdict import Verdict
+
+__all__ = ["RULES", "StepContext", "problems"]
+
+
+@dataclasses.dataclass(frozen=True)
+class StepContext:
+    """Everything the rules read about one inspected training step."""
+
+    loss: float
+    variables: tuple[VariableStats, ...]
+    layers: tuple[LayerStats, ...]
+    diagnosed_layers: tuple[str, ...]
+    global_norm: float
+    first_nonfinite_layer: str | None
+    first_nonfinite_gradient_layer: str | None
+    looks_untrained: bool | None
+    training: bool
+    huge_above: float
+    data_problems: tuple[str, ...] = ()
+    #: The verdict on the layers' signals (``None`` when there was nothing to diagnose).
+    verdict: Verdict | None = None
+    #: The verdict over time for a model with a recurrent layer.
+    time_verdict: Verdict | None = None
+    time_step_norms: np.ndarray | None = None
+    time_step_layer: str | None = None
+    recurrent_kind: str | None = None
+    loss_scale: float | None = None
+    #: The scaled float16 gradients overflowed while the unscaled ones are finite.
+    loss_scale_overflow: bool = False
+    #: Plain-words findings about the BatchNormalization statistics of this pass.
+    batchnorm: tuple[str, ...] = ()
+    #: Normalization layers across which the signal changes size (the verdict's cause).
+    normalizers: tuple[str, ...] = ()
+    #: The model has its own train_step and no compiled loss: the MSE default stands in.
+    default_loss: bool = False
+    #: ``variable path -> cause`` of its ``None`` gradient (:mod:`gradlab.reports.causes`).
+    none_causes: dict = dataclasses.field(default_factory=dict)
+    #: Where a NaN/inf is born (:func:`gradlab.find_nonfinite_source`), or ``None``.
+    nonfinite_source: str | None = None
+    tracing_count: int | None = None
+    tracing_count_before: int | None = None
+    traced_this_call: bool | None = None
+
+    @property
+    def bad_weights(self) -> list[str]:
+        return [v.path for v in self.variables if not v.value_finite]
+
+    @property
+    def bad_gradients(self) -> list[str]:
+        return [v.path for v in self.variables if not v.grad_finite]
+
+
+# ----------------------------------------------------------------------------- the rules
+def _default_loss(c: StepContext) -> Problem | None:
+    if not c.default_loss:
+        return None
+    return Problem(
+        "default-loss",
+        _("The model has its own train_step and is not compiled with a loss, so this report measures "
+          "the mean squared error (the default), which may not be the loss your train_step uses."),
+        _("pass your loss as loss_fn (loss_fn(y_true, y_pred) -> scalar), or compile the model with it."),
+    )
+
+
+def _data(c: StepContext) -> Problem | None:
+    if not c.data_problems:
+        return None
+    return Problem(
+        "non-finite-data",
+        _("The data itself is not finite: {problems}. Every number computed from it is NaN too, so nothing "
+          "here says anything about the model.").format(problems=join_clauses(c.data_problems)),
+        _("clean the batch (drop or impute the rows, check the loading and any division or log in the "
+          "preprocessing), e.g. find them with np.isfinite(x).all(axis=1)."),
+    )
+
+
+def _weights(c: StepContext) -> Problem | None:
+    bad = c.bad_weights
+    if not bad:
+        return None
+    return Problem(
+        "non-finite-weights",
+        _("The weights themselves hold NaN/inf ({paths}): an earlier update wrote them.").format(
+            paths=join_list(bad[:3]) + (" …" if len(bad) > 3 else "")),
+        _("rebuild or restore the model; then find why a step went non-finite (learning rate, weight "
+          "scale) and skip such steps (check_finite in gl.make_train_step)."),
+    )
+
+
+def _overflow_fix(untrained: bool | None) -> str:
+    if untrained:
+        return _("the model has not been trained yet (every bias is still 0), so its initial weights are too "
+                 "large for its depth: use an initializer matched to the activation (glorot_uniform for tanh "
+                 "or linear layers, he_normal for relu) or fewer layers; tf.debugging.enable_check_numerics() "
+                 "names the op.")
+    if untrained is False:
+        return _("the biases are no longer 0, so training steps have run: a learning rate too large for the "
+                 "gradients made the weights grow. Rebuild the model, then lower the learning rate or clip the "
+                 "global norm; tf.debugging.enable_check_numerics() names the op.")
+    return _("if the model is freshly built, its initial weights are too large: use an initializer matched to "
+             "the activation; if it has been trained, the learning rate made the weights grow: rebuild it and "
+             "lower the rate or clip; tf.debugging.enable_check_numerics() names the op.")
+
+
+def _forward(c: StepContext) -> Problem | None:
+    if c.first_nonfinite_layer is None or c.bad_weights:
+        return None
+    return Problem(
+        "non-finite-forward",
+        _("The forward pass overflows: layer {layer!r} is the first whose output holds NaN/inf.").format(
+            layer=c.first_nonfinite_layer),
+        _overflow_fix(c.looks_untrained),
+    )
+
+
+def _loss(c: StepContext) -> Problem | None:
+    if math.isfinite(c.loss) or c.first_nonfinite_layer is not None or c.bad_weights:
+        return None
+    return Problem(
+        "non-finite-loss",
+        _("The loss is {loss} although every layer's output is finite: the loss itself overflows (e.g. "
+          "log(0), exp of a large number).").format(loss=c.loss),
+        _("compute the loss from logits with a stable Keras loss (from_logits=True), or add a small epsilon "
+          "inside log/sqrt."),
+    )
+
+
+def _gradient(c: StepContext) -> Problem | None:
+    bad = c.bad_gradients
+    if not bad or not math.isfinite(c.loss) or c.first_nonfinite_layer is not None or c.bad_weights:
+        return None
+    if c.loss_scale_overflow:
+        return None
+    n, layer, source = len(bad), c.first_nonfinite_gradient_layer, c.nonfinite_source
+    # find_nonfinite_source's finding and fix apart (a plain str from elsewhere is all finding)
+    source_finding, source_fix = getattr(source, "finding", source), getattr(source, "fix", "")
+    fix = (_("{fix}; clipping cannot repair NaN.").format(fix=source_fix) if source_fix else
+           _("add an epsilon (tf.sqrt(x + 1e-12)) or use a safe op; clipping cannot repair NaN."))
+    if layer and source:
+        text = join_sentences(ngettext(
+            "The loss is finite but {n} gradient is NaN/inf; the backward pass first goes non-finite at layer "
+            "{layer!r}.",
+            "The loss is finite but {n} gradients are NaN/inf; the backward pass first goes non-finite at layer "
+            "{layer!r}.", n).format(n=n, layer=layer), source_finding)
+        return Problem("non-finite-gradient", text, fix)
+    if layer:
+        text = ngettext("The loss is finite but {n} gradient is NaN/inf; the backward pass first goes non-finite at "
+                        "layer {layer!r}: an op with an infinite derivative (sqrt or norm at 0, log near 0).",
+                        "The loss is finite but {n} gradients are NaN/inf; the backward pass first goes non-finite "
+                        "at layer {layer!r}: an op with an infinite derivative (sqrt or norm at 0, log near 0).", n)
+    elif source:
+        text = join_sentences(ngettext("The loss is finite but {n} gradient is NaN/inf.",
+                                       "The loss is finite but {n} gradients are NaN/inf.", n).format(n=n),
+                              source_finding)
+        return Problem("non-finite-gradient", text, fix)
+    else:
+        text = ngettext("The loss is finite but {n} gradient is NaN/inf: an op with an infinite derivative (sqrt or "
+                        "norm at 0, log near 0).",
+                        "The loss is finite but {n} gradients are NaN/inf: an op with an infinite derivative (sqrt "
+                        "or norm at 0, log near 0).", n)
+    return Problem("non-finite-gradient", text.format(n=n, layer=layer), fix)
+
+
+def _none_finding(paths: list[str], causes: dict) -> str:
+    """The finding of ``None`` gradients with their causes, variables that share a cause named together."""
+    n, shown = len(paths), join_list(paths)
+    groups: dict[str, list[str]] = {}
+    for path, cause in causes.items():
+        groups.setdefault(cause, []).append(path)
+    if not groups:
+        return ngettext("No gradient (None) for {paths}: the loss does not depend on this variable through recorded "
+                        "operations.", "No gradient (None) for {paths}: the loss does not depend on these variables "
+                        "through recorded operations.", n).format(paths=shown)
+    if len(groups) == 1:
+        return ngettext("No gradient (None) for {paths}: the loss does not depend on this variable through recorded "
+                        "operations. The cause: {cause}.", "No gradient (None) for {paths}: the loss does not depend "
+                        "on these variables through recorded operations. The cause: {cause}.", n).format(
+            paths=shown, cause=next(iter(groups)))
+    named = join_clauses(_("for {paths}, {cause}").format(paths=join_list(ps), cause=cause)
+                         for cause, ps in groups.items())
+    return _("No gradient (None) for {paths}: the loss does not depend on these variables through recorded "
+             "operations. The causes: {causes}.").format(paths=shown, causes=named)
+
+
+#: ``(kinds of cause (gradlab.reports.causes.CAUSE_KINDS), the fix that matches them)``.
+_NONE_FIXES = (
+    (("stop-gradient",),
+     N_("if the stop is deliberate, freeze what sits behind it (layer.trainable = False) so nothing expects a "
+        "gradient; otherwise take tf.stop_gradient off the path")),
+    (("no-gradient-op", "integer-cast", "comparison"),
+     N_("use a differentiable stand-in for that op, which has no gradient (softmax instead of argmax, a "
+        "straight-through estimator with tf.custom_gradient for round or sign, float instead of integer casts; "
+        "chapter 06)")),
+    (("never-read", "discarded"),
+     N_("use the layer's output in call (or remove the layer, or set trainable = False)")),
+    (("numpy",), N_("keep the computation in TensorFlow ops: .numpy() and np.* leave the tape")),
+    (("integer-variable",), N_("make the variable a float variable; integers never get gradients")),
+)
+
+
+def _none_fix(causes: dict) -> str:
+    """A fix that matches the kinds of the named causes; the generic checklist when none matches."""
+    kinds = {k for cause in causes.values() for k in getattr(cause, "kinds", ())}
+    fixes = [_(fix) for keys, fix in _NONE_FIXES if kinds & set(keys)]
+    if fixes:
+        return end_sentence(join_clauses(dict.fromkeys(fixes)))
+    return _("check that the layer's output really uses it (a forgotten term, a wrong return value, a NumPy "
+             "round-trip, work outside the tape); chapter 02 lists seven causes.")
+
+
+def _none(c: StepContext) -> Problem | None:
+    none = [v.path for v in c.variables if v.grad_norm is None]
+    if not none:
+        return None
+    return Problem("none-gradient", _none_finding(none, c.none_causes), _none_fix(c.none_causes))
+
+
+def _loss_scale_overflow(c: StepContext) -> Problem | None:
+    if not c.loss_scale_overflow:
+        return None
+    return Problem(
+        "loss-scale-overflow",
+        _("With the loss scale {scale} the float16 gradients overflow: a LossScaleOptimizer skips this step "
+          "and halves the scale (normal in the first steps of mixed-precision training; the unscaled gradients "
+          "are what this report shows).").format(scale=f"{c.loss_scale:g}"),
+        _("nothing to do if it happens only in the first steps; if every step overflows, look for layers whose "
+          "float16 outputs are huge, or keep them in float32 (dtype='float32')."),
+    )
+
+
+def _batchnorm(c: StepContext) -> Problem | None:
+    if not c.batchnorm:
+        return None
+    return Problem(
+        "batchnorm-statistics",
+        _("BatchNormalization statistics are the likely cause of the gradient sizes below: {findings}.").format(
+            findings=join_clauses(c.batchnorm)),
+        _("use a larger batch, or a larger input so the last feature maps are bigger than 1×1; or replace "
+          "BatchNormalization by GroupNormalization/LayerNormalization; for a trained model, freeze its "
+          "BatchNorm layers (layer.trainable = False runs them in inference mode).") if c.training else
+        _("inspect with training=True (the batch statistics fit trains with), or train the model first so that "
+          "its moving statistics describe the data."),
+    )
+
+
+def _signal_finding(c: StepContext, vanishing: bool, normalized: bool) -> str:
+    """The finding of a vanishing/exploding signal, as one sentence per case."""
+    names = c.diagnosed_layers
+    by_name = {layer.name: layer.signal for layer in c.layers}
+    first, last = by_name[names[0]], by_name[names[-1]]
+    fields = dict(first=names[0], last=names[-1], value=f"{last:.3g}",
+                  ratio=f"{first / last:.2g}" if last else "inf",
+                  layers=join_list(repr(n) for n in c.normalizers[:3]) + (" …" if len(c.normalizers) > 3 else ""))
+    if normalized:
+        text = (_("Vanishing gradient ratio: the signal at {first!r} is {ratio}× the signal at {last!r}. The change "
+                  "happens across normalization layers ({layers}), which divide the gradient by the scale of their "
+                  "input: the ratio measures that rescaling (and the skip connections), not the scale of the weights.")
+                if vanishing else
+                _("Exploding gradient ratio: the signal at {first!r} is {ratio}× the signal at {last!r}. The change "
+                  "happens across normalization layers ({layers}), which divide the gradient by the scale of their "
+                  "input: the ratio measures that rescaling (and the skip connections), not the scale of the weights."))
+    elif first == 0:
+        text = _("Vanishing gradients: the signal at {first!r} underflowed to exactly 0 ({last!r}: {value}), so the "
+                 "early layers barely learn.")
+    elif vanishing:
+        text = _("Vanishing gradients: the signal at {first!r} is {ratio}× the signal at {last!r}, so the early "
+                 "layers barely learn.")
+    else:
+        text = _("Exploding gradients: the signal at {first!r} is {ratio}× the signal at {last!r}, so the early "
+                 "layers get huge updates.")
+    return text.format(**fields)
+
+
+def _signal(c: StepContext) -> Problem | None:
+    v = c.verdict
+    if v is None or v.status not in ("vanishing", "exploding") or not c.diagnosed_layers:
+        return None
+    vanishing = v.status == "vanishing"
+    if v.cause == "normalization":
+        return Problem(
+            v.status, _signal_finding(c, vanishing, True),
+            _("leave the weights' scale alone because of this ratio. Whether the early layers learn shows in "
+              "training: run a few steps (gl.train_steps, or fit) and watch the loss, and compare each layer's "
+              "gradient with its weights; clip the global norm if the steps are unstable."),
+        )
+    if c.batchnorm:
+        fix = (_("the BatchNormalization statistics (see above), not the weights' scale: fix those first.")
+               if vanishing else
+               _("the BatchNormalization statistics (see above), not the weights' scale: fix those first, and "
+                 "clip the global norm."))
+    elif vanishing:
+        fix = v.advice
+    else:
+        fix = _("{advice} Clip the global norm too.").format(advice=v.advice).strip()
+    return Problem(v.status, _signal_finding(c, vanishing, False), fix)
+
+
+def _through_time(c: StepContext) -> Problem | None:
+    v = c.time_verdict
+    if v is None or v.status not in ("vanishing", "exploding"):
+        return None
+    t = c.time_step_norms
+    fields = dict(layer=c.time_step_layer, n=t.size, first=f"{t[0]:.3g}",
+                  ratio=f"{t[0] / t[-1]:.2g}" if t[-1] else "inf")
+    if v.status == "exploding":
+        text = (_("Exploding gradients through time in {layer!r}: over {n} steps the gradient at the first time step "
+                  "is {first} while the gradient at the last step is 0, so early inputs get huge updates.")
+                if t[-1] == 0 else
+                _("Exploding gradients through time in {layer!r}: over {n} steps the gradient at the first time step "
+                  "is {ratio}× the gradient at the last step, so early inputs get huge updates."))
+        return Problem("exploding-through-time", text.format(**fields),
+                       _("clip the global norm (clipnorm=1.0), lower the learning rate, or shorten the sequences."))
+    if c.recurrent_kind in ("SimpleRNN", "RNN"):
+        fix = _("if the target depends on early inputs, use LSTM or GRU instead of {kind}, or attention over the "
+                "sequence; shorter sequences help only if the target does not need the early inputs (truncated "
+                "backpropagation drops their gradient altogether).").format(kind=c.recurrent_kind)
+    else:
+        fix = _("a gated layer forgets early inputs while its gates are untrained; if the target depends on them, "
+                "train longer, or add attention over the sequence (Bidirectional helps when the end of the "
+                "sequence matters less).")
+    text = (_("Vanishing gradients through time in {layer!r}: over {n} steps the gradient at the first time step "
+              "underflowed to 0, so the model cannot learn from early inputs.") if t[0] == 0 else
+            _("Vanishing gradients through time in {layer!r}: over {n} steps the gradient at the first time step "
+              "is {ratio}× the gradient at the last step, so the model cannot learn from early inputs."))
+    return Problem("vanishing-through-time", text.format(**fields), fix)
+
+
+def _large(c: StepContext) -> Problem | None:
+    g = c.global_norm
+    if not (math.isfinite(g) and g > c.huge_above):
+        return None
+    return Problem(
+        "large-gradient",
+        _("The global gradient norm is {norm}: one SGD step moves the weights by the learning rate times "
+          "this.").format(norm=f"{g:.3g}"),
+        _("clip it (tf.clip_by_global_norm, or global_clipnorm= in the optimizer) and/or lower the learning "
+          "rate."),
+    )
+
+
+def _retracing(c: StepContext) -> Problem | None:
+    count = c.tracing_count
+    if count is None or count <= 1:
+        return None
+    shapes_fix = _("pass tensors instead of Python numbers, and give varying batch sizes an input_signature "
+                   "(None in the batch axis) or reduce_retracing=True.")
+    if c.traced_this_call and c.tracing_count_before == 0:
+        return Problem(
+            "retracing",
+            _("step_fn traced {count} times during its first call: it traced again because variables (model "
+              "weights, optimizer slots) were created inside it.").format(count=count),
+            _("build the model and the optimizer (optimizer.build(model.trainable_variables)) before the first "
+              "call."),
+        )
+    if c.traced_this_call:
+        return Problem(
+            "retracing",
+            _("step_fn traced again during this call ({count} traces in all): the arguments of this call differ "
+              "from earlier calls' in shape or dtype (such as a new batch size), or a Python argument has a new "
+              "value.").format(count=count),
+            shapes_fix,
+        )
+    return Problem(
+        "retracing",
+        _("step_fn has traced {count} times, on earlier calls (this call reused a trace): earlier calls passed "
+          "new shapes, dtypes or Python values, or created variables on the first call.").format(count=count),
+        _("build the model and optimizer before the first call; {rest}").format(rest=shapes_fix),
+    )
+
+
+#: ``(kind, rule, stops)``: every rule in the order its problems are listed; a rule with
+#: ``stops`` ends the list when it fires (NaN in the data makes every later number meaningless).
+RULES: tuple[tuple[str, Callable[[StepContext], Problem | None], bool], ...] = (
+    ("default-loss", _default_loss, False),
+    ("non-finite-data", _data, True),
+    ("non-finite-weights", _weights, False),
+    ("non-finite-forward", _forward, False),
+    ("non-finite-loss", _loss, False),
+    ("non-finite-gradient", _gradient, False),
+    ("none-gradient", _none, False),
+    ("loss-scale-overflow", _loss_scale_overflow, False),
+    ("batchnorm-statistics", _batchnorm, False),
+    ("signal", _signal, False),
+    ("through-time", _through_time, False),
+    ("large-gradient", _large, False),
+    ("retracing", _retracing, False),
+)
+
+
+def problems(context: StepContext) -> list[Problem]:
+    """The problems every rule of :data:`RULES` finds in ``context``, in table order."""
+    out = []
+    for _kind, rule, stops in RULES:
+        found = rule(context)
+        if found is not None:
+            out.append(found)
+            if stops:
+                break
+    return out

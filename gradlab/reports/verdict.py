@@ -1,0 +1,369 @@
+"""The verdict on per-layer (or per-time-step) gradient norms: what was measured, and why (chapters 01, 05, 07).
+
+Pure computation: numbers in, a small typed :class:`Verdict` out. Every report in gradlab
+(:class:`gradlab.GradientReport`, the explorers' reports, :class:`gradlab.TimeReport`,
+:class:`gradlab.StepReport`) carries one, so that the *finding* (what the rule measured: the
+total ratio, the per-layer gain, and against which threshold) is kept apart from the *advice*,
+and the *kind of cause* is data (:data:`CAUSES`) that a caller can turn into advice fitted to
+its own settings (the explorers never recommend what is already selected).
+
+The rule (chapter 01 explains it beside a table of borderline cases), on the norms ``s``
+ordered input side first, ``r = s[0] / s[-1]`` and the per-layer gain ``g = r ** (1/(n-1))``:
+
+* **total**: ``r < vanish_below`` (1e-3) is ``"vanishing"``, ``r > explode_above`` (1e3) is
+  ``"exploding"``, whatever the depth;
+* **per layer**: a signal that shrinks by more than :data:`GAIN_TOLERANCE` (5 %) per layer
+  *and* by more than :data:`MILD_RATIO` (10×) overall is ``"vanishing"``; the mirror image
+  (``g > 1/0.95`` and ``r > 10``) is ``"exploding"``;
+* otherwise ``"healthy"``: no rule fires. That is a statement about these thresholds, not a
+  promise that every layer learns well: a gain within 5 % still compounds (1.04 per layer is
+  40× over 100 layers), and the finding says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..i18n import N_, _, join_sentences
+
+__all__ = [
+    "CAUSES",
+    "GAIN_TOLERANCE",
+    "MILD_RATIO",
+    "RULES",
+    "SATURATING_ACTIVATIONS",
+    "STATUSES",
+    "Verdict",
+    "diagnose",
+    "judge",
+    "per_layer_gain",
+    "status_word",
+]
+
+STATUSES: tuple[str, ...] = ("healthy", "vanishing", "exploding", "non-finite")
+#: Which rule decided a :class:`Verdict`.
+RULES: tuple[str, ...] = ("total", "per-layer", "none", "non-finite", "all-zero", "one-layer")
+#: The kinds of cause a :class:`Verdict` names, most likely first in ``Verdict.causes``.
+CAUSES: tuple[str, ...] = (
+    "saturating-activation",  # sigmoid/tanh derivatives (at most 0.25 / 1) shrink the signal
+    "initializer-scale",      # the weights' variance does not match the activation
+    "underflow",              # some gradients are exactly 0 in the compute dtype
+    "overflow",               # NaN/inf: the numbers overflowed
+    "dead-units",             # every signal is 0: zero weights, or relu units that never fire
+    "normalization",          # the change happens across BatchNorm/LayerNorm, which rescale it
+    "residual-growth",        # unnormalized residual blocks add their branches' variance
+    "batchnorm-statistics",   # BatchNorm over too few values (set by the inspector)
+)
+
+#: :func:`judge`'s per-layer rule: a signal that changes by more than this fraction per layer
+#: (gain below 0.95 or above 1/0.95) *and* by more than :data:`MILD_RATIO` overall is flagged.
+GAIN_TOLERANCE = 0.05
+#: :func:`judge`'s per-layer rule also needs a total change of at least this factor (0.1 or 10).
+MILD_RATIO = 10.0
+#: Activations whose derivative is small away from 0 (a reason for vanishing on its own).
+SATURATING_ACTIVATIONS = frozenset({"sigmoid", "tanh", "hard_sigmoid", "softsign", "hard_tanh", "softmax"})
+_DEAD_ACTIVATIONS = frozenset({"relu", "relu6"})
+
+_UNDERFLOW = {
+    "float32": N_("float32 (TensorFlow's CPU kernels flush values below 1.18e-38 to 0)"),
+    "float64": N_("float64"),
+    "float16": N_("float16 (its smallest subnormal is 2^-24 ≈ 6e-8)"),
+    "bfloat16": N_("bfloat16 (float32's exponent range, 8 bits of precision)"),
+}
+
+_ADVICE = {
+    ("layer", "saturating-activation"): N_(
+        "Try relu with he_normal, fewer layers, a residual connection or normalization."),
+    ("layer", "initializer-scale", "vanishing"): N_(
+        "Use an initializer matched to the activation (he_normal for relu, glorot_uniform for tanh), "
+        "fewer layers, or normalization."),
+    ("layer", "initializer-scale", "exploding"): N_(
+        "Use a smaller-variance initializer matched to the activation (glorot, he); clipping bounds "
+        "the step but not the cause."),
+    ("layer", "underflow"): N_(
+        "Gradients that are exactly 0 cannot be rescued later: in float16 use a loss scale; otherwise "
+        "fix what shrinks the signal (the activation or the initializer)."),
+    ("layer", "overflow"): N_(
+        "Clipping cannot repair NaN; lower the weight scale or the learning rate, and find the first "
+        "bad op with tf.debugging.check_numerics."),
+    ("layer", "dead-units"): N_(
+        "Zero weights or dead units (relu at 0) block it; use a random initializer such as he_normal, "
+        "or leaky_relu."),
+    ("layer", "normalization"): N_(
+        "Normalization layers divide the gradient by the scale of their input, so this ratio is not a sign "
+        "of badly scaled weights. Whether the early layers learn shows in training: watch the loss over a "
+        "few steps."),
+    ("layer", "residual-growth"): N_(
+        "Each unnormalized residual block adds its branch's variance: add normalization (layer norm) or "
+        "scale the branches down."),
+    ("layer", "batchnorm-statistics"): N_(
+        "The BatchNormalization statistics are the likely cause, not the scale of the weights: fix those "
+        "first."),
+    ("step", "saturating-activation"): N_(
+        "The early inputs cannot teach the network. Smaller inputs (less tanh saturation), shorter "
+        "sequences or a gated cell help; clipping does not."),
+    ("step", "initializer-scale", "vanishing"): N_(
+        "The early inputs cannot teach the network. Shorter sequences, a recurrent matrix with singular "
+        "values near 1 (orthogonal, identity), smaller inputs (less tanh saturation) or a gated cell "
+        "help; clipping does not."),
+    ("step", "initializer-scale", "exploding"): N_(
+        "Lower the recurrent matrix's scale; clipping bounds the step but not the cause."),
+    ("step", "underflow"): N_(
+        "Gradients that are exactly 0 cannot be rescued later: shorter sequences or a recurrent matrix "
+        "with singular values near 1 keep them."),
+    ("step", "overflow"): N_(
+        "The recurrence overflowed. Lower the recurrent weights' scale or the learning rate; clipping "
+        "cannot repair NaN."),
+    ("step", "dead-units"): N_("Nothing flows back in time: check the recurrent weights and the inputs."),
+}
+
+
+#: The status words as a learner reads them (the statuses themselves stay English identifiers).
+STATUS_WORDS = {"healthy": N_("healthy"), "vanishing": N_("vanishing"), "exploding": N_("exploding"),
+                "non-finite": N_("non-finite"), "n/a": N_("n/a")}
+
+
+def status_word(status: str) -> str:
+    """``status`` in the current language (``"vanishing"`` -> ``"梯度消失"`` in Chinese)."""
+    return _(STATUS_WORDS[status]) if status in STATUS_WORDS else status
+
+
+def _advice(unit: str, cause: str | None, status: str) -> str:
+    if cause is None:
+        return ""
+    text = _ADVICE.get((unit, cause, status)) or _ADVICE.get((unit, cause)) or _ADVICE.get(("layer", cause))
+    return _(text) if text else ""
+
+
+def per_layer_gain(signal_norms) -> float:
+    """The geometric mean of the successive ratios ``s[l] / s[l+1]`` of per-layer norms.
+
+    The product of the successive ratios telescopes to ``s[0] / s[-1]``, so the gain is
+    ``(s[0] / s[-1]) ** (1 / (n - 1))``: the factor by which one layer multiplies the
+    back-propagated signal on average (chapter 01). 0 when the first norm is exactly 0,
+    ``inf`` when only the last is, ``nan`` for one layer or NaN/inf norms.
+    """
+    s = np.asarray(signal_norms, dtype=np.float64).ravel()
+    if s.size < 2 or not np.all(np.isfinite(s)):
+        return math.nan
+    if s[0] == 0 and s[-1] == 0:
+        return math.nan
+    if s[0] == 0:
+        return 0.0
+    if s[-1] == 0:
+        return math.inf
+    return float(np.exp((np.log(s[0]) - np.log(s[-1])) / (s.size - 1)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """What the rule found on a sequence of gradient norms (input side, or earliest step, first).
+
+    ``status`` is one of :data:`STATUSES` (never translated: code compares it); ``finding``
+    says what was measured and which rule decided, in the current language, with no advice
+    in it; ``advice`` is a generic fix for :attr:`cause` (an explorer builds its own from
+    ``causes`` and its settings); ``rule`` is one of :data:`RULES`; ``causes`` are kinds from
+    :data:`CAUSES`, most likely first (empty when healthy).
+    """
+
+    status: str
+    finding: str
+    advice: str
+    ratio: float
+    gain: float
+    depth: int
+    rule: str
+    causes: tuple[str, ...] = ()
+    vanish_below: float = 1e-3
+    explode_above: float = 1e3
+
+    @property
+    def cause(self) -> str | None:
+        """The most likely kind of cause, or ``None`` (healthy)."""
+        return self.causes[0] if self.causes else None
+
+    @property
+    def message(self) -> str:
+        """The finding followed by the advice: what :func:`diagnose` returns as its message."""
+        return join_sentences(self.finding, self.advice)
+
+    def __str__(self) -> str:
+        return _("{status}: {message}").format(status=status_word(self.status), message=self.message)
+
+
+def _check_norms(signal_norms) -> np.ndarray:
+    if isinstance(signal_norms, (list, tuple)) and any(v is None for v in signal_norms):
+        raise ValueError(
+            "signal_norms holds None: a layer whose gradient is None is not connected to the "
+            "loss (chapter 02); leave it out or fix the connection"
+        )
+    try:
+        s = np.asarray(signal_norms, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"signal_norms must be a 1-D sequence of numbers; got {signal_norms!r}") from err
+    if s.ndim != 1 or s.size == 0:
+        raise ValueError(f"signal_norms must be a non-empty 1-D sequence; got shape {s.shape}")
+    if np.any(s < 0):
+        raise ValueError("signal_norms are norms and cannot be negative")
+    return s
+
+
+def _causes(status: str, s: np.ndarray, *, activation, normalized, residual, dtype) -> tuple[str, ...]:
+    if status == "non-finite":
+        return ("overflow",)
+    if status == "healthy":
+        return ()
+    if s[0] == 0 and s[-1] == 0:
+        return ("dead-units",) if activation in _DEAD_ACTIVATIONS or activation is None else ("initializer-scale",)
+    if normalized:
+        base = ["normalization"]
+    elif status == "exploding" and residual:
+        base = ["residual-growth"]
+    elif status == "vanishing" and activation in SATURATING_ACTIVATIONS:
+        base = ["saturating-activation"]
+    else:
+        base = ["initializer-scale"]
+    if np.any(s == 0):
+        if dtype in ("float16", "bfloat16"):
+            base.insert(0, "underflow")
+        else:
+            base.append("underflow")
+    return tuple(base)
+
+
+def judge(
+    signal_norms,
+    *,
+    names: Sequence[str] | None = None,
+    unit: str = "layer",
+    activation: str | None = None,
+    normalized: bool = False,
+    residual: bool = False,
+    dtype: str = "float32",
+    vanish_below: float = 1e-3,
+    explode_above: float = 1e3,
+) -> Verdict:
+    """The :class:`Verdict` on per-layer (``unit="layer"``) or per-time-step (``"step"``) norms.
+
+    ``signal_norms`` runs input side (earliest step) first. ``names`` labels each entry in the
+    finding (default ``layer 1``, ``layer 2``, ... or ``step 1``, ...). ``activation``,
+    ``normalized`` (the change happens across normalization layers), ``residual`` and
+    ``dtype`` (the compute dtype) describe the network; they only rank the causes and choose
+    the words, never the status.
+    """
+    if unit not in ("layer", "step"):
+        raise ValueError(f"unit must be 'layer' or 'step'; got {unit!r}")
+    if not (isinstance(vanish_below, (int, float)) and isinstance(explode_above, (int, float))) \
+            or isinstance(vanish_below, bool) or isinstance(explode_above, bool):
+        raise ValueError("vanish_below and explode_above must be numbers")
+    if not (0 < vanish_below < explode_above):
+        raise ValueError(
+            f"need 0 < vanish_below < explode_above; got vanish_below={vanish_below}, "
+            f"explode_above={explode_above}"
+        )
+    s = _check_norms(signal_norms)
+    n = s.size
+    if names is None:
+        names = [(_("layer {index}") if unit == "layer" else _("step {index}")).format(index=i + 1)
+                 for i in range(n)]
+    elif len(names) != n:
+        raise ValueError(f"names must hold one name per norm ({n}); got {len(names)}")
+    first, last = str(names[0]), str(names[-1])
+    gain = per_layer_gain(s)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = float(s[0] / s[-1]) if n else math.nan
+    low, high = 1.0 - GAIN_TOLERANCE, 1.0 / (1.0 - GAIN_TOLERANCE)
+    fields = dict(n=n, first=first, last=last, ratio=f"{ratio:.2g}", gain=f"{gain:.3g}",
+                  low=f"{low:g}", high=f"{high:.3g}", vanish=f"{vanish_below:g}", explode=f"{explode_above:g}",
+                  mild_low=f"{1 / MILD_RATIO:g}", mild_high=f"{MILD_RATIO:g}",
+                  dtype=_(_UNDERFLOW[dtype if dtype in _UNDERFLOW else "float32"]))
+
+    def verdict(status, rule, finding):
+        causes = _causes(status, s, activation=activation, normalized=normalized, residual=residual, dtype=dtype)
+        return Verdict(status, finding, _advice(unit, causes[0] if causes else None, status), ratio, gain, n,
+                       rule, causes, float(vanish_below), float(explode_above))
+
+    bad = ~np.isfinite(s)
+    if bad.any():
+        fields.update(count=int(bad.sum()), bad=str(names[int(np.argmax(bad))]))
+        text = (_("{count} of {n} layers have NaN/inf gradients (the first is {bad}): the numbers overflowed.")
+                if unit == "layer" else
+                _("{count} of {n} steps have NaN/inf gradients (the first is {bad}): the recurrence overflowed."))
+        return verdict("non-finite", "non-finite", text.format(**fields))
+    if s[0] == 0 and s[-1] == 0:
+        text = (_("Every layer's gradient signal is exactly 0: nothing reaches the network.") if unit == "layer"
+                else _("The gradient is exactly 0 at every step: nothing flows back in time."))
+        return verdict("vanishing", "all-zero", text.format(**fields))
+    if n == 1:
+        text = (_("One layer: no depth for the signal to vanish or explode over.") if unit == "layer"
+                else _("One step: no time for the gradient to vanish or explode over."))
+        return verdict("healthy", "one-layer", text)
+    if ratio < vanish_below or (gain < low and ratio < 1.0 / MILD_RATIO):
+        if s[0] == 0:
+            text = _("The gradient at {first} is exactly 0: every element underflowed in {dtype}, while "
+                     "{last} still gets one; the ratio 0 is below the threshold {vanish}.")
+            return verdict("vanishing", "total", text.format(**fields))
+        if ratio < vanish_below:
+            text = (_("The signal at {first} is {ratio}× the signal at {last} ({gain}× per layer over {n} layers): "
+                      "below the threshold {vanish} for the total ratio.") if unit == "layer" else
+                    _("The gradient at {first} is {ratio}× the gradient at {last} ({gain}× per step over {n} "
+                      "steps): below the threshold {vanish} for the total ratio."))
+            return verdict("vanishing", "total", text.format(**fields))
+        text = (_("The signal shrinks {gain}× per layer over {n} layers (below {low}) and is {ratio}× at {first} "
+                  "what it is at {last} (below {mild_low}): the per-layer rule.") if unit == "layer" else
+                _("The gradient shrinks {gain}× per step over {n} steps (below {low}) and is {ratio}× at {first} "
+                  "what it is at {last} (below {mild_low}): the per-step rule."))
+        return verdict("vanishing", "per-layer", text.format(**fields))
+    if ratio > explode_above or (gain > high and ratio > MILD_RATIO):
+        if ratio > explode_above:
+            text = (_("The signal at {first} is {ratio}× the signal at {last} ({gain}× per layer over {n} layers): "
+                      "above the threshold {explode} for the total ratio.") if unit == "layer" else
+                    _("The gradient at {first} is {ratio}× the gradient at {last} ({gain}× per step over {n} "
+                      "steps): above the threshold {explode} for the total ratio."))
+            return verdict("exploding", "total", text.format(**fields))
+        text = (_("The signal grows {gain}× per layer over {n} layers (above {high}) and is {ratio}× at {first} "
+                  "what it is at {last} (above {mild_high}): the per-layer rule.") if unit == "layer" else
+                _("The gradient grows {gain}× per step over {n} steps (above {high}) and is {ratio}× at {first} "
+                  "what it is at {last} (above {mild_high}): the per-step rule."))
+        return verdict("exploding", "per-layer", text.format(**fields))
+    if not low <= gain <= high:  # a clear per-layer change, but too little in all for the per-layer rule
+        text = (_("No rule fires: the signal changes {gain}× per layer (outside {low}–{high}), but it is only "
+                  "{ratio}× at {first} what it is at {last} (within {mild_low}–{mild_high}), and the per-layer rule "
+                  "needs both.") if unit == "layer" else
+                _("No rule fires: the gradient changes {gain}× per step (outside {low}–{high}), but it is only "
+                  "{ratio}× at {first} what it is at {last} (within {mild_low}–{mild_high}), and the per-step rule "
+                  "needs both."))
+        return verdict("healthy", "none", text.format(**fields))
+    text = (_("No rule fires: the signal changes {gain}× per layer (within {low}–{high}) and is {ratio}× at "
+              "{first} what it is at {last} (within {vanish}–{explode}).") if unit == "layer" else
+            _("No rule fires: the gradient changes {gain}× per step (within {low}–{high}) and is {ratio}× at "
+              "{first} what it is at {last} (within {vanish}–{explode})."))
+    text = text.format(**fields)
+    if not 1.0 / MILD_RATIO <= ratio <= MILD_RATIO:
+        more = (_("The per-layer change is within 5 %, yet it compounds to {ratio}× over {n} layers.")
+                if unit == "layer" else
+                _("The per-step change is within 5 %, yet it compounds to {ratio}× over {n} steps."))
+        text = join_sentences(text, more.format(**fields))
+    return verdict("healthy", "none", text)
+
+
+def diagnose(signal_norms, *, vanish_below: float = 1e-3, explode_above: float = 1e3):
+    """Return ``(status, message)`` for per-layer back-propagated signal norms (chapter 01).
+
+    ``signal_norms`` runs input side first; the rule is the module's (total ratio and
+    per-layer gain against their thresholds). ``message`` says what the rule measured, then
+    a generic fix. :func:`judge` returns the same as a :class:`Verdict`, with the finding and
+    the kind of cause apart.
+
+    Why the signal (dLoss/d pre-activation) and not the weight gradients: a weight gradient
+    is the product of the forward activation and the backward signal. When the forward
+    activations grow as fast as the signal shrinks (or the other way round), the weight
+    gradients look flat across layers while the signal vanishes or explodes. Glorot & Bengio
+    (2010) point this out; chapter 01 shows a case.
+    """
+    v = judge(signal_norms, vanish_below=vanish_below, explode_above=explode_above)
+    return v.status, v.message

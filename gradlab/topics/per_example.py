@@ -1,0 +1,352 @@
+"""One gradient per example (chapter 10): a loop of tapes, ``tf.vectorized_map``, or a Jacobian.
+
+The gradient of a batch's mean loss is the mean of the examples' gradients; DP-SGD (Abadi et
+al. 2016) clips each example's gradient before that mean, influence estimates and "which
+example makes this batch explode" read them one by one. :func:`per_example_gradients`
+returns them, for every trainable variable, with a leading batch dimension.
+
+*Example ``i``'s loss* is the loss of the batch that holds example ``i`` alone: the model's
+compiled loss (through ``model.compute_loss``), a ``loss`` callable, or the core's default
+(mean squared error), each plus ``model.losses`` as :func:`gradlab.core.resolve_loss` defines
+it. A mean over the batch divides by the batch size, a batch of one by 1, so the mean of the
+per-example gradients is the gradient of the batch's loss. With ``sample_weight`` the data
+term of example ``i`` is multiplied by ``w_i`` (Keras reduces a weighted loss as
+``sum(w·l) / B``), so that holds with weights too.
+
+Three ways to compute them, all inside one ``tf.function`` per model and method:
+
+* ``"loop"``: one tape per example (a ``tf.function`` of one example, called ``B`` times);
+  the reference, and the slowest for large batches;
+* ``"vectorized_map"``: the same function of one example, vectorized over the batch by
+  ``tf.vectorized_map`` (pfor): one batched forward and backward pass;
+* ``"jacobian"``: one forward pass of the whole batch, the vector of per-example losses, and
+  ``tape.jacobian`` of that vector with respect to the variables (pfor over its rows).
+
+``method="auto"`` uses ``vectorized_map``, falls back to the Jacobian where pfor cannot convert
+the model's forward pass (TF 2.21: a recurrent layer whose input sequence is computed inside the
+model, e.g. after a Dense, a Conv1D or another RNN) or where the model has random layers in
+training mode, and to the loop where pfor cannot convert the backward pass either. A model whose
+output carries a mask (a per-step loss over padded sequences) never goes through the Jacobian,
+whose batched pass would lose each example's mask: ``method="jacobian"`` is refused there. The model runs with ``training=False`` by default, so BatchNorm uses its moving
+statistics and examples do not interact; nothing of the model changes (its variables are
+restored afterwards, BatchNorm statistics and RNN states included).
+
+An ``Embedding``'s gradient is ``tf.IndexedSlices`` (chapter 06); per example it is returned
+dense, ``(B, vocabulary, dim)``: mind the memory for a large table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import weakref
+from collections.abc import Callable
+
+import numpy as np
+
+from .. import core
+from .._env import quiet_import_tensorflow
+
+tf = quiet_import_tensorflow()
+import keras  # noqa: E402
+
+__all__ = ["METHODS", "PerExampleGradients", "per_example_gradients", "per_example_norms"]
+
+#: The ways :func:`per_example_gradients` can compute them (``"auto"`` picks one).
+METHODS: tuple[str, ...] = ("auto", "loop", "vectorized_map", "jacobian")
+
+
+class PerExampleGradients(list):
+    """A list with one tensor per trainable variable, each ``(B, *variable.shape)``.
+
+    ``None`` where the loss does not depend on the variable (as ``tape.gradient`` returns).
+    ``method`` says how they were computed, ``variables`` which variables they belong to,
+    ``losses`` is each example's loss (float64 NumPy, ``(B,)``).
+    """
+
+    def __init__(self, grads, *, method: str, variables, losses):
+        super().__init__(grads)
+        self.method = method
+        self.variables = list(variables)
+        self.losses = losses
+
+    @property
+    def norms(self) -> np.ndarray:
+        """Each example's gradient norm over all variables, in float64 (``(B,)``)."""
+        return per_example_norms(self)
+
+
+def per_example_norms(grads) -> np.ndarray:
+    """The global L2 norm of each example's gradient (``None`` skipped), taken in float64 by the
+    core's :func:`gradlab.core.global_norm`, example by example. ``grads`` is what
+    :func:`per_example_gradients` returns (chapter 10)."""
+    present = [g for g in grads if g is not None]
+    if not present:
+        raise ValueError("grads holds no gradient (every entry is None); there is no norm to take")
+    sizes = {int(g.shape[0]) for g in present}
+    if len(sizes) != 1:
+        raise ValueError(f"every per-example gradient must have the same batch size; got {sorted(sizes)}")
+    norms = tf.vectorized_map(core.global_norm, present)
+    return np.asarray(norms.numpy(), dtype=np.float64)
+
+
+# ----------------------------------------------------------------------------- arguments
+def _check_method(method) -> str:
+    if not isinstance(method, str) or method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
+    return method
+
+
+def _check_training(training) -> bool:
+    if not isinstance(training, bool):
+        raise ValueError(f"training must be True or False; got {training!r}")
+    return training
+
+
+def _has_batch_norm(model) -> bool:
+    return any(isinstance(layer, keras.layers.BatchNormalization) for layer in core.leaf_layers(model))
+
+
+_RANDOM_LAYERS = tuple(getattr(keras.layers, name) for name in (
+    "Dropout", "SpatialDropout1D", "SpatialDropout2D", "SpatialDropout3D", "GaussianNoise", "GaussianDropout",
+    "AlphaDropout") if hasattr(keras.layers, name))
+
+
+def _random_layers(model) -> list[str]:
+    """Layers that draw random numbers in training mode (Dropout, GaussianNoise, ...)."""
+    return [layer.name for layer in core.leaf_layers(model) if isinstance(layer, _RANDOM_LAYERS)
+            or getattr(layer, "seed_generator", None) is not None]
+
+
+# ----------------------------------------------------------------------------- the per-example loss
+def _example_loss(loss: core.Loss, model, x1, y1, w1, training: bool):
+    """The loss of the batch holding one example (``x1``, ``y1``, ``w1`` with a batch axis of 1)."""
+    return loss(x1, y1, model(x1, training=training), training, sample_weight=w1)
+
+
+def _dense(g, v):
+    if g is None:
+        return tf.zeros(v.shape, v.dtype)
+    return tf.convert_to_tensor(g)
+
+
+def _one(xs, i):
+    return None if xs is None else tf.nest.map_structure(lambda t: t[i][None], xs)
+
+
+def _add_batch_axis(xs):
+    return None if xs is None else tf.nest.map_structure(lambda t: t[None], xs)
+
+
+def _placeholder(x):
+    """What ``tf.vectorized_map`` maps over in place of a missing ``sample_weight``."""
+    return tf.zeros([tf.shape(tf.nest.flatten(x)[0])[0]])
+
+
+class _Compiled:
+    """The traced functions of one model, loss and method (traced once per input signature)."""
+
+    def __init__(self, model, loss: core.Loss, method: str, training: bool, weighted: bool):
+        self.model, self.loss, self.method, self.training, self.weighted = model, loss, method, training, weighted
+        self.connected: list[bool] | None = None
+        self.failed: str | None = None  # why pfor could not convert the model, once it failed
+        self.traced = False
+        variables = model.trainable_variables
+
+        def grads_of_one(x1, y1, w1):
+            with tf.GradientTape() as tape:
+                value = _example_loss(loss, model, x1, y1, w1, training)
+            grads = tape.gradient(value, variables)
+            self.connected = [g is not None for g in grads]
+            return [_dense(g, v) for g, v in zip(grads, variables, strict=True)], value
+
+        if method == "loop":
+            self.fn = tf.function(grads_of_one, reduce_retracing=True)
+        elif method == "vectorized_map":
+            def vmap(x, y, w):
+                def one(args):
+                    xi, yi, wi = args
+                    return grads_of_one(_add_batch_axis(xi), _add_batch_axis(yi),
+                                        None if w is None else _add_batch_axis(wi))
+
+                return tf.vectorized_map(one, (x, y, _placeholder(x) if w is None else w))
+
+            self.fn = tf.function(vmap, reduce_retracing=True)
+        else:
+            def jacobian(x, y, w):
+                with tf.GradientTape() as tape:
+                    pred = model(x, training=training)
+
+                    def one(args):
+                        xi, yi, pi, wi = args
+                        return loss(_add_batch_axis(xi), _add_batch_axis(yi), _add_batch_axis(pi), training,
+                                    sample_weight=None if w is None else _add_batch_axis(wi))
+
+                    values = tf.vectorized_map(one, (x, y, pred, _placeholder(x) if w is None else w))
+                jac = tape.jacobian(values, variables)
+                self.connected = [g is not None for g in jac]
+                n = tf.shape(values)[0]
+                out = [tf.zeros(tf.concat([[n], v.shape], 0), v.dtype) if g is None else tf.convert_to_tensor(g)
+                       for g, v in zip(jac, variables, strict=True)]
+                return out, values
+
+            self.fn = tf.function(jacobian, reduce_retracing=True)
+
+    def __call__(self, x, y, w):
+        if self.method != "loop":
+            out = self.fn(x, y, w)
+            self.traced = True
+            return out
+        n = int(tf.nest.flatten(x)[0].shape[0])
+        rows, values = [], []
+        for i in range(n):
+            grads, value = self.fn(_one(x, i), _one(y, i), _one(w, i))
+            rows.append(grads)
+            values.append(value)
+        return [tf.stack(c) for c in zip(*rows, strict=True)], tf.stack(values)
+
+
+_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: ``method="auto"`` tries these in order: the fastest first, the loop (which always converts) last.
+_AUTO_ORDER = ("vectorized_map", "jacobian", "loop")
+
+
+@contextlib.contextmanager
+def _quiet_pfor(compiled: _Compiled):
+    """While a vectorized method is traced for the first time, keep pfor's own ERROR log lines
+    (whole op definitions, printed before it raises) off the learner's screen: the failure is
+    reported once, as this module's ValueError or as the fallback's ``method``."""
+    logger = logging.getLogger("tensorflow")
+    if compiled.method == "loop" or compiled.traced:
+        yield
+        return
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _is_pfor_failure(err, compiled: _Compiled) -> bool:
+    """An error while tracing the vectorized function (pfor could not convert an op), not an
+    error of the model or the data, which every method would raise alike."""
+    return not compiled.traced
+
+
+def _compiled(model, loss: core.Loss, method: str, training: bool, weighted: bool) -> _Compiled:
+    per_model = _CACHE.setdefault(model, {})
+    key = (method, training, weighted, loss.kind, id(loss.fn), id(getattr(model, "loss", None)),
+           tuple(id(v) for v in model.trainable_variables))
+    entry = per_model.get(key)
+    if entry is None:
+        # the entry keeps loss.fn and model.loss alive, so their ids cannot be reused while it exists
+        entry = per_model[key] = (_Compiled(model, loss, method, training, weighted), loss.fn,
+                                  getattr(model, "loss", None))
+    return entry[0]
+
+
+# ----------------------------------------------------------------------------- the tool
+def per_example_gradients(model, x, y, *, loss: Callable | None = None, sample_weight=None,
+                          method: str = "auto", training: bool = False) -> PerExampleGradients:
+    """The gradient of each example's loss for every trainable variable of ``model`` (chapter 10).
+
+    Returns a :class:`PerExampleGradients` list, one tensor ``(B, *variable.shape)`` per
+    ``model.trainable_variables`` (``None`` where the loss does not depend on the variable).
+    Example ``i``'s loss is that of a batch holding example ``i`` alone (``loss(y, y_pred)``
+    when given, reduced to a scalar or one loss per example such as
+    ``keras.losses.mean_squared_error``; else the compiled loss, else mean squared error; plus
+    ``model.losses``),
+    times ``sample_weight[i]`` when given, so that their mean is the batch gradient that
+    ``fit`` would take. ``method`` is ``"auto"`` (``vectorized_map``, or the loop where pfor
+    cannot convert the model), ``"loop"``, ``"vectorized_map"`` or ``"jacobian"``; all give the
+    same numbers (to float32 rounding). ``training=True`` runs layers in training mode, which a
+    model with BatchNorm refuses: in training mode BatchNorm mixes the examples of a batch, so
+    an example has no gradient of its own. With ``training=True`` and random layers (Dropout,
+    GaussianNoise, ...) each method draws its own masks: ``"auto"`` then uses the Jacobian (one
+    batched forward pass, a mask per example, as ``fit`` draws them), and ``"vectorized_map"``
+    is refused (pfor would give every example the same mask). The mean equals the batch
+    gradient for unmasked outputs; a masked per-step loss (``mask_zero=True`` sequences of
+    different lengths) is divided by the valid steps of the whole batch in ``fit`` but by each
+    example's own count here, so there the mean differs. The model is left exactly as it was.
+    """
+    core.check_model(model)
+    method = _check_method(method)
+    training = _check_training(training)
+    x, y = core.coerce_batch(model, x, y)
+    w = core.coerce_sample_weight(sample_weight, y)
+    if training and _has_batch_norm(model):
+        raise ValueError(
+            "training=True with a BatchNormalization layer: in training mode BatchNorm normalizes each example "
+            "with the statistics of the whole batch, so no example has a gradient of its own (DP-SGD "
+            "implementations replace BatchNorm by GroupNorm or LayerNorm). Use training=False (the moving "
+            "statistics), or a model without BatchNorm"
+        )
+    random = _random_layers(model) if training else []
+    if random and method == "vectorized_map":
+        raise ValueError(
+            f"method='vectorized_map' with training=True and random layers ({', '.join(random)}): pfor treats the "
+            "random seed as the same for every example, so every example would get the same dropout mask. Use "
+            "method='jacobian' (one batched forward pass, a mask per example as in fit), 'loop' or 'auto'"
+        )
+    stateful = [layer.name for layer in core.stateful_rnn_layers(model)]
+    if stateful:
+        raise ValueError(
+            f"model has stateful recurrent layers ({', '.join(stateful)}): their state carries over from batch to "
+            "batch with a fixed batch size, so one example has no loss of its own. Build the same model with "
+            "stateful=False (and the same weights) to take per-example gradients"
+        )
+    if not model.built:
+        model(_one(x, 0), training=False)  # build it eagerly, so no variable is created while tracing
+    variables = model.trainable_variables
+    if not variables:
+        raise ValueError("model has no trainable variables, so there is no gradient to take")
+    resolved = core.resolve_loss(model, loss)
+    x1, y1 = _one(x, 0), _one(y, 0)  # the loss's own checks (shapes, labels), eagerly, on one example
+    pred1 = model(x1, training=False)
+    if w is None and resolved.kind == "given" and not isinstance(loss, keras.losses.Loss):
+        # a loss function that returns one loss per example (keras.losses.mean_squared_error) is
+        # natural here; weights of 1 send it through the core's per-example reduction, which on a
+        # batch of one is that example's loss
+        if tf.convert_to_tensor(loss(y1, pred1)).shape.rank:
+            w = tf.ones([int(tf.nest.flatten(x)[0].shape[0])], keras.backend.floatx())
+    resolved.check(y1, pred1, _one(w, 0))
+    # a masked output (per-step loss over padded sequences): the Jacobian's batched forward pass
+    # slices the predictions without their mask, so each example's loss would count the padding
+    masked = any(getattr(t, "_keras_mask", None) is not None for t in tf.nest.flatten(pred1))
+    if masked and method == "jacobian":
+        raise ValueError(
+            "method='jacobian' on a model whose output carries a mask (padded sequences, Masking or "
+            "mask_zero=True): the batched Jacobian loses the mask of each example's loss. Use method='loop' or "
+            "'vectorized_map' (or 'auto', which avoids the Jacobian here)"
+        )
+    saved = core.snapshot(model)
+    weighted = w is not None
+    try:
+        candidates = _AUTO_ORDER if method == "auto" else (method,)
+        if random:  # vectorized_map would draw one dropout mask for the whole batch
+            candidates = tuple(c for c in candidates if c != "vectorized_map")
+        if masked:  # the Jacobian would lose the output's mask
+            candidates = tuple(c for c in candidates if c != "jacobian")
+        for chosen in candidates:
+            compiled = _compiled(model, resolved, chosen, training, weighted)
+            if compiled.failed is None:
+                try:
+                    with _quiet_pfor(compiled):
+                        grads, values = compiled(x, y, w)
+                    break
+                except (ValueError, TypeError, tf.errors.InvalidArgumentError, NotImplementedError) as err:
+                    if chosen == "loop" or not _is_pfor_failure(err, compiled):
+                        raise
+                    compiled.failed = f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:200]}"
+            if method != "auto":
+                raise ValueError(
+                    f"method={method!r} cannot convert this model with pfor ({compiled.failed}); use "
+                    "method='auto' (which falls back to the next method) or method='loop'"
+                )
+        connected = compiled.connected
+    finally:
+        core.restore(saved)
+    grads = [g if ok else None for g, ok in zip(grads, connected or [True] * len(grads), strict=True)]
+    losses = np.asarray(tf.cast(values, tf.float64).numpy(), dtype=np.float64).reshape(-1)
+    return PerExampleGradients(grads, method=chosen, variables=variables, losses=losses)

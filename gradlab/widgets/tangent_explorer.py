@@ -1,0 +1,65 @@
+"""Chapter 00's first interactive taste: drag w, see the slope and the step it implies."""
+
+from __future__ import annotations
+
+import ipywidgets as widgets
+import numpy as np
+
+from ..i18n import _
+from ..plots.intro import TangentPlot
+from ..topics.intro import slope_and_step, toy_loss
+from .base import Explorer
+
+__all__ = ["TangentExplorer"]
+
+_W_RANGE = (-1.0, 5.0)
+_LR_RANGE = (0.0, 2.0)
+
+
+class TangentExplorer(Explorer):
+    """Sliders ``w`` and ``learning_rate``; the plot shows L(w), its tangent and one step (chapter 00)."""
+
+    css_name = "tangent"
+    controls_width = "320px"
+
+    def __init__(self, w: float = -0.5, learning_rate: float = 0.3):
+        slope_and_step(w, learning_rate)  # validates both
+        if not _W_RANGE[0] <= w <= _W_RANGE[1]:
+            raise ValueError(f"w must be between -1 and 5, got {w}")
+        if not _LR_RANGE[0] <= learning_rate <= _LR_RANGE[1]:
+            raise ValueError(f"learning_rate must be between 0 and 2, got {learning_rate}")
+        self._ws = np.linspace(*_W_RANGE, 241, dtype=np.float32)
+        self._losses = toy_loss(self._ws).numpy()
+        self.w = self.control("w", widgets.FloatSlider(
+            value=w, min=_W_RANGE[0], max=_W_RANGE[1], step=0.05, description="w"))
+        self.learning_rate = self.control("learning_rate", widgets.FloatSlider(
+            value=learning_rate, min=_LR_RANGE[0], max=_LR_RANGE[1], step=0.05,
+            description=_("learning rate")), css_name="tangent-lr")
+        self.start()
+
+    def _compute(self):
+        w, lr = float(self.w.value), float(self.learning_rate.value)
+        self.loss, self.slope, self.w_next = slope_and_step(w, lr)
+        self.loss_next = float(toy_loss(np.float32(self.w_next)).numpy())
+        return (w, self.loss, self.slope, self.w_next, self.loss_next)
+
+    def _make_plot(self):
+        return TangentPlot(self._ws, self._losses).update(*self.report)
+
+    def _update_plot(self) -> None:
+        self._plot.update(*self.report)
+
+    def _status_color(self) -> str:
+        return "inherit"
+
+    @property
+    def status_text(self) -> str:
+        w, loss, slope, w_next, loss_next = self.report
+        if slope < 0:
+            text = _("w = {w}: loss {loss}, slope {slope}, so gradient descent moves w to the right: "
+                     "{w_next} (loss {loss_next})")
+        else:
+            text = _("w = {w}: loss {loss}, slope {slope}, so gradient descent moves w to the left: "
+                     "{w_next} (loss {loss_next})")
+        return text.format(w=f"{w:.2f}", loss=f"{loss:.3f}", slope=f"{slope:+.3f}",
+                           w_next=f"{w_next:.2f}", loss_next=f"{loss_next:.3f}")

@@ -1,0 +1,147 @@
+"""Chapter 03's interactive tracing lab: pass a value as a Python float or a tensor, watch retracing."""
+
+from __future__ import annotations
+
+import time
+
+import ipywidgets as widgets
+import numpy as np
+
+from ..core import mean_squared_error
+from ..i18n import N_, _
+from ..plots.tracing import RETRACE_COLOR, CallTimePlot
+from ..topics.tracing import tf
+from .base import Explorer, css
+
+__all__ = ["TracingLab"]
+
+MODES = ("python float", "tensor")
+#: The toggle buttons' labels (the status line keeps the mode's code name).
+MODE_LABELS = {"python float": N_("python float"), "tensor": N_("tensor")}
+
+
+def _make_step(x, y, w0):
+    """One SGD step of a small linear least-squares model from fixed weights; returns the new loss."""
+
+    def sgd_step(learning_rate):
+        w = tf.identity(w0)
+        with tf.GradientTape() as tape:
+            tape.watch(w)
+            loss = mean_squared_error(y, x @ w)  # the core's loss, one implementation
+        w_next = w - learning_rate * tape.gradient(loss, w)
+        return mean_squared_error(y, x @ w_next)
+
+    return tf.function(sgd_step)
+
+
+class TracingLab(Explorer):
+    """Move the learning-rate slider and watch a ``tf.function`` retrace, or not (chapter 03).
+
+    The same one-step SGD function is called with the slider's value either as a Python float
+    (every new value is a new trace) or as a ``tf.constant`` (one trace serves every value).
+    Public controls: ``mode`` (``"python float"`` or ``"tensor"``), ``value`` (the learning
+    rate) and ``reset`` (a button that forgets all traces). Setting a control's ``value`` calls
+    the function before the assignment returns, so ``lab.value.value = 0.3; lab.traces`` is
+    current. :attr:`traces` is the tracing count of the current mode's function.
+    """
+
+    css_name = "tracing"
+    controls_width = "330px"
+
+    def __init__(self, value: float = 0.1, mode: str = "python float", *, seed: int = 0,
+                 plot: bool = True):
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            raise ValueError(f"value must be a number from 0 to 1; got {value!r}")
+        if not isinstance(plot, bool):
+            raise ValueError(f"plot must be True or False; got {plot!r}")
+        self._seed, self._with_plot = seed, plot
+        rng = np.random.default_rng(seed)
+        self._x = tf.constant(rng.normal(size=(256, 16)), tf.float32)
+        self._w0 = tf.constant(rng.normal(size=(16, 1)) * 0.1, tf.float32)
+        true_w = rng.normal(size=(16, 1))
+        self._y = self._x @ tf.constant(true_w, tf.float32)
+        self.mode = self.control("mode", widgets.ToggleButtons(
+            options=[(_(MODE_LABELS[m]), m) for m in MODES], value=mode, description=_("pass as")))
+        self.value = self.control("value", widgets.FloatSlider(
+            value=float(value), min=0.0, max=1.0, step=0.01, description=_("learning rate"),
+            readout_format=".2f", continuous_update=False))
+        self.reset = css(widgets.Button(description=_("reset traces"), icon="refresh"), "tracing-reset")
+        self.traces = 0
+        self.last_ms = float("nan")
+        self.last_retraced = False
+        self.loss = float("nan")
+        self._new_functions()
+        self.start(side=(self.reset,))
+        self.reset.on_click(self._on_reset)
+
+    # --------------------------------------------------------------------- the base's hooks
+    def _compute(self):
+        """Call the current mode's function once, timed; record whether it traced."""
+        mode, fn = self.mode.value, self.function
+        lr = float(self.value.value)
+        arg = lr if mode == "python float" else tf.constant(lr, tf.float32)
+        before = fn.experimental_get_tracing_count()
+        t0 = time.perf_counter()
+        self.loss = float(fn(arg).numpy())
+        self.last_ms = 1e3 * (time.perf_counter() - t0)
+        self.traces = int(fn.experimental_get_tracing_count())
+        self.last_retraced = self.traces > before
+        self._times[mode].append(self.last_ms)
+        self._traced[mode].append(self.last_retraced)
+        return self.loss
+
+    def _make_plot(self):
+        if not self._with_plot:
+            return None
+        plot = CallTimePlot()
+        plot.update(self._times[self.mode.value], self._traced[self.mode.value])
+        return plot
+
+    def _update_plot(self) -> None:
+        self._plot.update(self._times[self.mode.value], self._traced[self.mode.value])
+
+    def _status_color(self) -> str:
+        return RETRACE_COLOR if self.last_retraced else "inherit"
+
+    def _text(self) -> str:
+        return self.summary
+
+    def _copy_kwargs(self) -> dict:
+        return dict(self.settings(), seed=self._seed, plot=self._with_plot)
+
+    def tracing_count(self) -> int:
+        """Traces of the current mode's function (the float mode retraces per new value: that is its lesson)."""
+        return self.traces
+
+    # --------------------------------------------------------------------- public helpers
+    @property
+    def function(self):
+        """The ``tf.function`` the current mode calls."""
+        return self._functions[self.mode.value]
+
+    @property
+    def summary(self) -> str:
+        """The status without timings: ``python float · value 0.3 → traces: 4``."""
+        return _("{mode} · value {value} → traces: {traces}").format(
+            mode=self.mode.value, value=f"{self.value.value:.3g}", traces=self.traces)
+
+    @property
+    def status_text(self) -> str:
+        """The status line in plain words, with the time of the last call."""
+        if self.last_retraced:
+            return _("{summary} · last call {ms} ms (retraced)").format(
+                summary=self.summary, ms=f"{self.last_ms:.3g}")
+        return _("{summary} · last call {ms} ms (cached graph)").format(
+            summary=self.summary, ms=f"{self.last_ms:.3g}")
+
+    # --------------------------------------------------------------------- internals
+    def _new_functions(self) -> None:
+        self._functions = {m: _make_step(self._x, self._y, self._w0) for m in MODES}
+        self._times = {m: [] for m in MODES}
+        self._traced = {m: [] for m in MODES}
+
+    def _on_reset(self, _button=None) -> None:
+        self._new_functions()
+        self._on_change()
