@@ -3,12 +3,13 @@ what was given, and what is allowed."""
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["check_choice", "check_int", "check_positive"]
+__all__ = ["check_choice", "check_int", "check_positive", "renamed_keywords"]
 
 
 def check_choice(name: str, value, allowed: Sequence[str]) -> str:
@@ -41,3 +42,26 @@ def check_positive(name: str, value, *, allow_none: bool = False) -> float | Non
         allowed = "None or a finite number > 0" if allow_none else "a finite number > 0"
         raise ValueError(f"{name} must be {allowed}; got {value!r}")
     return float(value)
+
+
+def renamed_keywords(**old_to_new: str) -> Callable:
+    """Decorator: calling with an old keyword spelling raises a ``TypeError`` that names the new one.
+
+    ``@renamed_keywords(loss_fn="loss", clip_global_norm="clip")`` on a function (or on a
+    class's ``__init__``) keeps one spelling per concept in the public API (issue 27) while a
+    learner's older code gets told what to write instead of "unexpected keyword argument".
+    """
+    def wrap(fn):
+        @functools.wraps(fn)
+        def inner(*args, **kwargs):
+            for old, new in old_to_new.items():
+                if old in kwargs:
+                    name = fn.__qualname__.removesuffix(".__init__")
+                    raise TypeError(f"{name}() takes {new}= instead of {old}= (one spelling per concept "
+                                    f"across gradlab's tools); pass {new}=")
+            return fn(*args, **kwargs)
+
+        inner.renamed_keywords = dict(old_to_new)
+        return inner
+
+    return wrap
