@@ -23,7 +23,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "gradlab"
 #: until it is placed here. The README's architecture section lists the same packages in
 #: this order (:func:`test_readme_draws_the_same_map`).
 LAYERS = {
-    0: ("_env", "_validate", "i18n"),
+    0: ("_env", "_validate", "i18n", "progress"),
     1: ("core",),
     2: ("models", "topics"),
     3: ("reports",),
