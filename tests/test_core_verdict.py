@@ -184,9 +184,11 @@ def test_build_transformer_gets_no_initializer_advice(position):
     report = gl.inspect_training_step(model, x, y)
     assert "initializer" not in str(report)
     if position == "pre":  # the embedding's small scale before the first LayerNorm: 30x the last block's signal
-        assert report.status == "exploding" and report.verdict.cause == "normalization"
         s = report.signal_norms
         assert s[0] / s[-1] > 10
+        # ... which the rule alone calls exploding; across LayerNorms it is "uneven", with its reason, and no problem
+        assert report.status == "uneven" and report.verdict.cause == "normalization"
+        assert "uneven, not exploding" in report.message and report.problems == ()
 
 
 def test_without_normalization_the_initializer_advice_stays():
