@@ -71,6 +71,109 @@ def test_data_problems_are_about_the_data():
     assert core.data_problems(x, y) == ["x holds 1 NaN/inf value (in 1 of 6 examples)"]
 
 
+# ----------------------------------------------------------------------------- sparse and ragged inputs
+def _sparse_model(seed=0):
+    keras.utils.set_random_seed(seed)
+    inp = keras.Input((20,), sparse=True)
+    h = keras.layers.Dense(16, activation="tanh")(inp)
+    h = keras.layers.Dense(16, activation="tanh")(h)
+    return keras.Model(inp, keras.layers.Dense(1)(h))
+
+
+def _sparse_batch():
+    rng = np.random.default_rng(3)
+    x = np.zeros((8, 20), np.float32)
+    for i in range(8):
+        x[i, rng.choice(20, 3, replace=False)] = rng.normal(size=3)
+    return tf.sparse.from_dense(x), rng.normal(size=(8, 1)).astype(np.float32)
+
+
+class _RaggedBag(keras.Model):
+    """Token ids of different lengths (a tf.RaggedTensor) -> Embedding -> mean over each row -> Dense."""
+
+    def __init__(self):
+        super().__init__(name="ragged_bag")
+        self.emb = keras.layers.Embedding(30, 8)
+        self.hidden = keras.layers.Dense(16, activation="tanh")
+        self.out = keras.layers.Dense(1)
+
+    def call(self, x):
+        return self.out(self.hidden(tf.reduce_mean(self.emb(x), axis=1)))
+
+
+def _ragged_model(seed=0):
+    keras.utils.set_random_seed(seed)
+    return _RaggedBag()
+
+
+RAGGED = tf.ragged.constant([[1, 2, 3], [4, 5], [6], [7, 8, 9, 10], [1, 1], [2], [3, 4], [5, 6, 7]], dtype=tf.int32)
+RAGGED_Y = np.linspace(-1, 1, 8, dtype=np.float32)[:, None]
+
+
+def _tape_norms(model, x, y):
+    """The mean-squared-error loss and its gradients from a plain GradientTape, norms in float64."""
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x, training=True) - y))
+    grads = tape.gradient(loss, model.trainable_variables)
+    return float(loss), [float(np.linalg.norm(tf.convert_to_tensor(g).numpy().astype(np.float64))) for g in grads]
+
+
+@pytest.mark.parametrize("make,batch", [(_sparse_model, _sparse_batch), (_ragged_model, lambda: (RAGGED, RAGGED_Y))])
+def test_sparse_and_ragged_inputs_pass_through_as_keras_runs_them(make, batch):
+    import gradlab as gl
+
+    x, y = batch()
+    model = make()
+    xs, _ys = core.coerce_batch(model, x, y)
+    assert type(xs) is type(x) and core.example_count(xs) == 8
+    loss, norms = _tape_norms(model, x, y)
+    report = gl.inspect_training_step(model, x, y)
+    assert report.loss == pytest.approx(loss, rel=1e-6)
+    assert report.global_norm == pytest.approx(float(np.sqrt(np.sum(np.square(norms)))), rel=1e-5)
+    run = gl.train_steps(model, x, y, steps=3, optimizer=keras.optimizers.SGD(0.1))
+    twin = make()  # the same three SGD steps by hand
+    twin(x)
+    by_hand = []
+    for _step in range(3):
+        with tf.GradientTape() as tape:
+            value = tf.reduce_mean(tf.square(twin(x, training=True) - y))
+        grads = tape.gradient(value, twin.trainable_variables)
+        for v, g in zip(twin.trainable_variables, grads, strict=True):
+            v.assign_sub(0.1 * tf.convert_to_tensor(g))
+        by_hand.append(float(value))
+    np.testing.assert_allclose(run.losses, by_hand, rtol=1e-5)
+
+
+def test_gradient_report_on_a_sparse_input_matches_the_tape():
+    import gradlab as gl
+
+    x, y = _sparse_batch()
+    model = _sparse_model()
+    _loss, norms = _tape_norms(model, x, y)
+    kernels = [i for i, v in enumerate(model.trainable_variables) if v.path.endswith("kernel")]
+    report = gl.gradient_report(model, x, y)
+    np.testing.assert_allclose(report.weight_norms, [norms[i] for i in kernels[:2]], rtol=1e-5)
+
+
+@pytest.mark.parametrize("x,match", [
+    (object(), r"got builtins\.object, which TensorFlow cannot convert"),
+    ([[1.0, 2.0, 3.0], [3.0]], r"rows have different lengths.*tf\.ragged\.constant\(x\)"),
+    (tf.sparse.from_dense(X), r"x is a tf\.SparseTensor, but the model's input is not sparse.*sparse=True"),
+    (tf.ragged.constant([[1.0, 2.0, 3.0], [3.0]]), r"x is a tf\.RaggedTensor, but the model's input is not ragged"),
+    (tf.sparse.from_dense(tf.constant([["a", "b", "c"]])), "x must hold numbers; got a SparseTensor of dtype string"),
+])
+def test_inputs_that_cannot_be_accepted_name_their_type(x, match):
+    with pytest.raises(ValueError, match=match):
+        core.coerce_batch(dense(), x, Y[:2])
+
+
+def test_data_problems_in_sparse_and_ragged_values():
+    sparse = tf.SparseTensor([[0, 1], [0, 4], [3, 2]], [np.nan, 1.0, np.inf], [5, 6])
+    ragged = tf.ragged.constant([[[1.0], [np.nan]], [[2.0]], [[np.inf], [np.nan], [3.0]]], ragged_rank=1)
+    assert core.data_problems(sparse) == ["x holds 2 NaN/inf values (in 2 of 5 examples)"]
+    assert core.data_problems(ragged) == ["x holds 3 NaN/inf values (in 2 of 3 examples)"]
+
+
 # ----------------------------------------------------------------------------- the loss
 def _numpy_mse(model, x, y, sw=None):
     pred = model(tf.constant(x, model.compute_dtype)).numpy().astype(np.float64)

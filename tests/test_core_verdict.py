@@ -184,9 +184,11 @@ def test_build_transformer_gets_no_initializer_advice(position):
     report = gl.inspect_training_step(model, x, y)
     assert "initializer" not in str(report)
     if position == "pre":  # the embedding's small scale before the first LayerNorm: 30x the last block's signal
-        assert report.status == "exploding" and report.verdict.cause == "normalization"
         s = report.signal_norms
         assert s[0] / s[-1] > 10
+        # ... which the rule alone calls exploding; across LayerNorms it is "uneven", with its reason, and no problem
+        assert report.status == "uneven" and report.verdict.cause == "normalization"
+        assert "uneven, not exploding" in report.message and report.problems == ()
 
 
 def test_without_normalization_the_initializer_advice_stays():
@@ -212,3 +214,83 @@ def test_normalization_crossings_in_numbers():
     # d(0) -> ln(1) -> d(2) -> d(3): the segment 0 -> 2 crosses ln, 2 -> 3 does not
     log_rest, names = gl.reports.diagnostics.normalization_crossings(calls, [0, 2, 3], [100.0, 1.0, 0.5])
     assert names == ["ln"] and log_rest == pytest.approx(np.log(2.0))
+
+
+# ----------------------------------------------------------------------------- uneven (issue 29)
+@pytest.mark.parametrize("position", ["pre", "post"])
+@pytest.mark.parametrize("depth", [1, 6])
+def test_a_fresh_transformer_is_uneven_not_exploding(position, depth):
+    """The embedding's small scale before the first LayerNorm gives a ratio near 30 at any depth: uneven."""
+    model = gl.build_transformer(depth, norm_position=position)
+    x, y = gl.markov_tokens(8, 32, 64)
+    report = gl.inspect_training_step(model, x, y, loss_fn=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    s = report.signal_norms
+    assert 10 < s[0] / s[-1] < 100 and report.verdict.ratio == pytest.approx(s[0] / s[-1], rel=1e-12)
+    assert gl.judge(s).status == "exploding"  # the bare rule on the same numbers
+    assert report.status == "uneven" and report.problems == ()
+    assert "uneven, not exploding" in report.message and "normalization" in report.message
+    assert "status uneven · 0 problems" in report.summary()
+
+
+def test_uneven_keeps_the_numbers_and_leaves_other_verdicts_alone():
+    v = gl.judge([2e3, 1.0], normalized=True)
+    u = gl.reports.verdict.uneven(v, ["ln_1", "ln_2"])
+    assert (u.status, u.rule, u.ratio, u.gain, u.depth) == ("uneven", v.rule, v.ratio, v.gain, v.depth)
+    assert u.finding.startswith(v.finding) and "'ln_1', 'ln_2'" in u.finding and u.cause == "normalization"
+    assert u.status in STATUSES and gl.reports.verdict.status_word("uneven") == "uneven"
+    healthy = gl.judge([1.0, 1.0])
+    assert gl.reports.verdict.uneven(healthy, ["ln"]) is healthy
+
+
+def test_a_real_explosion_across_batchnorm_stays_exploding():
+    """Normalization present, but the rest of the chain explodes on its own: the rule's word stays."""
+    keras.utils.set_random_seed(0)
+    big = keras.initializers.RandomNormal(stddev=1.0)
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu", kernel_initializer=big),
+                              keras.layers.BatchNormalization(),
+                              *[keras.layers.Dense(16, activation="relu", kernel_initializer=big) for _i in range(8)],
+                              keras.layers.Dense(1)])
+    report = gl.inspect_training_step(model, tf.random.stateless_normal([32, 8], [1, 1]),
+                                      tf.random.stateless_normal([32, 1], [1, 2]))
+    assert report.status == "exploding" and "exploding" in report.problem_kinds
+    assert report.verdict.cause != "normalization"
+
+
+# ----------------------------------------------------------------------------- judge in stages (issue 27)
+def test_judge_is_a_short_pipeline_of_named_stages():
+    import ast
+    import inspect
+
+    import gradlab.reports.verdict as verdict
+
+    tree = ast.parse(inspect.getsource(verdict))
+    lengths = {n.name: n.end_lineno - n.lineno + 1 for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    assert lengths["judge"] < 60 and max(lengths.values()) < 100
+    called = {n.func.id for n in ast.walk(next(n for n in tree.body if getattr(n, "name", "") == "judge"))
+              if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    assert {"_check_thresholds", "_degenerate", "_vanishing", "_exploding", "_no_rule", "_causes"} <= called
+
+
+# ----------------------------------------------------------------------------- one report base (issue 27)
+def test_reports_hold_only_their_verdict():
+    import dataclasses
+
+    from gradlab.reports.base import VerdictReport
+
+    for cls in (gl.GradientReport, gl.TimeReport, gl.engines.mlp.EngineReport):
+        fields = {f.name for f in dataclasses.fields(cls)}
+        assert issubclass(cls, VerdictReport) and "verdict" in fields
+        assert not fields & {"ratio", "status", "message", "gain"}
+    x, y = gl.models.mlp.make_data(32, 8, 0)
+    model = gl.models.mlp.build_mlp(6, width=8, activation="sigmoid")
+    r = gl.gradient_report(model, x, y)
+    v = gl.judge(r.signal_norms)  # the verdict recomputed from the report's own norms
+    assert (r.status, r.ratio, r.gain, r.message) == (v.status, v.ratio, v.gain, r.verdict.message)
+    assert r.ratio == pytest.approx(r.signal_norms[0] / r.signal_norms[-1], rel=1e-12)
+    t = gl.TimeReport.from_norms(loss=1.0, time_step_norms=[1e-4, 1e-2, 1.0], weight_names=["w"], weight_norms=[1.0])
+    assert (t.status, t.ratio, t.message) == ("vanishing", pytest.approx(1e-4), gl.judge([1e-4, 1e-2, 1.0],
+                                                                                            unit="step").message)
+    e = dataclasses.replace(gl.engines.mlp.MLPGradientEngine().report(4), residual=True)
+    assert e.status == e.verdict.status and e.summary().endswith("[residual]")
+    old = gl.GradientReport(np.array([1.0, 2.0]), np.ones(2), np.ones(2), np.ones(2), 0.5, "healthy", "fine", 0.1)
+    assert (old.status, old.ratio, old.message, old.loss) == ("healthy", 0.5, "fine", 0.1)

@@ -1,7 +1,9 @@
 """Inputs, once for every tool: one batch ``(x, y[, sample_weight])`` as tensors, checked.
 
 * :func:`coerce_batch` converts NumPy arrays (float64 included), Python lists and dicts or
-  tuples of them into tensors of the dtypes the model runs in, as ``fit`` converts them, and
+  tuples of them into tensors of the dtypes the model runs in, as ``fit`` converts them
+  (a ``tf.SparseTensor`` or ``tf.RaggedTensor``, which Keras runs through ``Input(sparse=True)``
+  or ``Input(ragged=True)``, passes unchanged but for its dtype), and
   checks ``x`` against the model's inputs and against ``y`` (the ``ValueError`` names the
   argument and the shape). A ``tf.data.Dataset`` or a generator gets a message saying to
   pass one batch; an empty batch is a ``ValueError`` about the data.
@@ -101,12 +103,21 @@ def _to_tensor(name: str, value, dtype=None):
         )
     if isinstance(value, keras.utils.PyDataset):
         raise ValueError(f"{name} is a keras.utils.PyDataset; pass one batch, e.g. x, y = dataset[0]")
+    if isinstance(value, (tf.SparseTensor, tf.RaggedTensor)):
+        return _composite(name, value, dtype)
     try:
         t = tf.convert_to_tensor(value)
     except (TypeError, ValueError) as err:
+        kind = type(value).__name__
+        if isinstance(value, (list, tuple)):
+            raise ValueError(
+                f"{name} is a {kind} whose rows have different lengths (or hold something else than numbers), so "
+                "it is not one array; for a model with a ragged input (keras.Input(..., ragged=True)) pass "
+                f"tf.ragged.constant({name}), otherwise pad the rows to one length"
+            ) from err
         raise ValueError(
-            f"{name} must be an array or tensor of numbers (a ragged list cannot be one); got "
-            f"{type(value).__name__}"
+            f"{name} must be an array or tensor of numbers (a NumPy array, tf.Tensor, tf.SparseTensor or "
+            f"tf.RaggedTensor); got {type(value).__module__}.{kind}, which TensorFlow cannot convert"
         ) from err
     if t.shape.rank is None or t.shape.rank == 0:
         raise ValueError(f"{name} must have a batch axis; got a scalar {name}")
@@ -117,6 +128,29 @@ def _to_tensor(name: str, value, dtype=None):
     if dtype is not None and t.dtype != dtype:
         t = tf.cast(t, dtype)
     return t
+
+
+def _composite(name: str, value, dtype=None):
+    """A ``tf.SparseTensor`` or ``tf.RaggedTensor`` as Keras runs it: unchanged but for its dtype."""
+    kind = type(value).__name__
+    if value.shape.rank is not None and value.shape.rank < 1:
+        raise ValueError(f"{name} must have a batch axis; got a {kind} of rank 0")
+    if value.dtype == tf.bool:
+        value = tf.cast(value, keras.backend.floatx())
+    if not (value.dtype.is_floating or value.dtype.is_integer):
+        raise ValueError(f"{name} must hold numbers; got a {kind} of dtype {value.dtype.name}")
+    return value if dtype is None or value.dtype == dtype else tf.cast(value, dtype)
+
+
+def _check_composite_input(name: str, t, spec) -> None:
+    """A sparse or ragged ``x`` needs an input that takes one, as Keras's ``Input(sparse=True)``."""
+    for kind, flag in ((tf.SparseTensor, "sparse"), (tf.RaggedTensor, "ragged")):
+        if isinstance(t, kind) and getattr(spec, flag, None) is False:
+            dense = "tf.sparse.to_dense(x)" if flag == "sparse" else "x.to_tensor() (padded)"
+            raise ValueError(
+                f"{name} is a tf.{kind.__name__}, but the model's input is not {flag}: build it with "
+                f"keras.Input(..., {flag}=True), or pass {dense}"
+            )
 
 
 def _several(value) -> bool:
@@ -165,6 +199,7 @@ def coerce_batch(model, x, y=None):
             want = tf.float64 if float64_model else tf.as_dtype(keras.backend.floatx())
         if want is not None and t.dtype != want:
             t = tf.cast(t, want)
+        _check_composite_input(name, t, spec)
         if spec is not None and spec.shape is not None:
             expected = tuple(spec.shape)
             got = tuple(t.shape)
@@ -282,15 +317,29 @@ def data_problems(x, y=None, sample_weight=None) -> list[str]:
         for t in tf.nest.flatten(value):
             if t is None or not t.dtype.is_floating:
                 continue
-            bad = tf.logical_not(tf.math.is_finite(t))
-            count = int(tf.reduce_sum(tf.cast(bad, tf.int64)).numpy())
+            count, rows, n = _nonfinite_rows(t)
             if count:
-                rows = int(tf.reduce_sum(tf.cast(
-                    tf.reduce_any(tf.reshape(bad, [tf.shape(t)[0], -1]), axis=1), tf.int64)).numpy())
                 out.append(ngettext("{name} holds {count} NaN/inf value (in {rows} of {n} examples)",
                                     "{name} holds {count} NaN/inf values (in {rows} of {n} examples)",
-                                    count).format(name=name, count=count, rows=rows, n=int(t.shape[0])))
+                                    count).format(name=name, count=count, rows=rows, n=n))
     return out
+
+
+def _nonfinite_rows(t) -> tuple[int, int, int]:
+    """``(NaN/inf values, examples holding one, examples)`` of a dense, sparse or ragged tensor."""
+    if isinstance(t, tf.SparseTensor):
+        bad = tf.logical_not(tf.math.is_finite(t.values)).numpy()
+        return int(bad.sum()), np.unique(t.indices.numpy()[bad, 0]).size, int(t.dense_shape[0])
+    if isinstance(t, tf.RaggedTensor):
+        flat = t.flat_values
+        bad = tf.logical_not(tf.math.is_finite(flat)).numpy().reshape(int(tf.shape(flat)[0]), -1)
+        row = np.arange(bad.shape[0])
+        for splits in reversed(t.nested_row_splits):  # each flat value's example
+            row = np.searchsorted(splits.numpy(), row, side="right") - 1
+        return int(bad.sum()), np.unique(row[bad.any(axis=1)]).size, int(t.nrows())
+    bad = tf.logical_not(tf.math.is_finite(t))
+    rows = int(tf.reduce_sum(tf.cast(tf.reduce_any(tf.reshape(bad, [tf.shape(t)[0], -1]), axis=1), tf.int64)).numpy())
+    return int(tf.reduce_sum(tf.cast(bad, tf.int64)).numpy()), rows, int(t.shape[0])
 
 
 def split_batch(strategy, x, y, sample_weight=None):

@@ -27,7 +27,8 @@ from ..i18n import _, ngettext
 from ..topics.tracing import TraceCounter, tracing_count
 from .causes import explain_none_gradients, find_nonfinite_source
 from .report import PROBLEM_KINDS, LayerStats, Problem, StepReport, VariableStats
-from .rules import StepContext, problems
+from .rules import StepContext, problems, step_status
+from .units import dead_fractions
 from .verdict import GAIN_TOLERANCE, MILD_RATIO, Verdict, judge
 
 tf = quiet_import_tensorflow()
@@ -439,7 +440,11 @@ def inspect_training_step(
             step_loss = float(out)
 
     loss_float = float(loss_value.numpy())
+    # dead ReLU units (gradlab.reports.units) and the word for a change normalization carries
+    dead = () if data else dead_fractions(calls)
+    verdict, status, message = step_status(verdict, status, message, normalizers=normalizers, dead=dead)
     context = StepContext(
+        dead_units=dead,
         loss=loss_float, variables=var_stats, layers=tuple(layer_stats), diagnosed_layers=tuple(names),
         global_norm=global_norm, first_nonfinite_layer=first_bad, first_nonfinite_gradient_layer=first_bad_grad,
         looks_untrained=untrained, training=training, huge_above=huge_above, data_problems=data,

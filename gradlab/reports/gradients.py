@@ -26,11 +26,11 @@ from .. import core
 from .._env import quiet_import_tensorflow
 from ..core import CLIP_MODES, check_clip, clip_gradients, true_global_norm, true_norm
 from ..i18n import _
+from .base import VerdictReport, given_verdict
 from .verdict import (
     GAIN_TOLERANCE,
     MILD_RATIO,
     STATUSES,
-    Verdict,
     diagnose,
     judge,
     per_layer_gain,
@@ -61,37 +61,40 @@ __all__ = [
 
 
 # ----------------------------------------------------------------------------- the report
-@dataclasses.dataclass(frozen=True)
-class GradientReport:
+@dataclasses.dataclass(frozen=True, init=False)
+class GradientReport(VerdictReport):
     """Per-layer gradient statistics of one batch, input side first (chapter 01).
 
     One entry per hidden Dense layer in every array. ``weight_norms`` are the float64 norms of
     the gradients of each hidden layer's kernel (of its trainable LoRA factors together when
-    LoRA is enabled). ``verdict`` is the :class:`gradlab.reports.verdict.Verdict` behind ``status`` and
-    ``message``.
+    LoRA is enabled). ``verdict`` is the :class:`gradlab.reports.verdict.Verdict` the report
+    holds; ``ratio``, ``gain`` (:func:`per_layer_gain` of ``signal_norms``), ``status``,
+    ``message`` and ``finding`` are read from it (:class:`gradlab.reports.base.VerdictReport`).
+    Build one with :meth:`from_norms`; the older positional form
+    ``GradientReport(signal, weight, clipped, stds, ratio, status, message, loss, clip, gain)``
+    still works and makes a verdict that states those numbers and words.
     """
 
     signal_norms: np.ndarray
     weight_norms: np.ndarray
     clipped_weight_norms: np.ndarray
     activation_stds: np.ndarray
-    ratio: float
-    status: str
-    message: str
     loss: float
     clip: tuple[str, float] | None = None
-    #: :func:`per_layer_gain` of ``signal_norms``: the average factor per layer.
-    gain: float = math.nan
-    verdict: Verdict | None = None
+
+    def __init__(self, signal_norms, weight_norms, clipped_weight_norms, activation_stds, ratio=None,
+                 status=None, message=None, loss=math.nan, clip=None, gain=math.nan, verdict=None):
+        if verdict is None and status is not None:
+            verdict = given_verdict(ratio=math.nan if ratio is None else ratio, status=status,
+                                    message=message or "", gain=gain, depth=np.size(signal_norms))
+        for name, value in dict(signal_norms=signal_norms, weight_norms=weight_norms,
+                                clipped_weight_norms=clipped_weight_norms, activation_stds=activation_stds,
+                                loss=loss, clip=clip, verdict=verdict).items():
+            object.__setattr__(self, name, value)
 
     @property
     def depth(self) -> int:
         return int(self.signal_norms.size)
-
-    @property
-    def finding(self) -> str:
-        """What the rule measured (the verdict without its advice)."""
-        return self.verdict.finding if self.verdict is not None else self.message
 
     def summary(self) -> str:
         """A short, rounded, printable summary (stable across CPUs)."""
@@ -132,12 +135,8 @@ class GradientReport:
             weight_norms=np.asarray(weight_norms, dtype=np.float64),
             clipped_weight_norms=np.asarray(clipped_weight_norms, dtype=np.float64),
             activation_stds=np.asarray(activation_stds, dtype=np.float64),
-            ratio=v.ratio,
-            status=v.status,
-            message=v.message,
             loss=float(loss),
             clip=clip,
-            gain=v.gain,
             verdict=v,
         )
 

@@ -29,6 +29,7 @@ PROBLEM_KINDS: tuple[str, ...] = (
     "vanishing-through-time",
     "exploding-through-time",
     "batchnorm-statistics",
+    "dead-units",
     "loss-scale-overflow",
     "large-gradient",
     "retracing",
@@ -98,8 +99,9 @@ class StepReport:
 
     Print it (or let the notebook show it) for a table; read :attr:`problems` for the
     findings in plain words, each with its fix. ``status`` is the verdict's word for the
-    back-propagated signal (``healthy``, ``vanishing``, ``exploding``, ``non-finite``), or
-    ``"n/a"`` when the model gave no per-layer signal; ``message`` is its explanation, with the
+    back-propagated signal (``healthy``, ``vanishing``, ``exploding``, ``non-finite``, or
+    ``uneven`` when normalization layers carry the change), ``"dead-units"`` when a ReLU layer
+    has dead units (never ``healthy`` then), or ``"n/a"`` when the model gave no per-layer signal; ``message`` is its explanation, with the
     layers named as in the table; ``verdict`` is the :class:`gradlab.reports.verdict.Verdict` itself
     (finding, advice, ratio, gain and the kind of cause apart), ``None`` for ``"n/a"``.
     ``first_nonfinite_layer`` is the first layer whose *output* is NaN/inf (forward overflow);

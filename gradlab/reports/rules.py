@@ -5,6 +5,11 @@
 returns the :class:`gradlab.reports.report.Problem` each one finds (a finding and its fix, in the
 current language). A rule reads only the context; adding a check is adding one function and
 one row.
+
+:func:`step_status` gives the inspector's status its last two words, for what the rule on
+norms cannot see: ``"uneven"`` for a change that normalization layers carry
+(:func:`gradlab.reports.verdict.uneven`) and ``"dead-units"`` for a ReLU layer whose units never
+fire (:mod:`gradlab.reports.units`), which is never called healthy.
 """
 
 from __future__ import annotations
@@ -17,9 +22,10 @@ import numpy as np
 
 from ..i18n import N_, _, end_sentence, join_clauses, join_list, join_sentences, ngettext
 from .report import LayerStats, Problem, VariableStats
-from .verdict import Verdict
+from .units import DeadUnits, dead_layers
+from .verdict import Verdict, uneven
 
-__all__ = ["RULES", "StepContext", "problems"]
+__all__ = ["RULES", "StepContext", "problems", "step_status"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +66,8 @@ class StepContext:
     tracing_count: int | None = None
     tracing_count_before: int | None = None
     traced_this_call: bool | None = None
+    #: Every ReLU-family layer call's dead units (:func:`gradlab.reports.units.dead_fractions`).
+    dead_units: tuple[DeadUnits, ...] = ()
 
     @property
     def bad_weights(self) -> list[str]:
@@ -263,6 +271,43 @@ def _batchnorm(c: StepContext) -> Problem | None:
     )
 
 
+def _dead_finding(layers: tuple[DeadUnits, ...]) -> str:
+    """The finding of the layers with dead units (:func:`gradlab.reports.units.dead_layers`), worst first."""
+    d = layers[0]
+    if len(layers) == 1:
+        text = _("Dead ReLU units: {dead} of {units} units of {layer!r} ({activation}) are never active on this batch "
+                 "(their output is exactly 0 for every example), while {always} are always active; by chance, a "
+                 "freshly initialized layer has about as many of each.").format(dead=d.dead, units=d.units, layer=d.layer,
+                                                    activation=d.activation, always=d.always_active)
+    else:
+        shown = join_list(_("{layer!r} {dead} of {units}").format(layer=x.layer, dead=x.dead, units=x.units)
+                          for x in layers[:4]) + (" …" if len(layers) > 4 else "")
+        text = _("Dead ReLU units in {count} layers ({layers}): never active on this batch (their output is exactly "
+                 "0 for every example), far more than are always active; by chance, a freshly initialized layer has "
+                 "about as many of each.").format(count=len(layers), layers=shown)
+    more = _("A unit that never fires passes no gradient: its weights get none, so training cannot bring it back.")
+    whole = [x.layer for x in layers if x.dead == x.units]
+    if whole:
+        more = join_sentences(more, ngettext(
+            "Layer {layers} is dead as a whole: no layer before it gets a gradient through it.",
+            "Layers {layers} are dead as a whole: no layer before them gets a gradient through them.",
+            len(whole)).format(layers=join_list(repr(n) for n in whole)))
+    return join_sentences(text, more)
+
+
+def _dead_units(c: StepContext) -> Problem | None:
+    layers = dead_layers(c.dead_units)
+    if not layers:
+        return None
+    return Problem(
+        "dead-units", _dead_finding(layers),
+        _("use LeakyReLU or ELU (they pass a gradient for negative inputs), He initialization (he_normal) with "
+          "biases that are not negative (Keras's zeros), and a lower learning rate if training killed the units (a "
+          "large step can push a unit's weights to where it never fires); re-initialize the dead layer, since its "
+          "units get no gradient to recover."),
+    )
+
+
 def _signal_finding(c: StepContext, vanishing: bool, normalized: bool) -> str:
     """The finding of a vanishing/exploding signal, as one sentence per case."""
     names = c.diagnosed_layers
@@ -400,6 +445,7 @@ RULES: tuple[tuple[str, Callable[[StepContext], Problem | None], bool], ...] = (
     ("none-gradient", _none, False),
     ("loss-scale-overflow", _loss_scale_overflow, False),
     ("batchnorm-statistics", _batchnorm, False),
+    ("dead-units", _dead_units, False),
     ("signal", _signal, False),
     ("through-time", _through_time, False),
     ("large-gradient", _large, False),
@@ -417,3 +463,23 @@ def problems(context: StepContext) -> list[Problem]:
             if stops:
                 break
     return out
+
+
+def step_status(verdict: Verdict | None, status: str, message: str, *, normalizers=(),
+                dead: tuple[DeadUnits, ...] = ()) -> tuple[Verdict | None, str, str]:
+    """The inspector's ``(verdict, status, message)`` with the two words the rule on norms cannot give.
+
+    A vanishing or exploding verdict that ``normalizers`` (the normalization layers that carry the
+    change) explain becomes ``"uneven"`` (:func:`gradlab.reports.verdict.uneven`), which is no
+    problem; a network with a layer of dead ReLU units (``dead``:
+    :func:`gradlab.reports.units.dead_fractions`) is never ``"healthy"`` (or uneven): its status is
+    ``"dead-units"`` and its message the finding of :func:`_dead_units`.
+    """
+    if verdict is not None and normalizers and verdict.status in ("vanishing", "exploding") \
+            and status == verdict.status:
+        verdict = uneven(verdict, tuple(normalizers))
+        status, message = verdict.status, verdict.message
+    layers = dead_layers(dead)
+    if layers and status in ("healthy", "uneven", "n/a"):
+        status, message = "dead-units", _dead_finding(layers)
+    return verdict, status, message

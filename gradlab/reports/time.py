@@ -26,7 +26,8 @@ from .. import core
 from .._env import quiet_import_tensorflow
 from ..core import check_clip
 from ..i18n import _
-from .verdict import Verdict, judge, status_word
+from .base import VerdictReport
+from .verdict import judge, status_word
 
 tf = quiet_import_tensorflow()
 import keras  # noqa: E402
@@ -39,26 +40,22 @@ __all__ = [
 
 # ----------------------------------------------------------------------------- the report
 @dataclasses.dataclass(frozen=True)
-class TimeReport:
+class TimeReport(VerdictReport):
     """Per-time-step gradient norms of one batch, earliest step first (chapter 07).
 
     ``time_step_norms[t]`` is the float64 norm of dLoss/d(input at step t+1) over the batch
     and the features; ``weight_norms`` are the gradient norms of the trainable weights,
-    ``clipped_weight_norms`` the same after ``clip``. ``status``/``message`` come from the
-    :class:`gradlab.reports.verdict.Verdict` (``verdict``) applied over time.
+    ``clipped_weight_norms`` the same after ``clip``. ``verdict`` is the
+    :class:`gradlab.reports.verdict.Verdict` applied over time; ``ratio``, ``gain``, ``status``
+    and ``message`` are read from it (:class:`gradlab.reports.base.VerdictReport`).
     """
 
     time_step_norms: np.ndarray
     weight_names: tuple[str, ...]
     weight_norms: np.ndarray
     clipped_weight_norms: np.ndarray
-    ratio: float
-    gain: float
-    status: str
-    message: str
     loss: float
     clip: tuple[str, float] | None = None
-    verdict: Verdict | None = None
 
     @property
     def steps(self) -> int:
@@ -77,10 +74,6 @@ class TimeReport:
             weight_norms=w,
             clipped_weight_norms=w if clipped_weight_norms is None
             else np.asarray(clipped_weight_norms, dtype=np.float64),
-            ratio=v.ratio,
-            gain=v.gain,
-            status=v.status,
-            message=v.message,
             loss=float(loss),
             clip=clip,
             verdict=v,

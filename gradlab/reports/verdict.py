@@ -42,9 +42,10 @@ __all__ = [
     "judge",
     "per_layer_gain",
     "status_word",
+    "uneven",
 ]
 
-STATUSES: tuple[str, ...] = ("healthy", "vanishing", "exploding", "non-finite")
+STATUSES: tuple[str, ...] = ("healthy", "vanishing", "exploding", "non-finite", "uneven")
 #: Which rule decided a :class:`Verdict`.
 RULES: tuple[str, ...] = ("total", "per-layer", "none", "non-finite", "all-zero", "one-layer")
 #: The kinds of cause a :class:`Verdict` names, most likely first in ``Verdict.causes``.
@@ -124,7 +125,8 @@ _ADVICE = {
 
 #: The status words as a learner reads them (the statuses themselves stay English identifiers).
 STATUS_WORDS = {"healthy": N_("healthy"), "vanishing": N_("vanishing"), "exploding": N_("exploding"),
-                "non-finite": N_("non-finite"), "n/a": N_("n/a")}
+                "non-finite": N_("non-finite"), "uneven": N_("uneven"), "dead-units": N_("dead units"),
+                "n/a": N_("n/a")}
 
 
 def status_word(status: str) -> str:
@@ -235,6 +237,120 @@ def _causes(status: str, s: np.ndarray, *, activation, normalized, residual, dty
     return tuple(base)
 
 
+def _check_thresholds(unit: str, vanish_below, explode_above) -> None:
+    if unit not in ("layer", "step"):
+        raise ValueError(f"unit must be 'layer' or 'step'; got {unit!r}")
+    if not (isinstance(vanish_below, (int, float)) and isinstance(explode_above, (int, float))) \
+            or isinstance(vanish_below, bool) or isinstance(explode_above, bool):
+        raise ValueError("vanish_below and explode_above must be numbers")
+    if not (0 < vanish_below < explode_above):
+        raise ValueError(
+            f"need 0 < vanish_below < explode_above; got vanish_below={vanish_below}, "
+            f"explode_above={explode_above}"
+        )
+
+
+def _names(names, n: int, unit: str) -> list[str]:
+    if names is None:
+        return [(_("layer {index}") if unit == "layer" else _("step {index}")).format(index=i + 1)
+                for i in range(n)]
+    if len(names) != n:
+        raise ValueError(f"names must hold one name per norm ({n}); got {len(names)}")
+    return [str(name) for name in names]
+
+
+def _fields(s: np.ndarray, names: list[str], ratio: float, gain: float, vanish_below, explode_above,
+            dtype: str) -> dict:
+    """The numbers every finding may name, formatted once."""
+    return dict(n=s.size, first=names[0], last=names[-1], ratio=f"{ratio:.2g}", gain=f"{gain:.3g}",
+                low=f"{1.0 - GAIN_TOLERANCE:g}", high=f"{1.0 / (1.0 - GAIN_TOLERANCE):.3g}",
+                vanish=f"{vanish_below:g}", explode=f"{explode_above:g}", mild_low=f"{1 / MILD_RATIO:g}",
+                mild_high=f"{MILD_RATIO:g}", dtype=_(_UNDERFLOW[dtype if dtype in _UNDERFLOW else "float32"]))
+
+
+def _by_unit(unit: str, layer_text: str, step_text: str) -> str:
+    return layer_text if unit == "layer" else step_text
+
+
+def _degenerate(s: np.ndarray, names, unit: str, f: dict):
+    """NaN/inf, all zero, or one entry: ``(status, rule, finding)``, or ``None``."""
+    bad = ~np.isfinite(s)
+    if bad.any():
+        f.update(count=int(bad.sum()), bad=str(names[int(np.argmax(bad))]))
+        return "non-finite", "non-finite", _by_unit(
+            unit, _("{count} of {n} layers have NaN/inf gradients (the first is {bad}): the numbers overflowed."),
+            _("{count} of {n} steps have NaN/inf gradients (the first is {bad}): the recurrence overflowed.")
+        ).format(**f)
+    if s[0] == 0 and s[-1] == 0:
+        return "vanishing", "all-zero", _by_unit(
+            unit, _("Every layer's gradient signal is exactly 0: nothing reaches the network."),
+            _("The gradient is exactly 0 at every step: nothing flows back in time.")).format(**f)
+    if s.size == 1:
+        return "healthy", "one-layer", _by_unit(
+            unit, _("One layer: no depth for the signal to vanish or explode over."),
+            _("One step: no time for the gradient to vanish or explode over."))
+    return None
+
+
+def _vanishing(s: np.ndarray, ratio: float, gain: float, unit: str, f: dict, vanish_below):
+    """The total and per-layer rules towards 0: ``(status, rule, finding)``, or ``None``."""
+    if not (ratio < vanish_below or (gain < 1.0 - GAIN_TOLERANCE and ratio < 1.0 / MILD_RATIO)):
+        return None
+    if s[0] == 0:
+        return "vanishing", "total", _(
+            "The gradient at {first} is exactly 0: every element underflowed in {dtype}, while "
+            "{last} still gets one; the ratio 0 is below the threshold {vanish}.").format(**f)
+    if ratio < vanish_below:
+        return "vanishing", "total", _by_unit(
+            unit, _("The signal at {first} is {ratio}× the signal at {last} ({gain}× per layer over {n} layers): "
+                    "below the threshold {vanish} for the total ratio."),
+            _("The gradient at {first} is {ratio}× the gradient at {last} ({gain}× per step over {n} "
+              "steps): below the threshold {vanish} for the total ratio.")).format(**f)
+    return "vanishing", "per-layer", _by_unit(
+        unit, _("The signal shrinks {gain}× per layer over {n} layers (below {low}) and is {ratio}× at {first} "
+                "what it is at {last} (below {mild_low}): the per-layer rule."),
+        _("The gradient shrinks {gain}× per step over {n} steps (below {low}) and is {ratio}× at {first} "
+          "what it is at {last} (below {mild_low}): the per-step rule.")).format(**f)
+
+
+def _exploding(ratio: float, gain: float, unit: str, f: dict, explode_above):
+    """The total and per-layer rules towards infinity: ``(status, rule, finding)``, or ``None``."""
+    if not (ratio > explode_above or (gain > 1.0 / (1.0 - GAIN_TOLERANCE) and ratio > MILD_RATIO)):
+        return None
+    if ratio > explode_above:
+        return "exploding", "total", _by_unit(
+            unit, _("The signal at {first} is {ratio}× the signal at {last} ({gain}× per layer over {n} layers): "
+                    "above the threshold {explode} for the total ratio."),
+            _("The gradient at {first} is {ratio}× the gradient at {last} ({gain}× per step over {n} "
+              "steps): above the threshold {explode} for the total ratio.")).format(**f)
+    return "exploding", "per-layer", _by_unit(
+        unit, _("The signal grows {gain}× per layer over {n} layers (above {high}) and is {ratio}× at {first} "
+                "what it is at {last} (above {mild_high}): the per-layer rule."),
+        _("The gradient grows {gain}× per step over {n} steps (above {high}) and is {ratio}× at {first} "
+          "what it is at {last} (above {mild_high}): the per-step rule.")).format(**f)
+
+
+def _no_rule(ratio: float, gain: float, unit: str, f: dict):
+    """Why no rule fires, and whether a small per-layer change still compounds: ``(status, rule, finding)``."""
+    if not 1.0 - GAIN_TOLERANCE <= gain <= 1.0 / (1.0 - GAIN_TOLERANCE):  # a clear per-layer change, too small in all
+        return "healthy", "none", _by_unit(
+            unit, _("No rule fires: the signal changes {gain}× per layer (outside {low}–{high}), but it is only "
+                    "{ratio}× at {first} what it is at {last} (within {mild_low}–{mild_high}), and the per-layer "
+                    "rule needs both."),
+            _("No rule fires: the gradient changes {gain}× per step (outside {low}–{high}), but it is only "
+              "{ratio}× at {first} what it is at {last} (within {mild_low}–{mild_high}), and the per-step rule "
+              "needs both.")).format(**f)
+    text = _by_unit(unit, _("No rule fires: the signal changes {gain}× per layer (within {low}–{high}) and is {ratio}× "
+                            "at {first} what it is at {last} (within {vanish}–{explode})."),
+                    _("No rule fires: the gradient changes {gain}× per step (within {low}–{high}) and is {ratio}× "
+                      "at {first} what it is at {last} (within {vanish}–{explode}).")).format(**f)
+    if not 1.0 / MILD_RATIO <= ratio <= MILD_RATIO:
+        more = _by_unit(unit, _("The per-layer change is within 5 %, yet it compounds to {ratio}× over {n} layers."),
+                        _("The per-step change is within 5 %, yet it compounds to {ratio}× over {n} steps."))
+        text = join_sentences(text, more.format(**f))
+    return "healthy", "none", text
+
+
 def judge(
     signal_norms,
     *,
@@ -254,101 +370,50 @@ def judge(
     ``normalized`` (the change happens across normalization layers), ``residual`` and
     ``dtype`` (the compute dtype) describe the network; they only rank the causes and choose
     the words, never the status.
+
+    The stages: check the arguments; measure (ratio, gain); the degenerate cases (NaN/inf, all
+    zero, one entry); the vanishing rules; the exploding rules; otherwise why no rule fires;
+    then the causes and their advice.
     """
-    if unit not in ("layer", "step"):
-        raise ValueError(f"unit must be 'layer' or 'step'; got {unit!r}")
-    if not (isinstance(vanish_below, (int, float)) and isinstance(explode_above, (int, float))) \
-            or isinstance(vanish_below, bool) or isinstance(explode_above, bool):
-        raise ValueError("vanish_below and explode_above must be numbers")
-    if not (0 < vanish_below < explode_above):
-        raise ValueError(
-            f"need 0 < vanish_below < explode_above; got vanish_below={vanish_below}, "
-            f"explode_above={explode_above}"
-        )
+    _check_thresholds(unit, vanish_below, explode_above)
     s = _check_norms(signal_norms)
-    n = s.size
-    if names is None:
-        names = [(_("layer {index}") if unit == "layer" else _("step {index}")).format(index=i + 1)
-                 for i in range(n)]
-    elif len(names) != n:
-        raise ValueError(f"names must hold one name per norm ({n}); got {len(names)}")
-    first, last = str(names[0]), str(names[-1])
+    labels = _names(names, s.size, unit)
     gain = per_layer_gain(s)
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = float(s[0] / s[-1]) if n else math.nan
-    low, high = 1.0 - GAIN_TOLERANCE, 1.0 / (1.0 - GAIN_TOLERANCE)
-    fields = dict(n=n, first=first, last=last, ratio=f"{ratio:.2g}", gain=f"{gain:.3g}",
-                  low=f"{low:g}", high=f"{high:.3g}", vanish=f"{vanish_below:g}", explode=f"{explode_above:g}",
-                  mild_low=f"{1 / MILD_RATIO:g}", mild_high=f"{MILD_RATIO:g}",
-                  dtype=_(_UNDERFLOW[dtype if dtype in _UNDERFLOW else "float32"]))
+        ratio = float(s[0] / s[-1])
+    f = _fields(s, labels, ratio, gain, vanish_below, explode_above, dtype)
+    status, rule, finding = (_degenerate(s, labels, unit, f) or _vanishing(s, ratio, gain, unit, f, vanish_below)
+                             or _exploding(ratio, gain, unit, f, explode_above) or _no_rule(ratio, gain, unit, f))
+    causes = _causes(status, s, activation=activation, normalized=normalized, residual=residual, dtype=dtype)
+    return Verdict(status, finding, _advice(unit, causes[0] if causes else None, status), ratio, gain, s.size,
+                   rule, causes, float(vanish_below), float(explode_above))
 
-    def verdict(status, rule, finding):
-        causes = _causes(status, s, activation=activation, normalized=normalized, residual=residual, dtype=dtype)
-        return Verdict(status, finding, _advice(unit, causes[0] if causes else None, status), ratio, gain, n,
-                       rule, causes, float(vanish_below), float(explode_above))
 
-    bad = ~np.isfinite(s)
-    if bad.any():
-        fields.update(count=int(bad.sum()), bad=str(names[int(np.argmax(bad))]))
-        text = (_("{count} of {n} layers have NaN/inf gradients (the first is {bad}): the numbers overflowed.")
-                if unit == "layer" else
-                _("{count} of {n} steps have NaN/inf gradients (the first is {bad}): the recurrence overflowed."))
-        return verdict("non-finite", "non-finite", text.format(**fields))
-    if s[0] == 0 and s[-1] == 0:
-        text = (_("Every layer's gradient signal is exactly 0: nothing reaches the network.") if unit == "layer"
-                else _("The gradient is exactly 0 at every step: nothing flows back in time."))
-        return verdict("vanishing", "all-zero", text.format(**fields))
-    if n == 1:
-        text = (_("One layer: no depth for the signal to vanish or explode over.") if unit == "layer"
-                else _("One step: no time for the gradient to vanish or explode over."))
-        return verdict("healthy", "one-layer", text)
-    if ratio < vanish_below or (gain < low and ratio < 1.0 / MILD_RATIO):
-        if s[0] == 0:
-            text = _("The gradient at {first} is exactly 0: every element underflowed in {dtype}, while "
-                     "{last} still gets one; the ratio 0 is below the threshold {vanish}.")
-            return verdict("vanishing", "total", text.format(**fields))
-        if ratio < vanish_below:
-            text = (_("The signal at {first} is {ratio}× the signal at {last} ({gain}× per layer over {n} layers): "
-                      "below the threshold {vanish} for the total ratio.") if unit == "layer" else
-                    _("The gradient at {first} is {ratio}× the gradient at {last} ({gain}× per step over {n} "
-                      "steps): below the threshold {vanish} for the total ratio."))
-            return verdict("vanishing", "total", text.format(**fields))
-        text = (_("The signal shrinks {gain}× per layer over {n} layers (below {low}) and is {ratio}× at {first} "
-                  "what it is at {last} (below {mild_low}): the per-layer rule.") if unit == "layer" else
-                _("The gradient shrinks {gain}× per step over {n} steps (below {low}) and is {ratio}× at {first} "
-                  "what it is at {last} (below {mild_low}): the per-step rule."))
-        return verdict("vanishing", "per-layer", text.format(**fields))
-    if ratio > explode_above or (gain > high and ratio > MILD_RATIO):
-        if ratio > explode_above:
-            text = (_("The signal at {first} is {ratio}× the signal at {last} ({gain}× per layer over {n} layers): "
-                      "above the threshold {explode} for the total ratio.") if unit == "layer" else
-                    _("The gradient at {first} is {ratio}× the gradient at {last} ({gain}× per step over {n} "
-                      "steps): above the threshold {explode} for the total ratio."))
-            return verdict("exploding", "total", text.format(**fields))
-        text = (_("The signal grows {gain}× per layer over {n} layers (above {high}) and is {ratio}× at {first} "
-                  "what it is at {last} (above {mild_high}): the per-layer rule.") if unit == "layer" else
-                _("The gradient grows {gain}× per step over {n} steps (above {high}) and is {ratio}× at {first} "
-                  "what it is at {last} (above {mild_high}): the per-step rule."))
-        return verdict("exploding", "per-layer", text.format(**fields))
-    if not low <= gain <= high:  # a clear per-layer change, but too little in all for the per-layer rule
-        text = (_("No rule fires: the signal changes {gain}× per layer (outside {low}–{high}), but it is only "
-                  "{ratio}× at {first} what it is at {last} (within {mild_low}–{mild_high}), and the per-layer rule "
-                  "needs both.") if unit == "layer" else
-                _("No rule fires: the gradient changes {gain}× per step (outside {low}–{high}), but it is only "
-                  "{ratio}× at {first} what it is at {last} (within {mild_low}–{mild_high}), and the per-step rule "
-                  "needs both."))
-        return verdict("healthy", "none", text.format(**fields))
-    text = (_("No rule fires: the signal changes {gain}× per layer (within {low}–{high}) and is {ratio}× at "
-              "{first} what it is at {last} (within {vanish}–{explode}).") if unit == "layer" else
-            _("No rule fires: the gradient changes {gain}× per step (within {low}–{high}) and is {ratio}× at "
-              "{first} what it is at {last} (within {vanish}–{explode})."))
-    text = text.format(**fields)
-    if not 1.0 / MILD_RATIO <= ratio <= MILD_RATIO:
-        more = (_("The per-layer change is within 5 %, yet it compounds to {ratio}× over {n} layers.")
-                if unit == "layer" else
-                _("The per-step change is within 5 %, yet it compounds to {ratio}× over {n} steps."))
-        text = join_sentences(text, more.format(**fields))
-    return verdict("healthy", "none", text)
+def uneven(verdict: Verdict, layers: Sequence[str] = ()) -> Verdict:
+    """``verdict`` reworded for a change of size that normalization layers carry: ``"uneven"``.
+
+    :func:`gradlab.inspect_training_step` calls it when the ratio fires the vanishing or exploding
+    rule, the change happens across normalization layers (``layers``: BatchNorm, LayerNorm, ...)
+    and the rest of the chain, with those segments removed, fires no rule. A normalization layer
+    divides the gradient by the scale of its input, so a small input before it (a Transformer's
+    embedding, U(-0.05, 0.05), before its first LayerNorm) makes the signal on its input side
+    about 30× the signal after it, at initialization and at any depth: the signal is uneven, and
+    that is expected, not a sign of exploding or vanishing weights. The numbers (ratio, gain,
+    rule) stay; the status is ``"uneven"``; the finding says why. Other verdicts come back
+    unchanged.
+    """
+    if verdict.status not in ("vanishing", "exploding"):
+        return verdict
+    shown = ", ".join(repr(name) for name in layers[:3]) + (" …" if len(layers) > 3 else "")
+    reason = (_("The change happens across normalization layers ({layers}): the signal is uneven, not {status}, "
+                "since the rest of the network changes it by less than the rule's thresholds.") if shown else
+              _("The change happens across normalization layers: the signal is uneven, not {status}, since the "
+                "rest of the network changes it by less than the rule's thresholds."))
+    causes = verdict.causes if "normalization" in verdict.causes else ("normalization", *verdict.causes)
+    return dataclasses.replace(
+        verdict, status="uneven", causes=causes,
+        finding=join_sentences(verdict.finding, reason.format(layers=shown, status=status_word(verdict.status))),
+        advice=_advice("layer", "normalization", "uneven"))
 
 
 def diagnose(signal_norms, *, vanish_below: float = 1e-3, explode_above: float = 1e3):
