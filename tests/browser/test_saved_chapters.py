@@ -57,7 +57,13 @@ def test_saved_explorers_reopen_with_a_fresh_kernel_and_show_their_pictures(page
     last_status = labpage.status_text(ex, "gradlab-status")
     last_digest = labpage.image_digest(ex, "gradlab-plot")
     assert last_digest != start_digest
-    labpage.save(page)
+    saved_path = lab_server.root / SCRATCH_REOPEN
+    before = saved_path.stat().st_mtime_ns
+    labpage.save(page)  # a slider move leaves the document clean: wait for the file itself
+    deadline = time.monotonic() + 30
+    while saved_path.stat().st_mtime_ns == before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert saved_path.stat().st_mtime_ns != before, "Ctrl+S did not write the notebook"
     # the saved file: every explorer output holds its PNG, and no view of a model that dies
     # with the kernel (the project's pre-save hook, tools/nbtools.lab_pre_save_hook)
     saved = json.loads((lab_server.root / SCRATCH_REOPEN).read_text())
