@@ -26,17 +26,21 @@ $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m gradlab_jupyter install >/dev/null  # the pre-save hook in this env's Jupyter (-e skips data files)
 	@touch $(STAMP)
 
 install: $(STAMP)
 
 # Token authentication is JupyterLab's default; the URL with the token is printed on start.
-# The pre-save hook writes each explorer's output as its static picture, so a chapter saved
-# and reopened with a fresh kernel (or none) shows it instead of "Error displaying widget".
-LAB_HOOK := --ContentsManager.pre_save_hook=tools.nbtools.lab_pre_save_hook
+# Saved explorers keep the learner's last picture (not "Error displaying widget") through
+# gradlab_jupyter's pre-save hook, which installing gradlab enables in the environment
+# (etc/jupyter/jupyter_server_config.d/gradlab.json): a plain `jupyter lab` has it too.
+# Each edition keeps its own workspace (open tabs, layout), so neither reopens the other's
+# tabs with kernels of their own.
+LAB_WORKSPACES := $(abspath $(VENV))/share/gradlab/workspaces
 lab: install
 	PYTHONPATH="$(CURDIR)" $(VENV)/bin/jupyter lab --ip=127.0.0.1 --port=$(PORT) --no-browser $(ALLOW_ROOT) \
-		--ServerApp.root_dir="$(CURDIR)" $(LAB_HOOK) \
+		--ServerApp.root_dir="$(CURDIR)" --LabApp.workspaces_dir="$(LAB_WORKSPACES)/en" \
 		--LabApp.default_url=/lab/tree/chapters/00-introduction.ipynb
 
 # JupyterLab in Simplified Chinese (language pack) at the Chinese twin of chapter 00. The locale
@@ -46,7 +50,7 @@ LAB_ZH_SETTINGS := $(abspath $(VENV))/share/gradlab/lab-zh
 lab-zh: install
 	$(PY) tools/lab_zh.py "$(LAB_ZH_SETTINGS)" >/dev/null
 	PYTHONPATH="$(CURDIR)" $(VENV)/bin/jupyter lab --ip=127.0.0.1 --port=$(PORT) --no-browser $(ALLOW_ROOT) \
-		--ServerApp.root_dir="$(CURDIR)" $(LAB_HOOK) \
+		--ServerApp.root_dir="$(CURDIR)" --LabApp.workspaces_dir="$(LAB_WORKSPACES)/zh" \
 		--LabApp.app_settings_dir="$(LAB_ZH_SETTINGS)" \
 		--LabApp.default_url=/lab/tree/chapters/zh/00-introduction.ipynb
 

@@ -14,6 +14,7 @@ import io
 import itertools
 import re
 
+import ipywidgets as widgets
 import numpy as np
 import psutil
 import pytest
@@ -151,8 +152,9 @@ def test_copy_keeps_the_settings_and_leaves_the_original_alone():
 
 def test_layout_wraps_and_the_figure_follows_the_output_width(explorers):
     for name, e in explorers.items():
-        row = e.children[0]
-        assert row.layout.flex_flow == "row wrap", name
+        rows = [c for c in e.children if isinstance(c, widgets.Box) and c.layout.flex_flow == "row wrap"]
+        assert len(rows) == 1, name
+        row = rows[0]
         assert e.plot.layout.width == "100%" and e.plot.layout.height == "auto"
         natural = int(e.plot.fig.get_figwidth() * e.plot.fig.dpi)
         assert e.plot.layout.max_width == f"{natural}px"
@@ -160,6 +162,10 @@ def test_layout_wraps_and_the_figure_follows_the_output_width(explorers):
         # control column + figure fit the output area of JupyterLab at 1366 px with the file
         # browser open (about 950 px; the browser tier measures the real page)
         assert column + natural <= 950, (name, column, natural)
+    # chapter 01's depth has a row of its own over the whole explorer (its track was 108 px)
+    e = explorers["gradient"]
+    assert e.children[0] is e.depth and e.depth.layout.width == "100%"
+    assert e.depth not in row.children[0].children
 
 
 def test_status_font_is_proportional_at_normal_line_height(explorers):
@@ -371,7 +377,7 @@ def test_preset_names_are_told_apart_in_full():
     labels = [label for label, _key in e.preset.options]
     assert len(set(labels)) == len(labels)
     assert e.preset.layout.width == "100%"
-    assert e.preset in e.children[2].children  # its own row under the status line, not the control column
+    assert e.preset in e.children[3].children  # its own row under the status line (after depth, the row, the status)
 
 
 def test_preset_comparison_words():

@@ -99,3 +99,21 @@ def test_first_steps_run_once_per_setting(engine):
     assert copy.runs == (warm, plain) and copy.engine is engine
     assert repr(copy).startswith("TransformerExplorer(pre-LN")
     assert copy.snapshot().text == repr(copy)[len("TransformerExplorer("):-1]
+
+
+def test_values_are_accepted_exactly_never_rounded(engine):
+    """Issue 29: warmup 25 read 30 and 3e-3 read 0.0032 (the sliders' steps rounded them)."""
+    lab = TransformerExplorer(num_layers=2, engine=engine, steps=60, learning_rate=3e-3, warmup_steps=25,
+                              batch_size=4)
+    assert lab.learning_rate.value == 3e-3 and lab.warmup_steps.value == 25
+    assert lab.warmup_steps.step == 1 and lab.learning_rate.label == "0.003"
+    labels = [label for label, _v in lab.learning_rate.options]
+    assert labels == sorted(labels, key=float) and len(set(labels)) == len(labels)
+    lab.set(learning_rate=7e-4, warmup_steps=23)            # off the 1-2-3-5 grid: it joins it
+    assert lab.learning_rate.value == 7e-4 and lab.learning_rate.label == "0.0007"
+    assert lab.warmup_steps.value == 23
+    odd = TransformerExplorer(num_layers=2, engine=engine, steps=60, learning_rate=1.7e-3, warmup_steps=0,
+                              batch_size=4)
+    assert odd.learning_rate.value == 1.7e-3 and odd.copy().learning_rate.value == 1.7e-3
+    with pytest.raises(ValueError, match="learning_rate"):
+        lab.set(learning_rate=0.5)

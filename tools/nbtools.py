@@ -22,6 +22,8 @@ from pathlib import Path
 
 import nbformat
 
+from gradlab_jupyter import lab_pre_save_hook as _lab_pre_save_hook
+
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = ROOT / "chapters"
 SRC = CHAPTERS / "src"
@@ -228,6 +230,8 @@ def drop_live_widget_views(nb) -> int:
     prefer the widget view over the PNG in the same output. gradlab's explorers put a PNG of
     their starting state beside the view, so dropping the view leaves a figure that every
     viewer shows; running the cell brings the live widget back. nbval ignores widget views.
+    (This is the chapter build's step; a save in JupyterLab goes through ``gradlab_jupyter``'s
+    hook, which also writes the learner's last picture and a line to re-run the cell.)
     """
     dropped = 0
     for cell in nb["cells"]:
@@ -239,14 +243,7 @@ def drop_live_widget_views(nb) -> int:
     return dropped
 
 
-def lab_pre_save_hook(model, **kwargs) -> None:
-    """JupyterLab's pre-save hook for the project's Lab (``make lab``, the browser tier).
-
-    Every save (JupyterLab autosaves every two minutes) writes the explorers' outputs as
-    their static PNG, through :func:`drop_live_widget_views`, so a chapter reopened with a
-    fresh kernel, or none, shows each explorer's last picture instead of "Error displaying
-    widget: model not found". The page that saved keeps its live widgets: only the file
-    changes. Configure it with ``--ContentsManager.pre_save_hook=tools.nbtools.lab_pre_save_hook``.
-    """
-    if model.get("type") == "notebook" and isinstance(model.get("content"), dict):
-        drop_live_widget_views(model["content"])
+#: JupyterLab's pre-save hook for saved explorers: it lives in the installed ``gradlab_jupyter``
+#: (installing gradlab enables it in every ``jupyter lab`` of the environment); kept here under
+#: its old name for ``--ContentsManager.pre_save_hook=tools.nbtools.lab_pre_save_hook``.
+lab_pre_save_hook = _lab_pre_save_hook

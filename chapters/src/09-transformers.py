@@ -491,15 +491,18 @@ tplots.plot_spike(hot, at=60, window=20)
 # `gradients/<layer>`. During `fit`:
 
 # %%
-import tempfile  # noqa: E402
+import shutil  # noqa: E402
 
-log_dir = tempfile.mkdtemp(prefix="gradlab-ch09-")
+log_dir = "logs/ch09"  # beside this notebook; a fresh log each time the cell runs
+shutil.rmtree(log_dir, ignore_errors=True)
 model = gl.build_transformer(2, norm_position="post")
 model.compile(optimizer=keras.optimizers.Adam(1e-3), loss=loss_fn)
 xs, ys = gl.markov_tokens(batch_size=64, seq_len=32, vocab_size=64, seed=3)
 logger = gl.GradNormLogger(probe=(xs[:16], ys[:16]), every="batch", log_dir=log_dir + "/fit")
 model.fit(xs, ys, batch_size=16, epochs=2, verbose=0, callbacks=[logger])
 print("logged at batches", logger.steps, "for layers", list(logger.history))
+print("TensorBoard log directory:", log_dir)
+print("to see it, run in a terminal in this folder:  tensorboard --logdir", log_dir)
 
 # %% [markdown]
 # From a custom loop, call `logger.log_gradients(model, grads, step)` with the gradients your

@@ -99,8 +99,9 @@ class LivePlot:
     ``full_draws`` counts background draws (tests and the benchmark read it).
     """
 
-    #: How many backgrounds are kept (one per view), about 1 MB each.
-    BACKGROUNDS = 8
+    #: How many backgrounds are kept (one per view), about 1 MB each: enough for a drag over
+    #: chapter 01's depths 50-100 and back (x grows in steps of 5, y by decades).
+    BACKGROUNDS = 32
 
     fig: Figure
 

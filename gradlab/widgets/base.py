@@ -36,11 +36,23 @@ import html
 
 import ipywidgets as widgets
 
+try:  # the server side, installed with gradlab (an environment not reinstalled since lacks it)
+    from gradlab_jupyter import store_picture
+except ImportError:  # pragma: no cover - then a saved explorer keeps its display-time picture
+    def store_picture(model_id, png, text, note="") -> bool:
+        return False
+
 from ..core import CLIP_MODES
 from ..i18n import _
 from ..plots.gradients import STATUS_COLORS
 
-__all__ = ["ClipControls", "Explorer", "FigureView", "Snapshot", "css", "status_html"]
+__all__ = ["ClipControls", "Explorer", "FigureView", "Snapshot", "css", "rerun_note", "status_html"]
+
+
+def rerun_note() -> str:
+    """The line a saved explorer's picture carries (``gradlab_jupyter``'s pre-save hook adds it)."""
+    return _("This is the explorer's picture from when the notebook was saved: "
+             "run the cell again to bring back the live explorer.")
 
 
 def css(widget, name: str):
@@ -125,6 +137,8 @@ class Explorer(widgets.VBox):
     root_css: str | None = None
     #: Width of the control column; the plot takes the rest and wraps below on a narrow screen.
     controls_width = "320px"
+    #: The widest a ``wide`` slider gets (see :meth:`start`).
+    wide_width = "720px"
     #: Width of the controls' descriptions (ipywidgets' default, 80 px, cuts "learning rate").
     label_width = "96px"
 
@@ -142,12 +156,14 @@ class Explorer(widgets.VBox):
         self._controls[name] = widget
         return widget
 
-    def start(self, *, rows: tuple = (), side: tuple = (), hidden: tuple = ()) -> None:
+    def start(self, *, rows: tuple = (), side: tuple = (), hidden: tuple = (), wide: tuple = ()) -> None:
         """Compute, build the plot and the status, lay everything out, observe the controls.
 
         ``side`` are extra widgets under the controls, ``rows`` extra rows under the status
         line; controls named in ``hidden`` exist and work but are not shown (e.g. chapter 05's
-        controls in chapter 01's explorer).
+        controls in chapter 01's explorer); sliders named in ``wide`` get a row of their own
+        above the controls and the figure, up to :attr:`wide_width` (chapter 01's depth: 100
+        values on a 108 px track moved two layers a pixel).
         """
         self.report = self._compute()
         self._plot = self._make_plot()
@@ -157,14 +173,18 @@ class Explorer(widgets.VBox):
         self._set_status()
         for widget in self._controls.values():
             widget.observe(self._on_change, names="value")
-        shown = [w for n, w in self._controls.items() if n not in hidden]
+        shown = [w for n, w in self._controls.items() if n not in hidden and n not in wide]
+        for name in wide:
+            self._controls[name].layout.width = "100%"
+            self._controls[name].layout.max_width = self.wide_width
         column = widgets.VBox([*shown, *side], layout=widgets.Layout(
             width=self.controls_width, min_width=self.controls_width, flex="0 0 auto"))
         figure = [] if self.plot is None else [
             widgets.Box([self.plot], layout=widgets.Layout(flex="1 1 360px", min_width="0"))]
         row = widgets.Box([column, *figure], layout=widgets.Layout(
             display="flex", flex_flow="row wrap", align_items="flex-start", width="100%"))
-        super().__init__([row, self.status, *rows], layout=widgets.Layout(width="100%", max_width="100%"))
+        top = [self._controls[name] for name in wide if name not in hidden]
+        super().__init__([*top, row, self.status, *rows], layout=widgets.Layout(width="100%", max_width="100%"))
         css(self, self.root_css or self.css_name)
 
     def _compute(self):
@@ -247,6 +267,13 @@ class Explorer(widgets.VBox):
             self.plot.refresh()
         self._set_status()
         self._after_change()
+        self._store_picture()
+
+    def _store_picture(self) -> None:
+        """Once displayed, leave the current picture for the server's pre-save hook (gradlab_jupyter)."""
+        if getattr(self, "_displayed", False):
+            store_picture(self.model_id, None if self.plot is None else self.plot.value, repr(self),
+                          rerun_note())
 
     def _set_status(self) -> None:
         value = status_html(self.status_text, self._status_color())
@@ -271,15 +298,19 @@ class Explorer(widgets.VBox):
         """The live view in a front end with a kernel; a static PNG and the text everywhere else.
 
         GitHub, nbconvert and a notebook reopened without its kernel cannot show the widget
-        view; they show the PNG of the state the explorer was displayed in. The project's
-        JupyterLab (``make lab``) drops the view from the saved file, so a reopened chapter
-        shows the picture too (``tools/nbtools.py``'s pre-save hook).
+        view; they show the PNG of the state the explorer was displayed in. From then on the
+        explorer stores its latest picture after every change, and the pre-save hook that
+        installing gradlab enables in Jupyter (``gradlab_jupyter``) writes that picture into
+        the saved file in place of the view, with a line saying to re-run the cell: a
+        reopened chapter shows the learner's last state.
         """
         data = widgets.DOMWidget._repr_mimebundle_(self, **kwargs)
         data = dict((data[0] if isinstance(data, tuple) else data) or {})
         if self.plot is not None:
             data["image/png"] = base64.b64encode(self.plot.value).decode("ascii")
         data["text/plain"] = repr(self)
+        self._displayed = True
+        self._store_picture()
         return data
 
     def __repr__(self) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import math
+from collections import OrderedDict
 
 import ipywidgets as widgets
 
@@ -134,18 +135,28 @@ class GradientExplorer(ClipControls, Explorer):
         self.preset_result = None
         self.advice = None
         rows = (widgets.VBox([self.preset, self.preset_note]),) if advanced else ()
-        self.start(rows=rows, hidden=() if advanced else ADVANCED)
+        self._reports: OrderedDict = OrderedDict()  # settings -> report: a drag back over depths recomputes nothing
+        self.start(rows=rows, hidden=() if advanced else ADVANCED, wide=("depth",))
         self.preset.observe(self._on_preset, names="value")
         if preset:
             self.preset.value = preset
 
     # --------------------------------------------------------------------- the base's hooks
+    #: How many reports the explorer keeps (the engine's are deterministic per setting).
+    REPORTS = 256
+
     def _compute(self):
-        return self.engine.report(
-            self.depth.value, self.activation.value, self.initializer.value, self.clip,
-            residual=self.residual.value, norm=self.norm.value, dtype=self.dtype.value,
-            loss_scale=float(self.loss_scale.value),
-        )
+        key = (self.depth.value, self.activation.value, self.initializer.value, self.clip,
+               self.residual.value, self.norm.value, self.dtype.value, float(self.loss_scale.value))
+        report = self._reports.get(key)
+        if report is None:
+            report = self._reports[key] = self.engine.report(
+                key[0], key[1], key[2], key[3], residual=key[4], norm=key[5], dtype=key[6], loss_scale=key[7])
+            while len(self._reports) > self.REPORTS:
+                self._reports.popitem(last=False)
+        else:
+            self._reports.move_to_end(key)
+        return report
 
     def _make_plot(self):
         return ReportPlot(self.report, show_forward=self.show_forward.value, live=True)

@@ -17,6 +17,13 @@ from .base import ClipControls, Explorer, css
 __all__ = ["TransformerExplorer"]
 
 _LR_RANGE = (-4.0, -1.0)  # log10 of the learning rate: 1e-4 to 0.1
+#: The learning rates the slider offers: 1, 2, 3 and 5 per decade from 1e-4 to 0.1; a value
+#: given to the constructor or to ``set`` joins them (the slider never rounds it away).
+LEARNING_RATES: tuple[float, ...] = tuple(float(f"{m}e{e}") for e in range(-4, -1) for m in (1, 2, 3, 5)) + (0.1,)
+
+
+def _lr_options(extra=()) -> list[tuple[str, float]]:
+    return [(f"{v:g}", v) for v in sorted({*LEARNING_RATES, *map(float, extra)})]
 
 
 class TransformerExplorer(ClipControls, Explorer):
@@ -57,16 +64,19 @@ class TransformerExplorer(ClipControls, Explorer):
         self.norm_position = self.control("norm_position", widgets.Dropdown(
             options=[(_("pre-LN"), "pre"), (_("post-LN"), "post")], value=norm_position,
             description=_("LayerNorm")))
-        self.learning_rate = self.control("learning_rate", widgets.FloatLogSlider(
-            value=learning_rate, base=10, min=_LR_RANGE[0], max=_LR_RANGE[1], step=0.25,
-            description=_("learning rate"), readout_format=".2g"))
+        # Exact values only: a FloatLogSlider with a step rounded 3e-3 to 0.0032, and an
+        # IntSlider with step 10 rounded warmup 25 to 30, without a word (issue 29).
+        self.learning_rate = self.control("learning_rate", widgets.SelectionSlider(
+            options=_lr_options([learning_rate]), value=float(learning_rate), description=_("learning rate")))
         self.warmup_steps = self.control("warmup_steps", widgets.IntSlider(
-            value=warmup_steps, min=0, max=self.steps // 2, step=10, description=_("warmup")))
+            value=warmup_steps, min=0, max=self.steps // 2, step=1, description=_("warmup")))
         self.clip_controls(clip)
         for c in self.controls:
             c.style.description_width = "90px"
+        # as wide as its label (ipywidgets' fixed 148 px cut "run the first 10…" at every width)
         self.run_button = css(widgets.Button(description=_("run the first {steps} steps").format(steps=self.steps),
-                                             icon="play"), "transformer-run")
+                                             icon="play", layout=widgets.Layout(width="auto", max_width="100%")),
+                              "transformer-run")
         self.progress = css(widgets.IntProgress(value=0, min=0, max=2 * self.steps, description="",
                                                 layout=widgets.Layout(width="300px")), "transformer-progress")
         self.run_button.on_click(lambda button: self.run_steps())
@@ -123,6 +133,24 @@ class TransformerExplorer(ClipControls, Explorer):
         return warm, plain
 
     # ------------------------------------------------------------------ the explorer's hooks
+    def _prepare(self, values: dict) -> dict:
+        """``set(learning_rate=...)``: a rate in range joins the slider's options, unrounded."""
+        if "learning_rate" in values:
+            lr = check_positive("learning_rate", values["learning_rate"])
+            if not 10 ** _LR_RANGE[0] <= lr <= 10 ** _LR_RANGE[1]:
+                raise ValueError(f"learning_rate must be 1e-4 to 0.1; got {lr}")
+            values["learning_rate"] = lr = float(lr)
+            offered = [v for _label, v in self.learning_rate.options]
+            if lr not in offered:
+                self._muted = True
+                try:
+                    current = self.learning_rate.value
+                    self.learning_rate.options = _lr_options([*offered, lr])
+                    self.learning_rate.value = current
+                finally:
+                    self._muted = False
+        return values
+
     def _sync(self) -> None:
         self._sync_clip()
 

@@ -2,7 +2,8 @@
 
 - ``lab_server``: ``python -m jupyter lab`` from this environment on 127.0.0.1, a free port,
   token auth, over a temporary copy of ``chapters/`` plus the scratch notebooks that build
-  every explorer (:data:`EXPLORERS_SOURCE`), with the project's pre-save hook (``make lab``'s).
+  every explorer (:data:`EXPLORERS_SOURCE`), with the pre-save hook that installing gradlab
+  enables (gradlab_jupyter, through the installed server config: no command-line flag).
   Its settings come from an ``overrides.json`` in a temporary ``--LabApp.app_settings_dir``:
   notebook windowing off (every cell is in the page), news and update checks off. User
   settings, workspaces, runtime and config dirs are temporary too, so nothing from the host
@@ -70,10 +71,12 @@ EXPLORERS_SOURCE = [
     'jv = gl.JacobianViewer(function="softmax", size=8)\njv',
     'tl = gl.TracingLab(value=0.1, mode="python float")\ntl',
     "tg = gl.TangentExplorer(w=-0.5, learning_rate=0.3)\ntg",
+    # chapter 09's, small (its labels and its run button must fit like the others')
+    "tx = gl.TransformerExplorer(num_layers=2, steps=100, batch_size=4)\ntx",
 ]
 #: The CSS root of each explorer in ``scratch-explorers.ipynb``, in cell order.
 EXPLORER_ROOTS = ["gradlab-explorer", "gradlab-explorer", "gradlab-time-explorer", "gradlab-jacobian",
-                  "gradlab-tracing", "gradlab-tangent"]
+                  "gradlab-tracing", "gradlab-tangent", "gradlab-transformer"]
 SCRATCH = "scratch-explorers.ipynb"
 #: The same notebook for the save-and-reopen test (its own kernel, shut down in between).
 SCRATCH_REOPEN = "scratch-reopen.ipynb"
@@ -167,8 +170,19 @@ class LabServer:
         self.executed.discard(relpath)
 
 
-#: The pre-save hook of the project's Lab (``make lab``): saved explorers keep their picture.
-PRE_SAVE_HOOK = "tools.nbtools.lab_pre_save_hook"
+def server_config_path(base: Path) -> str | None:
+    """``JUPYTER_CONFIG_PATH`` that enables gradlab_jupyter's pre-save hook as installing gradlab does.
+
+    ``None`` when this environment already has the installed config (``make install``);
+    otherwise a prefix under ``base`` holding the same file, so the server runs with exactly
+    the config a learner's plain ``jupyter lab`` reads, and no command-line hook.
+    """
+    import gradlab_jupyter
+
+    if (Path(sys.prefix) / gradlab_jupyter.CONFIG_FILE).is_file():
+        return None
+    gradlab_jupyter.install_server_config(base / "prefix")
+    return str(base / "prefix" / "etc" / "jupyter")
 
 
 @contextlib.contextmanager
@@ -177,7 +191,7 @@ def start_lab_server(base: Path, extra_overrides: dict | None = None):
 
     ``extra_overrides`` are merged into the settings overrides (e.g. the Chinese locale,
     ``{"@jupyterlab/translation-extension:plugin": {"locale": "zh_CN"}}``). The server runs
-    with the project's pre-save hook, exactly as ``make lab`` does. Yields a :class:`LabServer`;
+    with gradlab_jupyter's pre-save hook from the installed config, as a plain ``jupyter lab`` does. Yields a :class:`LabServer`;
     the server and its kernels are stopped afterwards and its log copied to test-artifacts.
     """
     root = base / "root"
@@ -206,6 +220,9 @@ def start_lab_server(base: Path, extra_overrides: dict | None = None):
         JUPYTERLAB_WORKSPACES_DIR=str(base / "workspaces"),
         PYTHONUNBUFFERED="1",
     )
+    config_path = server_config_path(base)
+    if config_path:
+        env["JUPYTER_CONFIG_PATH"] = config_path
     log_path = base / "jupyterlab.log"
     cmd = [
         sys.executable, "-m", "jupyter", "lab",
@@ -220,7 +237,6 @@ def start_lab_server(base: Path, extra_overrides: dict | None = None):
         "--LabApp.news_url=None",
         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
         "--ServerApp.terminals_enabled=False",
-        f"--ContentsManager.pre_save_hook={PRE_SAVE_HOOK}",
     ]
     log = open(log_path, "w")
     proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)

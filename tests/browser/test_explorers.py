@@ -349,3 +349,89 @@ def test_tangent_explorer_controls(page_of):
     ms = labpage.drive(page, w, lambda: labpage.set_slider_by_readout(w, "gradlab-tangent-w", 3.5),
                        ["w = 3.50:", "to the left"], status="gradlab-tangent-status", plot="gradlab-tangent-plot")
     print(f"\nTangentExplorer latency (ms): w {ms:.0f}")
+
+
+REPLOT_JS = """(root) => {
+    // Time-stamp every new picture (the plot image's src) and every status text while dragging.
+    const img = root.querySelector('img.gradlab-plot, .gradlab-plot img');
+    const status = root.querySelector('.gradlab-status');
+    window.__glReplots = [];
+    window.__glStatus = [];
+    const a = new MutationObserver(() => window.__glReplots.push(performance.now()));
+    a.observe(img, {attributes: true, attributeFilter: ['src']});
+    const b = new MutationObserver(() => window.__glStatus.push([performance.now(), status.innerText]));
+    b.observe(status, {subtree: true, childList: true, characterData: true});
+    window.__glReplotStop = () => { a.disconnect(); b.disconnect(); };
+}"""
+
+
+#: The drag itself, paced by the page's clock (Playwright's round trips manage about 25 moves/s
+#: on a busy machine): mousedown on the handle, one mousemove every 1/rate s, mouseup, the
+#: events noUiSlider (ipywidgets' slider) listens to. Returns [start, release] times.
+DRAG_AT_RATE_JS = """async (root, [start, stop, rate]) => {
+    const track = root.querySelector('.gradlab-depth .noUi-target');
+    const handle = track.querySelector('.noUi-handle');
+    const box = track.getBoundingClientRect();
+    const at = (d, buttons) => ({bubbles: true, cancelable: true, view: window, button: 0, buttons,
+                                 clientX: box.left + (d - 1) / 99 * box.width, clientY: box.top + box.height / 2});
+    handle.dispatchEvent(new MouseEvent('mousedown', at(start, 1)));
+    const t0 = performance.now(), moves = Math.abs(stop - start), root_el = document.documentElement;
+    for (let i = 1; i <= moves; i++) {
+        const due = t0 + i * 1000 / rate;
+        while (performance.now() < due) await new Promise((r) => setTimeout(r, due - performance.now()));
+        root_el.dispatchEvent(new MouseEvent('mousemove', at(start + (stop - start) * i / moves, 1)));
+    }
+    const tUp = performance.now();
+    root_el.dispatchEvent(new MouseEvent('mouseup', at(stop, 0)));
+    return [t0, tUp, moves];
+}"""
+
+
+def drag_at_rate(page, ex, start: int, stop: int, moves_per_s: float = 60.0) -> dict:
+    """Drag the depth handle from ``start`` to ``stop``, one move every 1/``moves_per_s`` s (in the page).
+
+    Returns the moves and re-plots per second during the drag (new pictures of the plot), the
+    time from the release to the last picture or status (``settle_ms``), and the final depth.
+    """
+    ex.evaluate("(root) => (" + REPLOT_JS + ")(root)")
+    t0, t_up, moves = ex.evaluate("(root, args) => (" + DRAG_AT_RATE_JS + ")(root, args)",
+                                  [start, stop, moves_per_s])
+    final = int(ex.locator(".gradlab-depth .widget-readout").first.inner_text().strip())
+    deadline = time.monotonic() + 15
+    log, replots = [], []
+    while time.monotonic() < deadline:  # until the status names the final depth and 1 s passes quietly
+        page.wait_for_timeout(200)
+        log = page.evaluate("() => window.__glStatus")
+        replots = page.evaluate("() => window.__glReplots")
+        last = max([t for t, _ in log] + replots + [t_up])
+        if log and log[-1][1].startswith(f"depth {final} ·") and \
+                page.evaluate("() => performance.now()") - last > 1000:
+            break
+    page.evaluate("() => window.__glReplotStop()")
+    during = [t for t in replots if t0 <= t <= t_up]
+    return {"moves_per_s": moves / ((t_up - t0) / 1000), "replots_per_s": len(during) / ((t_up - t0) / 1000),
+            "settle_ms": max(0.0, max([t for t, _ in log] + replots) - t_up), "final": final,
+            "status": log[-1][1] if log else labpage.status_text(ex, "gradlab-status")}
+
+
+def test_depth_drag_replots_ten_times_a_second_and_settles_within_half_a_second(page_of, ex):
+    """Issue 29: dragging chapter 01's depth at 60 moves/s over 50-100 re-plotted 1-4 times a second.
+
+    Measured in the page: new pictures of the plot per second while the mouse moves, and the
+    time from the release to the last picture and the status of the final depth.
+    """
+    page = page_of
+    if state(ex)["depth"] != "50":
+        set_depth(page, ex, 50)
+    runs = [drag_at_rate(page, ex, 50, 100), drag_at_rate(page, ex, 100, 50)]
+    line = "depth drag at 60 moves/s: " + "; ".join(
+        f"{r['moves_per_s']:.0f} moves/s → {r['replots_per_s']:.1f} re-plots/s, settled {r['settle_ms']:.0f} ms "
+        f"after the release (depth {r['final']})" for r in runs)
+    print("\n" + line)
+    _shot("drag-rate.txt").write_text(line + "\n")
+    for r in runs:
+        assert r["final"] == (100 if r is runs[0] else 50), r   # the handle followed the mouse
+        assert r["status"].startswith(f"depth {r['final']} ·"), r
+        assert r["moves_per_s"] >= 50, r                      # the drag itself ran at the asked rate
+        assert r["replots_per_s"] >= 10, line
+        assert r["settle_ms"] <= 500, line

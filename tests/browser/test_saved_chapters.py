@@ -1,11 +1,13 @@
 """Issue 20 in a real JupyterLab: saved chapters keep their pictures, open unmodified, fit a laptop.
 
-- a notebook with every explorer, run (Run All Cells) and saved, then reopened with a fresh
-  kernel, shows each explorer's last picture and no "Error displaying widget";
+- a notebook with every explorer, run (Run All Cells), one slider moved, and saved, then
+  reopened with a fresh kernel, shows each explorer's last picture (the moved one's last
+  state, pixel for pixel), a line saying to re-run the cell, and no "Error displaying widget";
 - stored chapters open without being marked modified and show their stored pictures, with
   no widget error (a real chapter, opened, never re-run: nbval runs the chapters);
 - at a 1366×768 viewport with the file browser open, no explorer is wider than the notebook's
-  output area and nothing inside one is clipped.
+  output area, nothing inside one is clipped, no control label is cut off (issue 29: "run
+  the first 10…"), and chapter 01's depth track is at least 300 px wide.
 
 Screenshots go to ``test-artifacts/browser/`` (the 1366 px page, the reopened notebook).
 """
@@ -47,6 +49,21 @@ def test_saved_explorers_reopen_with_a_fresh_kernel_and_show_their_pictures(page
     assert labpage.wait_widgets_rendered(page) == []
     live = page.locator(".jp-OutputArea-output > .jupyter-widgets").count()
     assert live >= len(EXPLORER_ROOTS), f"only {live} live explorers after Run All"
+    # the learner moves chapter 01's depth after the cell ran, then saves: the file must
+    # show that last state (issue 29: it showed the starting picture), with the re-run line
+    ex = page.locator(f".jp-OutputArea-output .{EXPLORER_ROOTS[0]}").first
+    start_digest = labpage.image_digest(ex, "gradlab-plot")
+    labpage.drive(page, ex, lambda: labpage.set_slider_by_readout(ex, "gradlab-depth", 37), ["depth 37 ·"])
+    last_status = labpage.status_text(ex, "gradlab-status")
+    last_digest = labpage.image_digest(ex, "gradlab-plot")
+    assert last_digest != start_digest
+    saved_path = lab_server.root / SCRATCH_REOPEN
+    before = saved_path.stat().st_mtime_ns
+    labpage.save(page)  # a slider move leaves the document clean: wait for the file itself
+    deadline = time.monotonic() + 30
+    while saved_path.stat().st_mtime_ns == before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert saved_path.stat().st_mtime_ns != before, "Ctrl+S did not write the notebook"
     # the saved file: every explorer output holds its PNG, and no view of a model that dies
     # with the kernel (the project's pre-save hook, tools/nbtools.lab_pre_save_hook)
     saved = json.loads((lab_server.root / SCRATCH_REOPEN).read_text())
@@ -54,6 +71,10 @@ def test_saved_explorers_reopen_with_a_fresh_kernel_and_show_their_pictures(page
     pngs = [o for o in outputs if "image/png" in o.get("data", {})]
     assert len(pngs) >= len(EXPLORER_ROOTS)
     assert not [o for o in pngs if WIDGET_VIEW in o["data"]], "the saved file still points at live widget models"
+    first = next(o for o in pngs if "GradientExplorer(" in "".join(o["data"]["text/plain"]))
+    assert "depth 37 ·" in "".join(first["data"]["text/plain"]), first["data"]["text/plain"]
+    notes = [o for o in outputs if o.get("metadata", {}).get("gradlab_rerun_note")]
+    assert len(notes) == len(pngs), f"{len(notes)} re-run lines for {len(pngs)} saved explorers"
     size_kb = (lab_server.root / SCRATCH_REOPEN).stat().st_size / 1024
     print(f"\nsaved notebook with {len(pngs)} explorer pictures: {size_kb:.0f} KB")
     # the page that saved keeps its live widgets
@@ -69,6 +90,11 @@ def test_saved_explorers_reopen_with_a_fresh_kernel_and_show_their_pictures(page
     shown = [i for i in images if i["complete"] and i["w"] > 100 and i["h"] > 100]
     assert len(shown) >= len(EXPLORER_ROOTS), f"{len(shown)} pictures shown after reopening: {images}"
     assert not labpage.is_dirty(fresh), "the reopened notebook is marked modified"
+    # the reopened picture is the last state's, pixel for pixel, and says to re-run the cell
+    reopened = fresh.locator(".jp-OutputArea-output img").first
+    assert tuple(reopened.evaluate(labpage.IMG_DIGEST_JS)) == last_digest, f"not the last state ({last_status})"
+    lines = fresh.locator(".jp-OutputArea-output", has_text="run the cell again")
+    assert lines.count() >= len(EXPLORER_ROOTS), f"{lines.count()} re-run lines shown"
     _shot(fresh, "reopened-fresh-kernel.png")
     lab_server.shutdown_kernel_of(SCRATCH_REOPEN)
     fresh.close()
@@ -132,6 +158,17 @@ def test_stored_chapters_open_unmodified_with_their_pictures(page, lab_server):
         labpage.close_current(page)
 
 
+#: Every label, button and readout in the explorers whose text is wider than its box.
+CLIPPED_LABELS_JS = """(roots) => {
+    const out = [];
+    for (const root of document.querySelectorAll(roots))
+        for (const el of root.querySelectorAll('.widget-label, .widget-label-basic, button, .widget-readout, label'))
+            if (el.offsetParent && el.scrollWidth > el.clientWidth + 1)
+                out.push(`${(el.innerText || el.value || '').trim()} (${el.scrollWidth} > ${el.clientWidth} px)`);
+    return out;
+}"""
+
+
 def test_explorers_fit_1366_px_with_the_file_browser_open(explorers_page):
     page, server = explorers_page
     page.set_viewport_size({"width": 1366, "height": 768})
@@ -145,6 +182,11 @@ def test_explorers_fit_1366_px_with_the_file_browser_open(explorers_page):
             assert b["right"] <= b["area_right"] + 1, f"{b['cls']} sticks out of the output area: {b}"
             assert b["scroll"] <= b["client"] + 1, f"{b['cls']} content is wider than the explorer: {b}"
             assert not b["clipped"], f"{b['cls']} clips some of its parts: {b}"
+        clipped = page.evaluate(CLIPPED_LABELS_JS, roots)
+        assert not clipped, f"control labels cut off at 1366 px: {clipped}"
+        track = page.locator(".jp-OutputArea-output .gradlab-explorer .gradlab-depth .noUi-target").first
+        width = track.bounding_box()["width"]
+        assert width >= 300, f"chapter 01's depth track is {width:.0f} px for 100 values"
         for img in page.locator(".jp-OutputArea-output .jupyter-widgets img").all():
             box = img.bounding_box()
             area = img.evaluate("(i) => i.closest('.jp-OutputArea-output').getBoundingClientRect().right")
