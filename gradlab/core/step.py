@@ -15,6 +15,9 @@ the part it needs instead of putting the step together again:
 * :func:`train_step`: the whole step: forward, loss, scaling, gradients, clipping
   (:func:`gradlab.core.clipping.clip_gradients`, one ``clip`` setting), the finite check and
   ``optimizer.apply`` (:func:`gradlab.core.update.apply_update`);
+* :func:`tapped_call`: the model's own call with its leaf layers tapped, without a loss (the
+  padding mask a recurrent layer receives); :func:`check_batch`: the loss's checks of a whole
+  batch from a one-example inference pass (a step that runs on several replicas);
 * :func:`measuring_optimizer`: the optimizer whose loss scale a measurement must use (the
   given one, else the compiled one, else for a ``mixed_float16`` model the
   ``LossScaleOptimizer`` that ``compile`` would add). Only the core builds a
