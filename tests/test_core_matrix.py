@@ -485,9 +485,9 @@ def test_inspect_and_report_match_an_independent_tape_and_touch_nothing(name):
     assert close(r.global_norm, math.sqrt(sum(norm(g) ** 2 for g in grads if g is not None)), max(c.rtol, 1e-5) * 10)
 
     if c.dense:
-        rep = gl.gradient_report(model, c.x, c.y, sample_weight=c.sw, loss_fn=c.loss_fn)
+        rep = gl.gradient_report(model, c.x, c.y, sample_weight=c.sw, loss=c.loss_fn)
         assert same(start, everything(model)), "gradient_report changed the model"
-        assert str(gl.gradient_report(model, c.x, c.y, sample_weight=c.sw, loss_fn=c.loss_fn)) == str(rep)
+        assert str(gl.gradient_report(model, c.x, c.y, sample_weight=c.sw, loss=c.loss_fn)) == str(rep)
         assert close(rep.loss, loss, c.rtol)
         paths = [gl.core.variable_path(v) for v in model.trainable_variables]
         expected = []
@@ -499,13 +499,13 @@ def test_inspect_and_report_match_an_independent_tape_and_touch_nothing(name):
         assert np.all(rep.weight_norms > 0)
     elif not c.sequence:
         try:
-            gl.gradient_report(model, c.x, c.y, sample_weight=c.sw, loss_fn=c.loss_fn)
+            gl.gradient_report(model, c.x, c.y, sample_weight=c.sw, loss=c.loss_fn)
         except ValueError as err:
             assert "inspect_training_step" in str(err) or "Dense" in str(err)
         assert same(start, everything(model))
 
     if c.sequence:
-        t = gl.time_report(model, c.x, c.y, sample_weight=c.sw, loss_fn=c.loss_fn)
+        t = gl.time_report(model, c.x, c.y, sample_weight=c.sw, loss=c.loss_fn)
         assert same(start, everything(model)), "time_report changed the model"
         tloss, tgrads = reference(model, c, training=False, wrt_x=True)
         _restore(model, start)
@@ -531,11 +531,11 @@ def test_one_training_step_is_the_plain_sgd_update(name):
     before = [v.numpy().astype(np.float64) for v in model.trainable_variables]
     tool = "make_train_step" if TRAIN.index(name) % 2 else "train_steps"
     if tool == "train_steps":
-        run = gl.train_steps(model, c.x, c.y, optimizer=keras.optimizers.SGD(lr), steps=1, loss_fn=c.loss_fn,
+        run = gl.train_steps(model, c.x, c.y, optimizer=keras.optimizers.SGD(lr), steps=1, loss=c.loss_fn,
                              sample_weight=c.sw)
         assert close(run.losses[0], loss, c.rtol)
     else:
-        out = gl.make_train_step(model, keras.optimizers.SGD(lr), loss_fn=c.loss_fn)(c.x, c.y, c.sw)
+        out = gl.make_train_step(model, keras.optimizers.SGD(lr), loss=c.loss_fn)(c.x, c.y, c.sw)
         assert close(float(out["loss"]), loss, c.rtol)
     for v, b, g in zip(model.trainable_variables, before, grads, strict=True):
         want = b if g is None else b - lr * g

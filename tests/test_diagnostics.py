@@ -242,7 +242,7 @@ def test_subclassed_model_gets_rows_from_its_own_call():
 
 def test_custom_loss_fn():
     x, y = _data()
-    r = gl.inspect_training_step(_small(), x, y, loss_fn=lambda t, p: tf.reduce_mean(tf.abs(t - p)))
+    r = gl.inspect_training_step(_small(), x, y, loss=lambda t, p: tf.reduce_mean(tf.abs(t - p)))
     model = _small()
     expected = float(tf.reduce_mean(tf.abs(y - model(x))))
     assert r.loss == pytest.approx(expected, rel=1e-5)
@@ -295,7 +295,7 @@ def test_trace_counter_and_plain_function_steps():
         (dict(model=None), "model must be a keras.Model"),
         (dict(x=None), "x must be"),
         (dict(y="labels"), "y must be"),
-        (dict(loss_fn=3), "loss_fn must be None"),
+        (dict(loss=3), "loss must be None"),
         (dict(step_fn="step"), "step_fn must be None or a callable"),
         (dict(training="yes"), "training must be True or False"),
         (dict(vanish_below=0), "vanish_below must be a finite number > 0"),
@@ -317,9 +317,9 @@ def test_mismatched_shapes_raise():
     with pytest.raises(ValueError, match="broadcast"):
         gl.inspect_training_step(_small(), x, tf.squeeze(y, 1))  # (32,) against (32, 1)
     with pytest.raises(ValueError, match="same number of examples"):
-        gl.inspect_training_step(_small(), x, y[:10], loss_fn=lambda t, p: tf.reduce_mean(p))
+        gl.inspect_training_step(_small(), x, y[:10], loss=lambda t, p: tf.reduce_mean(p))
     with pytest.raises(ValueError, match="must return a scalar"):
-        gl.inspect_training_step(_small(), x, y, loss_fn=lambda t, p: tf.square(t - p))
+        gl.inspect_training_step(_small(), x, y, loss=lambda t, p: tf.square(t - p))
     with pytest.raises(ValueError, match="x is a tuple of 2 arrays, but the model has a single input"):
         gl.inspect_training_step(_small(), (x, x), y)
 
@@ -353,7 +353,7 @@ def test_train_steps_stops_at_nonfinite_without_applying():
 def test_train_steps_clipping_keeps_it_finite():
     model = gl.models.mlp.build_mlp(4, width=16, activation="relu", initializer="he_normal", input_dim=16)
     x, y = gl.models.mlp.make_data(batch_size=64, input_dim=16, seed=1)
-    run = gl.train_steps(model, x, y, optimizer=keras.optimizers.SGD(0.5), steps=20, clip_global_norm=0.1)
+    run = gl.train_steps(model, x, y, optimizer=keras.optimizers.SGD(0.5), steps=20, clip=0.1)
     assert run.stopped_at is None and len(run.losses) == 20
 
 
@@ -374,7 +374,7 @@ def test_train_steps_lists_and_skips_none_gradients():
         (dict(optimizer="sgd"), "optimizer must be"),
         (dict(steps=0), "steps must be"),
         (dict(steps=2.5), "steps must be"),
-        (dict(clip_global_norm=-1.0), "clip_global_norm"),
+        (dict(clip=-1.0), "clip must be"),
         (dict(stop_on_nonfinite=1), "stop_on_nonfinite"),
     ],
 )
@@ -647,9 +647,9 @@ def test_custom_train_step_without_compiled_loss_says_it_measures_mse():
     m(x[:1])
     r = gl.inspect_training_step(m, x, y)
     assert "default-loss" in r.problem_kinds
-    assert "own train_step" in r.loss_description and "loss_fn" in r.loss_description
+    assert "own train_step" in r.loss_description and "loss=" in r.loss_description
     # with loss_fn (or a plain model) nothing is said
-    r2 = gl.inspect_training_step(m, x, y, loss_fn=lambda t, p: tf.reduce_mean(tf.abs(t - p)))
+    r2 = gl.inspect_training_step(m, x, y, loss=lambda t, p: tf.reduce_mean(tf.abs(t - p)))
     assert "default-loss" not in r2.problem_kinds
     assert "default-loss" not in gl.inspect_training_step(_small(), x, y).problem_kinds
 
@@ -695,6 +695,6 @@ def test_sparse_labels_out_of_range_and_one_hot_name_y():
     # a loss_fn object is checked too, and valid labels pass
     with pytest.raises(ValueError, match="outside the classes"):
         gl.inspect_training_step(_classifier(), x, np.full(8, -1),
-                                 loss_fn=keras.losses.SparseCategoricalCrossentropy())
+                                 loss=keras.losses.SparseCategoricalCrossentropy())
     r = gl.inspect_training_step(_classifier(), x, np.arange(8) % 3)
     assert np.isfinite(r.loss)

@@ -251,7 +251,7 @@ MIRRORED = textwrap.dedent(
     with s.scope():
         m = gl.train.distribute.toy_model()
         opt = keras.optimizers.SGD(0.1)
-    step = gl.make_train_step(m, opt, clip_global_norm=0.5)
+    step = gl.make_train_step(m, opt, clip=0.5)
     before = [v.numpy() for v in m.trainable_variables]
     bad_y = y[:16].copy()
     bad_y[3] = np.nan  # on replica 0 only: replica 1 must skip too
@@ -264,13 +264,13 @@ MIRRORED = textwrap.dedent(
 
     # GradNormSequential: fit under the strategy (the test compares it with one device)
     with s.scope():
-        gm = gl.GradNormSequential(gl.train.distribute.toy_model().layers, clip_global_norm=0.5)
+        gm = gl.GradNormSequential(gl.train.distribute.toy_model().layers, clip=0.5)
         gm.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
     h = gm.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0).history
     r["gns"] = dict(loss=h["loss"], grad_norm=h["grad_norm"], skipped=h["skipped_steps"],
                     weights=[v.numpy().tolist() for v in gm.trainable_variables])
     with s.scope():
-        gm = gl.GradNormSequential(gl.train.distribute.toy_model().layers, clip_global_norm=0.5)
+        gm = gl.GradNormSequential(gl.train.distribute.toy_model().layers, clip=0.5)
         gm.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
     start = [v.numpy() for v in gm.trainable_variables]
     y_nan = y.copy()
@@ -335,7 +335,7 @@ def test_make_train_step_under_the_strategy(mirrored):
 def test_grad_norm_train_step_under_the_strategy(mirrored):
     g = mirrored["gns"]
     x, y = gl.train.distribute.toy_data(n=32)
-    one = gl.GradNormSequential(gl.train.distribute.toy_model().layers, clip_global_norm=0.5)
+    one = gl.GradNormSequential(gl.train.distribute.toy_model().layers, clip=0.5)
     one.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss="mse")
     h = one.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0).history
     assert gl.train.distribute.max_abs_difference(g["weights"], one.get_weights()) < 1e-6

@@ -103,7 +103,7 @@ def test_ch03_prediction_is_three_and_strings_are_read_as_numbers():
 
 
 def _step(opt, clip=None):
-    return lambda m: gl.make_train_step(m, opt(), clip_global_norm=clip)
+    return lambda m: gl.make_train_step(m, opt(), clip=clip)
 
 
 def test_ch03_clipped_step_tells_the_fix_from_coincidences():
@@ -122,7 +122,7 @@ def test_ch03_clipped_step_tells_the_fix_from_coincidences():
 
     _fails(ch03.check_clipped_step(raises), "KeyError")
     other = keras.Sequential([keras.Input((20,)), keras.layers.Dense(1)])
-    _fails(ch03.check_clipped_step(lambda m: gl.make_train_step(other, keras.optimizers.SGD(0.05), clip_global_norm=1.0)),
+    _fails(ch03.check_clipped_step(lambda m: gl.make_train_step(other, keras.optimizers.SGD(0.05), clip=1.0)),
            "did not move")
 
 
@@ -139,7 +139,7 @@ def test_ch03_sgd_clipped_moves_the_weights_by_lr_times_clip():
         raw = float(tf.linalg.global_norm(tape.gradient(loss, model.trainable_variables)))
         assert (raw > 1.0) == bool(scale)
         before = [v.numpy().copy() for v in model.trainable_variables]
-        gl.make_train_step(model, keras.optimizers.SGD(0.05), clip_global_norm=1.0)(x, target)
+        gl.make_train_step(model, keras.optimizers.SGD(0.05), clip=1.0)(x, target)
         moved = np.sqrt(sum(np.sum((v.numpy() - b) ** 2)
                             for v, b in zip(model.trainable_variables, before, strict=True)))
         assert abs(moved - expect(raw)) < 1e-3 * expect(raw)
@@ -174,6 +174,6 @@ def test_ch03_ex1_the_same_float_five_times_is_not_a_sweep():
 def test_ch03_ex3_not_a_function_and_a_shared_optimizer_are_feedback():
     _fails(ch03.check_clipped_step(None), "expected your function make_clipped_step, got NoneType")
     shared = keras.optimizers.SGD(0.05)
-    r = ch03.check_clipped_step(lambda m: gl.make_train_step(m, shared, clip_global_norm=1.0))
+    r = ch03.check_clipped_step(lambda m: gl.make_train_step(m, shared, clip=1.0))
     _fails(r, "optimizer")
     assert "Traceback" not in r.feedback and len(r.feedback) < 900

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import gradlab as gl
 from gradlab.plots.replicas import plot_clip_placement
 from gradlab.plots.traps import plot_where_trap
 
@@ -42,7 +43,9 @@ def test_clip_placement_draws_true_lengths_and_the_right_ratio():
     total = flat[0] + flat[1]
     before = sum(v * min(1.0, c / np.linalg.norm(v)) for v in flat)
     after = total * min(1.0, c / np.linalg.norm(total))
-    fig = plot_clip_placement(replicas, c)
+    placement = gl.train.distribute.clip_placement(replicas, c)
+    assert placement.ratio == pytest.approx(np.linalg.norm(before) / np.linalg.norm(after), rel=1e-12)
+    fig = plot_clip_placement(placement)
     ax = fig.axes[0]
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert f"sum = one device: norm {np.linalg.norm(total):.3g}" in labels
@@ -57,6 +60,8 @@ def test_clip_placement_draws_true_lengths_and_the_right_ratio():
 
 def test_clip_placement_rejects_bad_arguments():
     with pytest.raises(ValueError, match="at least 2 replicas"):
-        plot_clip_placement([[np.ones(2)]], 1.0)
-    with pytest.raises(ValueError, match="clip_norm must be a number > 0"):
-        plot_clip_placement([[np.ones(2)], [np.ones(2)]], 0.0)
+        gl.train.distribute.clip_placement([[np.ones(2)]], 1.0)
+    with pytest.raises(ValueError, match="clip must be None or a number > 0"):
+        gl.train.distribute.clip_placement([[np.ones(2)], [np.ones(2)]], 0.0)
+    with pytest.raises(ValueError, match="placement must be"):
+        plot_clip_placement([[np.ones(2)], [np.ones(2)]])

@@ -220,9 +220,12 @@ def test_train_mlp_stops_on_nan_and_clipping_keeps_it_finite():
 
 def test_train_mlp_prints_progress(capsys):
     x, y = gl.models.mlp.make_data(16, 4)
-    gl.train.steps.train_mlp(gl.models.mlp.build_mlp(2, width=4), x, y, optimizer=keras.optimizers.SGD(0.01), steps=10)
-    out = capsys.readouterr().out
-    assert "step   10/10" in out and out.count("\n") == 5
+    gl.train.steps.train_mlp(gl.models.mlp.build_mlp(2, width=4), x, y, optimizer=keras.optimizers.SGD(0.01), steps=10,
+                             progress=True)
+    out = capsys.readouterr().out  # one bar redrawn in place (issue 29): no losses, no timings
+    assert out.split("\r")[-1].endswith("10/10\n") and out.count("\n") == 1 and "loss" not in out
+    gl.train.steps.train_mlp(gl.models.mlp.build_mlp(2, width=4), x, y, optimizer=keras.optimizers.SGD(0.01), steps=2)
+    assert capsys.readouterr().out == ""  # progress=None: on in a notebook only
 
 
 def test_predicted_gain_matches_measurement(engine):

@@ -375,9 +375,9 @@ def test_mobilenet_is_unchanged_and_the_advice_names_batchnorm(mobilenet):
     y = keras.utils.to_categorical([0, 1, 2, 0], 3)
     before = _state(mobilenet)
     cce = keras.losses.CategoricalCrossentropy()
-    r = gl.inspect_training_step(mobilenet, x, y, loss_fn=cce)
+    r = gl.inspect_training_step(mobilenet, x, y, loss=cce)
     assert _same(before, _state(mobilenet))  # 104 BatchNorm statistics included
-    infer = gl.inspect_training_step(mobilenet, x, y, loss_fn=cce, training=False)
+    infer = gl.inspect_training_step(mobilenet, x, y, loss=cce, training=False)
     assert "batchnorm-statistics" in infer.problem_kinds and "moving statistics" in str(infer)
     assert _same(before, _state(mobilenet))
     xt = tf.constant(x, tf.float32)

@@ -209,7 +209,7 @@ def test_cliff_has_a_wall_and_clipping_bounds_the_step():
     jump = np.max(np.abs(np.diff(loss)))
     assert jump > 10  # a jump of ~19.5 between neighbours 1e-4 apart
     plain = T.descent_path(6.25, -3.9, learning_rate=0.05, iterations=30)
-    clipped = T.descent_path(6.25, -3.9, learning_rate=0.05, iterations=30, clip_norm=1.0)
+    clipped = T.descent_path(6.25, -3.9, learning_rate=0.05, iterations=30, clip=1.0)
     assert plain["grad_norms"].max() > 1e3
     steps = np.linalg.norm(np.diff(clipped["points"], axis=0), axis=1)
     assert steps.max() <= 0.05 * 1.0 + 1e-12

@@ -68,7 +68,7 @@ def test_error_summary_keeps_the_message_line():
 def test_clipping_bounds_the_global_norm_of_the_update():
     model = _model()
     before = _flat(model.trainable_variables)
-    step = gl.make_train_step(model, keras.optimizers.SGD(1.0), clip_global_norm=0.5)
+    step = gl.make_train_step(model, keras.optimizers.SGD(1.0), clip=0.5)
     out = step(*_data())
     assert float(out["global_norm"]) > 0.5  # clipping had something to do
     update = before - _flat(model.trainable_variables)  # SGD(1.0): update = clipped gradient
@@ -111,8 +111,8 @@ def test_make_train_step_validates_its_input():
     unbuilt = keras.Sequential([keras.layers.Dense(1)])
     with pytest.raises(ValueError, match="built"):
         gl.make_train_step(unbuilt, keras.optimizers.SGD(0.1))
-    with pytest.raises(ValueError, match="clip_global_norm"):
-        gl.make_train_step(_model(), keras.optimizers.SGD(0.1), clip_global_norm=-1.0)
+    with pytest.raises(ValueError, match="clip must be"):
+        gl.make_train_step(_model(), keras.optimizers.SGD(0.1), clip=-1.0)
     with pytest.raises(ValueError, match="optimizer"):
         gl.make_train_step(_model(), "sgd")
 
@@ -141,7 +141,7 @@ def _fit_model(clip=None):
     model = gl.GradNormSequential(
         [keras.Input((8,)), keras.layers.Dense(16, activation="relu", name="hidden"),
          keras.layers.Dense(1, name="out")],
-        clip_global_norm=clip,
+        clip=clip,
     )
     model.compile(optimizer=keras.optimizers.SGD(0.02), loss="mse")
     return model
@@ -347,8 +347,8 @@ def test_make_train_step_errors_are_short_and_raised_before_tracing():
     assert "CategoricalCrossentropy" in _short_value_error(err)
     assert step.experimental_get_tracing_count() == 0  # refused before the tf.function traced
 
-    step = gl.make_train_step(_model(), keras.optimizers.SGD(), loss_fn=lambda t, p: tf.square(t - p))
-    with pytest.raises(ValueError, match="loss_fn must return a scalar") as err:
+    step = gl.make_train_step(_model(), keras.optimizers.SGD(), loss=lambda t, p: tf.square(t - p))
+    with pytest.raises(ValueError, match="loss= must return a scalar") as err:
         step(x, y)
     _short_value_error(err)
 

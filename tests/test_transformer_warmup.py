@@ -82,13 +82,14 @@ def test_runs_are_reproducible_cached_and_share_one_trace(runs):
 def test_clipping_records_the_unclipped_norm_and_the_share(runs):
     free = runs.run(3e-3, 0)
     t = W.clip_threshold(free.grad_norms, 50)
-    clipped = runs.run(3e-3, 0, clip_norm=t)
+    clipped = runs.run(3e-3, 0, clip=t)
     assert clipped.grad_norms[0] == pytest.approx(free.grad_norms[0])      # step 1: before any update
     assert clipped.clipped_fraction == pytest.approx(np.mean(clipped.grad_norms > t))
     assert "clipped at" in clipped.summary()
     assert not np.allclose(clipped.losses[1:], free.losses[1:])
-    with pytest.raises(ValueError, match="clip_norm or clip"):
-        runs.run(3e-3, 0, clip_norm=1.0, clip=("global_norm", 1.0))
+    with pytest.raises(TypeError, match="takes clip= instead of clip_norm="):
+        runs.run(3e-3, 0, clip_norm=1.0)
+    assert runs.cached(3e-3, 0, clip=("global_norm", t)) is clipped  # a number is the global-norm threshold
     value = runs.run(3e-3, 0, clip=("value", 1e-3))
     assert np.isnan(value.clipped_fraction) and "clip value" in value.summary()
 

@@ -779,7 +779,7 @@ print("traces while eager:", debug_me.experimental_get_tracing_count())  # 0
 # %% [markdown]
 # ## Put it together: a training loop to keep
 #
-# `gl.make_train_step(model, optimizer, clip_global_norm=..., check_finite=True)` returns
+# `gl.make_train_step(model, optimizer, clip=..., check_finite=True)` returns
 # a `tf.function` training step with everything from this chapter and chapter 01:
 #
 # - one trace for all batches of one shape (model and optimizer built beforehand);
@@ -806,7 +806,7 @@ net = keras.Sequential([
     keras.layers.Dense(32, activation="relu", name="hidden2"),
     keras.layers.Dense(1, name="output"),
 ])
-step = gl.make_train_step(net, keras.optimizers.SGD(0.05), clip_global_norm=5.0)
+step = gl.make_train_step(net, keras.optimizers.SGD(0.05), clip=5.0)
 print("layers:", gl.train.steps.layer_names(net))
 
 # %%
@@ -847,7 +847,7 @@ print("traces:", gl.tracing_count(step))  # still 1
 
 # %%
 xla_net = keras.models.clone_model(net)  # the same layers, new weights
-xla_step = gl.make_train_step(xla_net, keras.optimizers.SGD(0.05), clip_global_norm=5.0, jit_compile=True)
+xla_step = gl.make_train_step(xla_net, keras.optimizers.SGD(0.05), clip=5.0, jit_compile=True)
 for i in range(60):
     out = xla_step(*regression_data(64, seed=i))
 print("XLA step 59: loss", f"{out['loss'].numpy():.2g}", " applied norm <= 5:",
@@ -875,7 +875,7 @@ fit_net = gl.GradNormSequential(
      keras.layers.Dense(32, activation="relu", name="hidden1"),
      keras.layers.Dense(32, activation="relu", name="hidden2"),
      keras.layers.Dense(1, name="output")],
-    clip_global_norm=5.0,
+    clip=5.0,
 )
 fit_net.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
 x_train, y_train = regression_data(512, seed=7)
@@ -1035,7 +1035,7 @@ print(ch03.check_prediction(3))
 
 # %% tags=["solution"]
 def make_clipped_step(model):
-    return gl.make_train_step(model, keras.optimizers.SGD(learning_rate=0.05), clip_global_norm=1.0)
+    return gl.make_train_step(model, keras.optimizers.SGD(learning_rate=0.05), clip=1.0)
 
 
 print(ch03.check_clipped_step(make_clipped_step))

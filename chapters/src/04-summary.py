@@ -146,7 +146,7 @@ gl.setup(seed=0)
 # %% [markdown]
 # ## Inspect one training step
 #
-# `gl.inspect_training_step(model, x, y, loss_fn=None, step_fn=None)` runs the forward and
+# `gl.inspect_training_step(model, x, y, loss=None, step_fn=None)` runs the forward and
 # backward pass of one training step under a `GradientTape` (the weights are not changed) and
 # returns a report. For a `Sequential` or functional model it has one row per layer: the
 # standard deviation of the layer's output, the back-propagated **signal** (the gradient of the
@@ -295,7 +295,7 @@ images = tf.random.stateless_normal([4, 32, 32, 3], seed=[5, 1])
 labels = tf.one_hot([0, 1, 2, 0], 3)
 cce = keras.losses.CategoricalCrossentropy()
 before = [v.numpy().copy() for v in backbone.variables]
-mobile = gl.inspect_training_step(backbone, images, labels, loss_fn=cce)
+mobile = gl.inspect_training_step(backbone, images, labels, loss=cce)
 print(mobile.summary())
 print("layer calls in the report:", len(mobile.layers))
 print("every variable unchanged:",
@@ -314,7 +314,7 @@ for problem in mobile.problems:
 # BatchNorm normalizes nothing:
 
 # %%
-mobile_eval = gl.inspect_training_step(backbone, images, labels, loss_fn=cce, training=False)
+mobile_eval = gl.inspect_training_step(backbone, images, labels, loss=cce, training=False)
 print(mobile_eval.summary())
 print(mobile_eval.problems[0])
 
@@ -705,7 +705,7 @@ print(gl.train_steps(relu_he(), cx, cy, optimizer=make_fixed_optimizer(), steps=
 
 # %% tags=["solution"]
 fixed = relu_he()
-fixed_run = gl.train_steps(fixed, cx, cy, optimizer=make_fixed_optimizer(), steps=200, clip_global_norm=1.0)
+fixed_run = gl.train_steps(fixed, cx, cy, optimizer=make_fixed_optimizer(), steps=200, clip=1.0)
 print(fixed_run)
 print("broken run's largest finite loss:", f"{max(v for v in broken_run.losses if np.isfinite(v)):.2g}")  # about 1e36
 gl.plots.plot_losses({"broken setup": broken_run.losses, "fixed setup": fixed_run.losses}, target=0.1, linear=True)

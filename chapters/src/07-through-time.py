@@ -329,8 +329,8 @@ print("target:", f"{float(y_train[0, 0]):.3f}", "· baseline MSE:",
       f"{float(tf.reduce_mean(tf.square(y_train - 1.0))):.3f}")
 
 # %% [markdown]
-# Train each cell (32 units, Adam with learning rate 0.01, `clipnorm=1.0`, 600 mini-batches of
-# 64, well under a minute each) and measure the per-step gradient on held-out sequences of 50
+# Train each cell (32 units, Adam with learning rate 0.01, the global norm clipped at 1 with
+# `clip=1.0`, 600 mini-batches of 64, well under a minute each) and measure the per-step gradient on held-out sequences of 50
 # and 200 steps before and after. The same trained network runs on either length.
 
 # %%
@@ -340,7 +340,7 @@ for cell in gl.models.rnn.CELLS:
     model = gl.models.rnn.build_rnn(cell, units=32, input_dim=2)
     before = {s: gl.time_report(model, *tests[s], compiled=True) for s in tests}
     losses = gl.topics.rnn_theory.train_rnn(model, x_train, y_train, train_steps=600, batch_size=64,
-                          learning_rate=0.01, clipnorm=1.0)
+                          learning_rate=0.01, clip=1.0)
     after = {s: gl.time_report(model, *tests[s], compiled=True) for s in tests}
     results[cell] = (losses, before, after)
     before_after[f"{cell}, init"] = before[50].time_step_norms
@@ -358,8 +358,8 @@ for cell, (losses, before, after) in results.items():
           f"({after[50].status}); 200 steps: {before[200].ratio:.2g} -> {ratio_range(after[200].ratio)} "
           f"({after[200].status})")
 lstm_last = results["lstm"][0][-50:]
-print(f"LSTM, last 50 training losses: the largest is more than 5 times the smallest: "
-      f"{lstm_last.max() > 5 * lstm_last.min()}")
+print(f"LSTM, last 50 training losses: the largest is more than 2 times the smallest: "
+      f"{lstm_last.max() > 2 * lstm_last.min()}")
 
 # %% [markdown]
 # What the numbers show (the run is seeded, but a training run's digits change from CPU to
@@ -391,7 +391,7 @@ for cell in ("gru", "lstm"):
     x50 = tests[50][0]
     before = gl.time_report(model, x50, last_two(x50), compiled=True)
     losses = gl.topics.rnn_theory.train_rnn(model, x_train, y_control, train_steps=600, batch_size=64,
-                          learning_rate=0.01, clipnorm=1.0)
+                          learning_rate=0.01, clip=1.0)
     after = gl.time_report(model, x50, last_two(x50), compiled=True)
     learned = "yes" if losses[-50:].mean() < 0.01 else "no"
     print(f"{cell:>6} {learned:>20} | {before.ratio:.2g} -> {ratio_range(after.ratio)} ({after.status})")
@@ -462,7 +462,7 @@ for b in (-4.49, -4.48, -4.47):
 
 # %%
 plain = gl.topics.rnn_theory.descent_path(6.25, -3.9, learning_rate=0.05, iterations=30)
-clipped = gl.topics.rnn_theory.descent_path(6.25, -3.9, learning_rate=0.05, iterations=30, clip_norm=1.0)
+clipped = gl.topics.rnn_theory.descent_path(6.25, -3.9, learning_rate=0.05, iterations=30, clip=1.0)
 for name, p in (("plain", plain), ("clipped", clipped)):
     w_end, b_end = p["points"][-1]
     print(f"{name:>8}: largest gradient norm {p['grad_norms'].max():.3g}, "
@@ -479,7 +479,7 @@ gl.plots.plot_cliff(w_grid, b_grid, surface, {"plain": plain, "clipped to norm 1
 # takes there is still 0.05:
 
 # %%
-longer = gl.topics.rnn_theory.descent_path(6.25, -3.9, learning_rate=0.05, iterations=200, clip_norm=1.0)
+longer = gl.topics.rnn_theory.descent_path(6.25, -3.9, learning_rate=0.05, iterations=200, clip=1.0)
 hit = int(np.argmax(longer["grad_norms"]))
 step_length = np.linalg.norm(longer["points"][hit + 1] - longer["points"][hit])
 print(f"clipped, 200 iterations: largest gradient norm {longer['grad_norms'].max():.3g} "

@@ -258,7 +258,7 @@ print(f"cosine(clip before the all-reduce, one-device gradient) = {cosine:.4f}")
 # off the one-device direction and is longer than 0.5:
 
 # %%
-plot_clip_placement(local, 0.5)
+plot_clip_placement(gl.train.distribute.clip_placement(local, 0.5))
 
 # %% [markdown]
 # ## What `clipnorm` and `global_clipnorm` do under `fit` · `fit` 中的裁剪参数
@@ -300,7 +300,7 @@ for method in (SGD._backend_apply_gradients, SGD._backend_update_step):
                                       or "_all_reduce_sum_gradients(" in ln][-1])
 
 # %% [markdown]
-# `gl.GradNormSequential(..., clip_global_norm=0.5)` (chapter 03) clips in its own
+# `gl.GradNormSequential(..., clip=0.5)` (chapter 03) clips in its own
 # `train_step`. Under a strategy it sums the replicas' gradients first, then measures,
 # clips and checks them, and gives the optimizer each replica's share of the result. Its
 # `fit` matches one device, clipping included, and its logged `grad_norm` is the
@@ -308,7 +308,7 @@ for method in (SGD._backend_apply_gradients, SGD._backend_update_step):
 
 # %%
 def grad_norm_model():
-    return gl.GradNormSequential(gl.train.distribute.toy_model().layers, clip_global_norm=0.5)
+    return gl.GradNormSequential(gl.train.distribute.toy_model().layers, clip=0.5)
 
 
 print(gl.train.distribute.compare_fit(strategy, x, y, lambda: SGD(0.1), label="GradNormSequential(clip 0.5)",
@@ -328,7 +328,7 @@ for name, where in (("one device", tf.distribute.get_strategy()), ("2 replicas",
 # `gl.make_train_step` (chapter 03) also works with a model built in `strategy.scope()`: it
 # runs the step on every replica with `strategy.run`, splits a global batch evenly, divides
 # each replica's loss by the number of replicas, and clips after the all-reduce.
-# `gl.train.distribute.train_toy` runs three steps of it with SGD(0.1) and `clip_global_norm=0.5`:
+# `gl.train.distribute.train_toy` runs three steps of it with SGD(0.1) and `clip=0.5`:
 
 # %%
 one = gl.train.distribute.train_toy(None, steps=3)

@@ -417,7 +417,7 @@ sweep = {}
 for position in ("post", "pre"):
     for w in (0, 25):
         label = f"{position}-LN, " + ("25 warmup steps" if w else "no warmup")
-        sweep[label] = {lr: trainers[6, position].run(lr, w) for lr in rates[position]}
+        sweep[label] = trainers[6, position].sweep(rates[position], w)
         print(f"{label:>26}:", " · ".join(f"lr {lr:g} {outcome(c)}" for lr, c in sweep[label].items()))
 tplots.plot_lr_sweep(sweep, title="6 blocks, loss after 100 steps")
 
@@ -437,7 +437,7 @@ tplots.plot_lr_sweep(sweep, title="6 blocks, loss after 100 steps")
 # %%
 edge = sweep["post-LN, no warmup"][3e-3]
 threshold = warmup.clip_threshold(edge.grad_norms, 90)
-clipped = trainers[6, "post"].run(3e-3, 0, clip_norm=threshold)
+clipped = trainers[6, "post"].run(3e-3, 0, clip=threshold)
 low = np.percentile(edge.grad_norms, 25)
 print(f"clipped at the 90th percentile: {round(clipped.clipped_fraction, 1):.0%} of the steps clipped; "
       f"the run {outcome(clipped)}")

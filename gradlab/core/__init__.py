@@ -18,7 +18,10 @@ exercises' reference computations) calls it:
   under ``tf.distribute``;
 * :mod:`~gradlab.core.state`: save/restore of everything a step can touch (variables, RNN
   states, metric and loss trackers, optimizer state);
-* :mod:`~gradlab.core.layers`: the layer walker and the per-layer taps.
+* :mod:`~gradlab.core.layers`: the layer walker and the per-layer taps;
+* :mod:`~gradlab.core.step`: the one composed training step (forward, loss with its checks,
+  loss scaling, gradients, clipping, the update) and its named parts, which every tool calls
+  instead of putting the step together again.
 """
 
 from __future__ import annotations
@@ -63,13 +66,24 @@ from .norms import (
     true_global_norm,
     true_norm,
 )
-from .state import State, restore, snapshot, state_variables
+from .state import State, restore, snapshot, snapshot_variables, state_variables
+from .step import (
+    Pass,
+    check_batch,
+    compute_loss,
+    forward_loss,
+    loss_and_gradients,
+    measuring_optimizer,
+    tapped_call,
+    train_step,
+)
 from .update import (
     apply_update,
     check_optimizer,
     compute_gradients,
     fit_optimizer,
     loss_scale,
+    loss_scale_optimizer,
 )
 
 __all__ = [
@@ -77,11 +91,13 @@ __all__ = [
     "NORMALIZATION_LAYERS",
     "LayerCall",
     "Loss",
+    "Pass",
     "State",
     "Taps",
     "all_finite",
     "apply_update",
     "axis_norms64",
+    "check_batch",
     "check_clip",
     "check_model",
     "check_optimizer",
@@ -90,10 +106,12 @@ __all__ = [
     "coerce_batch",
     "coerce_sample_weight",
     "compute_gradients",
+    "compute_loss",
     "data_problems",
     "dedupe",
     "example_count",
     "fit_optimizer",
+    "forward_loss",
     "global_norm",
     "group_norms",
     "has_custom_train_step",
@@ -102,9 +120,12 @@ __all__ = [
     "is_recurrent",
     "layer_groups",
     "leaf_layers",
+    "loss_and_gradients",
     "loss_scale",
+    "loss_scale_optimizer",
     "map_values",
     "mean_squared_error",
+    "measuring_optimizer",
     "norm64",
     "normalization_inside",
     "output_dtype",
@@ -112,12 +133,15 @@ __all__ = [
     "resolve_loss",
     "restore",
     "snapshot",
+    "snapshot_variables",
     "split_batch",
     "state_variables",
     "stateful_rnn_layers",
     "step_norms",
     "sublayers",
     "tap_layers",
+    "tapped_call",
+    "train_step",
     "true_global_norm",
     "true_norm",
     "variable_layers",

@@ -27,24 +27,34 @@ CLIP_MODES: tuple[str, ...] = ("value", "norm", "global_norm")
 CLIP_OFF = N_("off")
 
 
-def check_clip(clip):
-    """``None`` or a validated ``(mode, threshold)`` clip setting (see :func:`clip_gradients`)."""
+def check_clip(clip, name: str = "clip"):
+    """``None`` or a validated ``(mode, threshold)`` clip setting (see :func:`clip_gradients`).
+
+    The one ``clip=`` keyword of every gradlab tool takes ``None`` (no clipping), a number
+    ``t`` (clip the global norm at ``t``: ``("global_norm", t)``, what ``tf.clip_by_global_norm``
+    and Keras's ``global_clipnorm`` do) or a ``(mode, threshold)`` pair with ``mode`` one of
+    :data:`CLIP_MODES`.
+    """
     if clip is None:
         return None
+    if _is_threshold(clip):
+        clip = ("global_norm", clip)
     if (
         not isinstance(clip, (tuple, list))
         or len(clip) != 2
         or clip[0] not in CLIP_MODES
-        or isinstance(clip[1], bool)
-        or not isinstance(clip[1], (int, float, np.floating, np.integer))
-        or not clip[1] > 0
-        or not math.isfinite(clip[1])
+        or not _is_threshold(clip[1])
     ):
         raise ValueError(
-            "clip must be None or (mode, threshold) with mode one of "
+            f"{name} must be None or a number > 0 (a global-norm threshold) or (mode, threshold) with mode one of "
             f"{', '.join(CLIP_MODES)} and a finite threshold > 0; got {clip!r}"
         )
     return (clip[0], float(clip[1]))
+
+
+def _is_threshold(value) -> bool:
+    return (not isinstance(value, bool) and isinstance(value, (int, float, np.floating, np.integer))
+            and value > 0 and math.isfinite(value))
 
 
 def clip_with(grads: Sequence, mode: str, threshold):
@@ -81,7 +91,7 @@ def clip_with(grads: Sequence, mode: str, threshold):
 def clip_gradients(grads: Sequence, clip):
     """Clip a list of gradients exactly as ``tf.clip_by_value``/``_norm``/``_global_norm`` (chapter 01).
 
-    ``clip`` is ``None`` or ``(mode, threshold)``; ``value`` clips to ``[-t, t]`` element by
+    ``clip`` is ``None``, a number ``t`` (``("global_norm", t)``) or ``(mode, threshold)``; ``value`` clips to ``[-t, t]`` element by
     element, ``norm`` rescales each tensor whose L2 norm exceeds ``t``, ``global_norm``
     rescales all together when their joint (float64) norm exceeds ``t``. ``None`` gradients
     stay ``None`` in every mode. An ``IndexedSlices`` gradient (from an ``Embedding`` or

@@ -1,6 +1,6 @@
 """The loss, once for every tool (chapters 01, 03, 04, 07, 08).
 
-:func:`resolve_loss` picks, in this order: ``loss_fn(y, y_pred)`` when given; the model's
+:func:`resolve_loss` picks, in this order: ``loss(y, y_pred)`` when given; the model's
 compiled loss through ``model.compute_loss`` (which adds ``model.losses``) when the model is
 compiled with a loss; otherwise the documented default, the **mean squared error** plus
 ``model.losses`` (weight regularizers, ``add_loss``).
@@ -91,7 +91,7 @@ def _pairs(y, y_pred, sample_weight=None):
 class Loss:
     """The loss every tool uses: ``loss(x, y, y_pred, training, sample_weight)`` is a scalar tensor.
 
-    ``kind`` is ``"given"`` (``loss_fn``), ``"compiled"`` (``model.compute_loss``) or ``"mse"``
+    ``kind`` is ``"given"`` (``loss``), ``"compiled"`` (``model.compute_loss``) or ``"mse"``
     (the default); every kind includes ``model.losses`` (regularizers, ``add_loss``). The value
     is in the loss's own dtype: float64 for a float64 model with the default, float32 for
     Keras's compiled losses (which compute in ``floatx``).
@@ -106,8 +106,8 @@ class Loss:
         """What the loss is, in words a learner reads."""
         if self.default_for_custom_step:
             return _("mean squared error + model.losses (the default: the model has its own train_step "
-                     "and no compiled loss, so the loss it trains with is unknown here; pass loss_fn)")
-        return {"given": _("loss_fn + model.losses"),
+                     "and no compiled loss, so the loss it trains with is unknown here; pass loss=)")
+        return {"given": _("the given loss= + model.losses"),
                 "compiled": _("the model's compiled loss + model.losses"),
                 "mse": _("mean squared error + model.losses")}[self.kind]
 
@@ -163,8 +163,8 @@ class Loss:
         """Shape checks of ``y`` (and ``sample_weight``) against the output (eagerly, before any trace).
 
         The default MSE refuses a ``y`` that would broadcast; a SparseCategoricalCrossentropy
-        (compiled or ``loss_fn``) refuses one-hot ``y`` and labels outside ``0..n-1``; a
-        ``loss_fn`` that returns one number cannot weight examples, so ``sample_weight`` with
+        (compiled or ``loss``) refuses one-hot ``y`` and labels outside ``0..n-1``; a
+        ``loss`` that returns one number cannot weight examples, so ``sample_weight`` with
         it is refused.
         """
         if self._sparse_categorical():
@@ -173,7 +173,7 @@ class Loss:
             value = tf.convert_to_tensor(self.fn(y, y_pred))
             if value.shape.rank == 0:
                 raise ValueError(
-                    "sample_weight needs per-example losses, but loss_fn returns a single number: return "
+                    "sample_weight needs per-example losses, but loss= returns a single number: return "
                     "one loss per example (e.g. tf.reduce_mean(tf.square(y - y_pred), axis=-1)) or pass a "
                     "keras.losses.Loss such as keras.losses.MeanSquaredError()")
         if self.kind != "mse":
@@ -185,14 +185,14 @@ class Loss:
             else:
                 raise ValueError(
                     f"the model returns a dict of {len(ps)} outputs ({', '.join(sorted(y_pred))}); "
-                    "y must be a dict with the same keys for the default mean squared error, or pass loss_fn"
+                    "y must be a dict with the same keys for the default mean squared error, or pass loss="
                 )
         if isinstance(y_pred, dict) and isinstance(y, dict) and set(y) != set(y_pred):
             raise ValueError(f"y has keys {sorted(y)} but the model returns {sorted(y_pred)}; give one target "
-                             "per output, or pass loss_fn")
+                             "per output, or pass loss=")
         if len(ys) != len(ps):
             raise ValueError(f"y holds {len(ys)} arrays but the model returns {len(ps)} outputs; "
-                             "give one target per output, or pass loss_fn")
+                             "give one target per output, or pass loss=")
         for t, p, _sw in _pairs(y, y_pred):
             a, b = tuple(t.shape), tuple(p.shape)
             if len(a) != len(b) or any(i is not None and j is not None and i != j
@@ -200,16 +200,16 @@ class Loss:
                 raise ValueError(
                     f"y has shape {tuple(t.shape)} but the model's output has shape {tuple(p.shape)}; "
                     "the default mean squared error would broadcast them into a wrong loss. "
-                    f"Reshape y to {tuple(p.shape)} (e.g. y.reshape(-1, 1)), or pass your own loss_fn"
+                    f"Reshape y to {tuple(p.shape)} (e.g. y.reshape(-1, 1)), or pass your own loss="
                 )
 
     # ------------------------------------------------------------------ values
     def per_example(self, y, y_pred):
         """Per-example losses (no reduction, no ``model.losses``) for the default and for a
-        ``loss_fn`` that returns them or is a ``keras.losses.Loss``; the sum over outputs for a
+        ``loss`` that returns them or is a ``keras.losses.Loss``; the sum over outputs for a
         model with several. ``ValueError`` for the compiled kind (Keras reduces it internally)."""
         if self.kind == "compiled":
-            raise ValueError("per-example losses of a compiled loss are not available; pass loss_fn "
+            raise ValueError("per-example losses of a compiled loss are not available; pass loss= "
                              "(a keras.losses.Loss or a function returning one loss per example)")
         if self.kind == "mse":
             parts = [mean_squared_error(t, p, per_example=True) for t, p, _sw in _pairs(y, y_pred)]
@@ -220,7 +220,7 @@ class Loss:
             return type(self.fn).from_config(config)(y, y_pred)
         value = tf.convert_to_tensor(self.fn(y, y_pred))
         if value.shape.rank == 0:
-            raise ValueError("loss_fn returns a single number, not one loss per example")
+            raise ValueError("loss= returns a single number, not one loss per example")
         return value
 
     def __call__(self, x, y, y_pred, training: bool = True, sample_weight=None):
@@ -236,7 +236,7 @@ class Loss:
                 loss = tf.convert_to_tensor(self.fn(y, y_pred))
                 if loss.shape.rank != 0:
                     raise ValueError(
-                        f"loss_fn must return a scalar, it returned shape {tuple(loss.shape)}. "
+                        f"loss= must return a scalar, it returned shape {tuple(loss.shape)}. "
                         "tape.gradient would silently differentiate the sum of its elements (chapter 02); "
                         "reduce it, e.g. with tf.reduce_mean"
                     )
@@ -253,15 +253,15 @@ class Loss:
         return loss + tf.add_n(extra) if extra else loss
 
 
-def resolve_loss(model, loss_fn=None) -> Loss:
-    """The loss of :class:`Loss`: ``loss_fn``, else the compiled loss, else MSE (all + ``model.losses``)."""
-    if loss_fn is not None:
-        if not callable(loss_fn):
+def resolve_loss(model, loss=None) -> Loss:
+    """The loss of :class:`Loss`: ``loss``, else the compiled loss, else MSE (all + ``model.losses``)."""
+    if loss is not None:
+        if not callable(loss):
             raise ValueError(
-                "loss_fn must be None (the model's compiled loss, or mean squared error) or a "
-                f"callable (y_true, y_pred) -> scalar; got {loss_fn!r}"
+                "loss must be None (the model's compiled loss, or mean squared error) or a "
+                f"callable (y_true, y_pred) -> scalar; got {loss!r}"
             )
-        return Loss(model, "given", loss_fn)
+        return Loss(model, "given", loss)
     if getattr(model, "compiled", False) and getattr(model, "loss", None) is not None:
         return Loss(model, "compiled")
     return Loss(model, "mse")

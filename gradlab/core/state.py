@@ -27,7 +27,7 @@ from .layers import stateful_rnn_layers
 tf = quiet_import_tensorflow()
 import keras  # noqa: E402
 
-__all__ = ["State", "restore", "snapshot", "state_variables"]
+__all__ = ["State", "restore", "snapshot", "snapshot_variables", "state_variables"]
 
 
 def _metric_variables(model) -> list:
@@ -95,6 +95,21 @@ def snapshot(model, optimizer=None, *, weights: bool = True) -> State:
     entries = [(v, tf.identity(tf.convert_to_tensor(v))) for v in state_variables(model, optimizer,
                                                                                    weights=weights)]
     return State(entries, model, frozenset(id(v) for v in _metric_variables(model)))
+
+
+def snapshot_variables(variables, optimizer=None) -> State:
+    """Copies of ``variables`` (plain ``tf.Variable`` objects a tool trains without a Keras model,
+    such as chapter 09's Transformer runs) and of ``optimizer``'s state (iterations, slots,
+    learning rate), for :func:`restore`."""
+    variables = list(variables)
+    if not all(isinstance(v, tf.Variable) or hasattr(v, "assign") for v in variables):
+        raise ValueError("variables must be a list of variables (tf.Variable or keras.Variable)")
+    out, seen = [], set()
+    for v in [*variables, *_optimizer_variables(optimizer)]:
+        if id(v) not in seen:
+            seen.add(id(v))
+            out.append((v, tf.identity(tf.convert_to_tensor(v))))
+    return State(out, None, frozenset())
 
 
 def restore(saved) -> None:

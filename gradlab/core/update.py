@@ -22,7 +22,8 @@ from .norms import all_finite, global_norm, map_values
 tf = quiet_import_tensorflow()
 import keras  # noqa: E402
 
-__all__ = ["apply_update", "check_optimizer", "compute_gradients", "fit_optimizer", "loss_scale"]
+__all__ = ["apply_update", "check_optimizer", "compute_gradients", "fit_optimizer", "loss_scale",
+           "loss_scale_optimizer"]
 
 
 def check_optimizer(optimizer, variables) -> None:
@@ -51,6 +52,16 @@ def check_optimizer(optimizer, variables) -> None:
 
 
 
+def loss_scale_optimizer(optimizer, *, initial_scale: float | None = None):
+    """``optimizer`` wrapped in Keras's ``LossScaleOptimizer`` (dynamic scale, ``initial_scale``
+    or Keras's default); the one place gradlab builds one (chapter 05)."""
+    if not isinstance(optimizer, keras.optimizers.Optimizer):
+        raise ValueError(f"optimizer must be a keras.optimizers.Optimizer; got {type(optimizer).__name__}")
+    if initial_scale is None:
+        return keras.optimizers.LossScaleOptimizer(optimizer)
+    return keras.optimizers.LossScaleOptimizer(optimizer, initial_scale=initial_scale)
+
+
 def fit_optimizer(model, optimizer):
     """``optimizer`` as ``compile`` would use it: wrapped in a ``LossScaleOptimizer`` for a
     ``mixed_float16`` model, so float16 gradients do not underflow."""
@@ -58,7 +69,7 @@ def fit_optimizer(model, optimizer):
         raise ValueError(f"optimizer must be a keras.optimizers.Optimizer; got {type(optimizer).__name__}")
     policy = getattr(getattr(model, "dtype_policy", None), "name", "")
     if policy == "mixed_float16" and not isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
-        return keras.optimizers.LossScaleOptimizer(optimizer)
+        return loss_scale_optimizer(optimizer)
     return optimizer
 
 

@@ -39,7 +39,7 @@ from ..topics.tracing import total_tracing_count
 tf = quiet_import_tensorflow()
 import keras  # noqa: E402
 
-__all__ = ["EngineReport", "MLPGradientEngine", "THEORY_MODES", "check_mode", "gaussian_moments",
+__all__ = ["EngineReport", "MLPGradientEngine", "THEORY_MODES", "check_mode", "clipped_kernel_norms", "gaussian_moments",
            "predicted_gain", "predicted_signal"]
 
 #: The modes in which :func:`predicted_signal` has a theory: every activation, initializer,
@@ -79,6 +79,27 @@ class EngineReport(GradientReport):
         mode = f" [{self.mode}]" if self.mode else ""
         return super().summary() + mode
 
+
+
+def clipped_kernel_norms(kernel_grads, other_grads, threshold):
+    """``[len(CLIP_MODES), depth]`` float64 norms of each hidden kernel's gradient after each clip mode.
+
+    ``kernel_grads`` stacks the hidden kernels' gradients on axis 0 (the engine's free depth
+    axis), ``other_grads`` are the remaining gradients (biases, output layer) that a global
+    norm also counts. Each mode is the core's own clipping (:func:`gradlab.core.clip_with`,
+    what :func:`gradlab.clip_gradients` runs): ``value`` element by element, ``norm`` each
+    kernel on its own (``tf.map_fn`` over the depth axis), ``global_norm`` all gradients
+    together. Rows follow :data:`gradlab.core.CLIP_MODES`.
+    """
+    rows = []
+    for mode in CLIP_MODES:
+        if mode == "norm":  # one tensor per layer: each kernel clipped on its own
+            clipped = tf.map_fn(lambda k, mode=mode: core.clip_with([k], mode, threshold)[0], kernel_grads)
+        else:
+            clipped = core.clip_with([kernel_grads, *other_grads] if mode == "global_norm" else [kernel_grads],
+                                     mode, threshold)[0]
+        rows.append(core.axis_norms64(clipped, axis=0))
+    return tf.stack(rows)
 
 def _make_step(activation: str, residual: bool, norm: str, dtype: str):
     """One tf.function per (activation, residual, norm, dtype); depth, clip and loss scale are inputs."""
@@ -131,14 +152,9 @@ def _make_step(activation: str, residual: bool, norm: str, dtype: str):
         u_k = d_k / loss_scale
         d_bias = tf.cast(tf.reduce_sum(d_probe, axis=1), tf.float32) / loss_scale  # zero biases
         others = [d_bias] + [g / loss_scale for g in grads[2:]]
-        t64 = tf.cast(clip_t, tf.float64)
-        by_value = norms(tf.clip_by_value(u_k, -clip_t, clip_t))
-        by_norm = tf.minimum(weight, t64)  # tf.clip_by_norm per kernel: ‖g‖ → min(‖g‖, t)
-        # the core's float64 global norm decides the common scale, as in core.clip_gradients
-        global_norm = core.global_norm([u_k, *others])
-        by_global = weight * t64 / tf.maximum(global_norm, t64)
+        clipped = clipped_kernel_norms(u_k, others, clip_t)  # the core's clipping, every mode
         stds = tf.math.reduce_std(tf.reshape(tf.cast(hs, tf.float64), [depth, -1]), axis=1)
-        return loss, signal, weight, tf.stack([by_value, by_norm, by_global]), stds
+        return loss, signal, weight, clipped, stds
 
     f32 = tf.float32
     signature = [

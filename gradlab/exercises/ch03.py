@@ -227,13 +227,13 @@ def check_clipped_step(make_step: Callable, lr: float = 0.05, clip: float = 1.0)
         return CheckResult(name, False, _(
             "{facts}. The big step is right only by coincidence: the unclipped step shows a learning rate of {seen}, "
             "not {lr}, so your threshold is about {threshold}, and {seen} × {threshold} happens to equal {product}. "
-            "Use SGD({lr}) and clip_global_norm={clip}.").format(
+            "Use SGD({lr}) and clip={clip}.").format(
                 facts=facts, seen=f"{lr_seen:.3g}", lr=lr, threshold=f"{big / lr_seen:.3g}",
                 product=f"{lr * clip:.3g}", clip=clip))
     if abs(big - lr_seen * raw) <= tol * lr_seen * raw:
         return CheckResult(name, False, _(
             "{facts}. The big step moved by the learning rate times the raw norm: nothing was clipped. Pass "
-            "clip_global_norm={clip} to gl.make_train_step.").format(facts=facts, clip=clip))
+            "clip={clip} to gl.make_train_step.").format(facts=facts, clip=clip))
     if small_ok:
         return CheckResult(name, False, _(
             "{facts}. The learning rate is right; the big step was clipped to a global norm of {norm}, not "

@@ -101,6 +101,6 @@ def check_capstone(make_model: Callable, make_optimizer: Callable, clip: float |
     run = details["run"]
     if not (hasattr(run, "losses") and hasattr(run, "global_norms")):
         # a run without its history: train a fresh copy to see what happened
-        run = train_steps(make_model(), x, y, optimizer=make_optimizer(), steps=steps, clip_global_norm=clip)
+        run = train_steps(make_model(), x, y, optimizer=make_optimizer(), steps=steps, clip=clip)
     advice = step_length_advice(run.losses, run.global_norms, optimizer=optimizer, clip=clip, below=below)
     return CheckResult(name, False, join_sentences(details["summary"], advice), details=run)

@@ -18,6 +18,7 @@ import math
 
 import numpy as np
 
+from .. import core
 from .._env import quiet_import_tensorflow
 from ..core import mean_squared_error
 from ..engines.mlp import MLPGradientEngine
@@ -185,7 +186,7 @@ def _ex3_setup():
     try:
         keras.utils.set_random_seed(0)
         model = build_mlp(14, activation="sigmoid", initializer="glorot_uniform")
-        optimizer = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.1), initial_scale=EX3_SCALE)
+        optimizer = core.loss_scale_optimizer(keras.optimizers.SGD(0.1), initial_scale=EX3_SCALE)
     finally:
         keras.mixed_precision.set_global_policy("float32")
     optimizer.build(model.trainable_variables)  # so that a step inside tf.function creates no variables

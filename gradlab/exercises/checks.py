@@ -703,8 +703,8 @@ def check_trains(name: str, model, x, y, *, optimizer, steps: int, below: float,
                            _("expected a keras optimizer such as keras.optimizers.SGD(0.05), got {kind}").format(
                                kind=type(optimizer).__name__))
     try:
-        run = train_steps(model, x, y, optimizer=optimizer, steps=steps, loss_fn=loss_fn,
-                          clip_global_norm=clip_global_norm, stop_on_none=True)
+        run = train_steps(model, x, y, optimizer=optimizer, steps=steps, loss=loss_fn,
+                          clip=clip_global_norm, stop_on_none=True)
     except Exception as err:  # noqa: BLE001 - any failure to train is feedback
         return CheckResult(name, False, _("could not train: {error}").format(error=describe_error(err)))
     if run.none_gradients:

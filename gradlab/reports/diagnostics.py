@@ -15,6 +15,7 @@ put back afterwards (:func:`gradlab.core.snapshot`).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import math
 from collections.abc import Callable
 
@@ -22,7 +23,7 @@ import numpy as np
 
 from .. import core
 from .._env import quiet_import_tensorflow
-from .._validate import check_positive
+from .._validate import check_positive, renamed_keywords
 from ..i18n import _, ngettext
 from ..topics.tracing import TraceCounter, tracing_count
 from .causes import explain_none_gradients, find_nonfinite_source
@@ -191,12 +192,286 @@ def _joint_norm(grads) -> float | None:
     return core.true_global_norm(present) if present else None
 
 
+# ----------------------------------------------------------------------------- stage 1: validation
+@dataclasses.dataclass
+class _Inputs:
+    """The validated arguments of :func:`inspect_training_step`, as every stage reads them."""
+
+    model: object
+    x: object
+    y: object
+    sw: object
+    loss: core.Loss
+    variables: list
+    optimizer: object
+    scale: object
+    data: tuple
+    training: bool
+    vanish_below: float
+    explode_above: float
+    huge_above: float
+
+
+def _validate(model, x, y, loss, sample_weight, step_fn, training, optimizer, vanish_below, explode_above,
+              huge_above) -> _Inputs:
+    """Every argument checked, the batch converted, the model built (nothing else changes)."""
+    core.check_model(model)
+    loss = core.resolve_loss(model, loss)
+    if step_fn is not None and not callable(step_fn):
+        raise ValueError(f"step_fn must be None or a callable step_fn(x, y); got {type(step_fn).__name__}")
+    _check_flag("training", training)
+    vanish_below = check_positive("vanish_below", vanish_below)
+    explode_above = check_positive("explode_above", explode_above)
+    huge_above = check_positive("huge_above", huge_above)
+    if not vanish_below < explode_above:
+        raise ValueError(f"need vanish_below < explode_above; got {vanish_below} and {explode_above}")
+    if optimizer is not None and not isinstance(optimizer, keras.optimizers.Optimizer):
+        raise ValueError(f"optimizer must be None or a keras.optimizers.Optimizer; got {type(optimizer).__name__}")
+    x, y = core.coerce_batch(model, x, y)
+    sw = core.coerce_sample_weight(sample_weight, y)
+    if not model.built:
+        saved = core.snapshot(model, False, weights=False)
+        model(tf.nest.map_structure(lambda t: t[:1], x))
+        core.restore(saved)
+    variables = list(model.trainable_variables)
+    if not variables:
+        raise ValueError(f"model {model.name!r} has no trainable variables: there is nothing to train")
+    opt = core.measuring_optimizer(model, optimizer)  # mixed_float16 without one: what compile would add
+    scale = core.loss_scale(opt) if opt is not None else None
+    return _Inputs(model, x, y, sw, loss, variables, opt, scale, tuple(core.data_problems(x, y, sw)), training,
+                   vanish_below, explode_above, huge_above)
+
+
+# ----------------------------------------------------------------------------- stage 2: the tapped pass
+@dataclasses.dataclass
+class _Tapped:
+    """The tapped forward and backward pass: the loss, each call's signal gradients, the variables'."""
+
+    loss: object
+    calls: list
+    signal_targets: list
+    grads: list
+    flat_grads: list
+    recurrent: object
+    time_norms: np.ndarray | None
+
+
+def _tapped_pass(inp: _Inputs) -> _Tapped:
+    """The core's forward and loss with every leaf layer tapped; gradients of the loss (scaled by
+    the optimizer's loss scale, then unscaled, as ``fit`` takes them) for the variables, each
+    call's pre-activation (or outputs) and the first recurrent layer's input."""
+    p = core.forward_loss(inp.model, inp.x, inp.y, loss=inp.loss, training=inp.training, sample_weight=inp.sw,
+                          taps=True, persistent=True)
+    calls = p.calls
+    signal_targets = [[c.pre_activation] if c.pre_activation is not None else list(c.outputs) for c in calls]
+    recurrent = next((c for c in calls if core.is_recurrent(c.layer)), None)
+    rnn_inputs = [t for t in tf.nest.flatten(recurrent.inputs)
+                  if isinstance(t, tf.Tensor) and t.dtype.is_floating][:1] if recurrent else []
+    flat = [t for ts in signal_targets for t in ts]
+    n = len(inp.variables)
+    all_grads = p.gradients(inp.variables + flat + rnn_inputs, inp.optimizer if inp.scale is not None else None)
+    del p.tape
+    rnn_grad = all_grads[n + len(flat):]
+    time_norms = None
+    if recurrent is not None and rnn_grad and rnn_grad[0] is not None and rnn_grad[0].shape.rank >= 2:
+        time_norms = core.step_norms(rnn_grad[0], recurrent.mask)
+    return _Tapped(p.loss, calls, signal_targets, all_grads[:n], all_grads[n:n + len(flat)], recurrent, time_norms)
+
+
+# ----------------------------------------------------------------------------- stage 3: statistics
+def _variable_stats(inp: _Inputs, grads) -> tuple:
+    owner = core.variable_layers(inp.model)
+    return tuple(
+        VariableStats(
+            path=core.variable_path(v),
+            layer=owner.get(id(v), "?"),
+            shape=tuple(int(d) for d in v.shape),
+            grad_norm=None if g is None else core.true_norm(g),
+            grad_finite=True if g is None else bool(core.all_finite([g]).numpy()),
+            value_finite=core.is_finite(v),
+        )
+        for v, g in zip(inp.variables, grads, strict=True)
+    )
+
+
+def _layer_stats(inp: _Inputs, tp: _Tapped, var_stats) -> list:
+    """One row per layer call: output std and finiteness, signal, the layer's weight-gradient norm."""
+    stats_by_var = {id(v): vs for v, vs in zip(inp.variables, var_stats, strict=True)}
+    layer_stats, i = [], 0
+    for c, ts in zip(tp.calls, tp.signal_targets, strict=True):
+        gs = tp.flat_grads[i: i + len(ts)]
+        i += len(ts)
+        first_call = c.index == 0
+        own = [stats_by_var[id(v)] for v in c.layer.trainable_weights if id(v) in stats_by_var]
+        norms = [vs.grad_norm for vs in own if vs.grad_norm is not None]
+        out0 = c.outputs[0] if c.outputs else None
+        layer_stats.append(LayerStats(
+            name=c.name,
+            kind=type(c.layer).__name__,
+            output_std=float(tf.math.reduce_std(tf.cast(out0, tf.float64)).numpy()) if out0 is not None
+            else math.nan,
+            output_finite=all(core.is_finite(o) for o in c.outputs),
+            signal=_joint_norm(gs),
+            weight_grad=(math.sqrt(sum(n * n for n in norms)) if norms else None) if first_call else None,
+            has_weights=bool(own) and first_call,
+        ))
+    return layer_stats
+
+
+# ----------------------------------------------------------------------------- stage 4: first non-finite
+def _first_nonfinite(layer_stats, var_stats) -> tuple[str | None, str | None]:
+    """The first layer whose output is NaN/inf, and the first (backward order) whose gradient is."""
+    first_bad = next((ls.name for ls in layer_stats if not ls.output_finite), None)
+    first_bad_grad = None
+    for ls in reversed(layer_stats):  # the backward pass runs from the output to the input
+        if (ls.signal is not None and not math.isfinite(ls.signal)) or (
+            ls.weight_grad is not None and not math.isfinite(ls.weight_grad)
+        ):
+            first_bad_grad = ls.name
+            break
+    if first_bad_grad is None and not layer_stats:
+        bad = [vs.layer for vs in var_stats if not vs.grad_finite]
+        first_bad_grad = bad[-1] if bad else None
+    return first_bad, first_bad_grad
+
+
+# ----------------------------------------------------------------------------- stage 5: the verdict
+@dataclasses.dataclass
+class _Finding:
+    """The verdict stage's result."""
+
+    status: str
+    message: str
+    names: list
+    verdict: Verdict | None = None
+    normalizers: list = dataclasses.field(default_factory=list)
+    batchnorm: list = dataclasses.field(default_factory=list)
+    time_verdict: Verdict | None = None
+
+
+def _signal_verdict(inp: _Inputs, calls, layer_stats) -> _Finding:
+    """The verdict on the signal of every layer with weights but the last."""
+    weighted = [(c, ls) for c, ls in zip(calls, layer_stats, strict=True) if ls.has_weights and ls.signal is not None]
+    diagnosed = weighted[:-1] if len(weighted) > 1 else weighted
+    names = [ls.name for _c, ls in diagnosed]
+    if inp.data:
+        return _Finding("n/a", _("the data holds NaN/inf: fix the data first"), [])
+    if len(diagnosed) == 1:
+        ls = diagnosed[0][1]
+        finite = math.isfinite(ls.signal)
+        return _Finding("healthy" if finite else "non-finite",
+                        _("one hidden layer: no depth for the signal to vanish or explode over") if finite
+                        else _("the signal of {name!r} is NaN/inf").format(name=ls.name), names)
+    if not diagnosed:
+        return _Finding("n/a", _("no layer call could be tapped (the model's call runs inside a tf.function, or "
+                                 "reads its weights directly): per-variable view"), names)
+    signals = [ls.signal for _c, ls in diagnosed]
+    positions = [c.position for c, _ls in diagnosed]
+    kwargs = dict(names=[repr(n) for n in names], activation=_main_activation(calls, names),
+                  residual=any(isinstance(c.layer, keras.layers.Add) for c in calls)
+                  and not any(core.normalization_inside(c.layer) for c in calls),
+                  dtype=str(getattr(inp.model, "compute_dtype", "float32")),
+                  vanish_below=inp.vanish_below, explode_above=inp.explode_above)
+    verdict = judge(signals, **kwargs)
+    normalizers: list[str] = []
+    # BatchNorm statistics that are mostly noise explain a finding first; otherwise a change
+    # carried across normalization layers is their rescaling, not the weights' scale
+    if not _batchnorm_findings(calls, inp.training):
+        normalizers = _explained_by_normalization(verdict, calls, positions, signals, inp.training)
+    if normalizers:
+        verdict = judge(signals, normalized=True, **kwargs)
+    return _Finding(verdict.status, verdict.message, names, verdict, normalizers)
+
+
+def _with_batchnorm(inp: _Inputs, calls, f: _Finding) -> _Finding:
+    """BatchNorm statistics are reported only when they explain a vanishing or exploding verdict."""
+    bn = [] if inp.data else _batchnorm_findings(calls, inp.training)
+    v = f.verdict
+    if v is not None and f.status in ("vanishing", "exploding") and bn and not f.normalizers:
+        f.verdict = Verdict(v.status, v.finding,
+                            _("The BatchNormalization statistics (see the problems) are the likely cause, "
+                              "not the scale of the weights."),
+                            v.ratio, v.gain, v.depth, v.rule, ("batchnorm-statistics", *v.causes), v.vanish_below,
+                            v.explode_above)
+        f.message = f.verdict.message
+    elif f.status not in ("vanishing", "exploding") or f.normalizers:
+        bn = []
+    f.batchnorm = bn
+    return f
+
+
+def _with_time_verdict(inp: _Inputs, tp: _Tapped, f: _Finding) -> _Finding:
+    """For a recurrent model, the verdict through time; it speaks when the layers' verdict has nothing."""
+    if tp.time_norms is None or tp.time_norms.size <= 1 or inp.data:
+        return f
+    f.time_verdict = judge(tp.time_norms, unit="step", vanish_below=inp.vanish_below,
+                           explode_above=inp.explode_above)
+    if f.time_verdict.status != "healthy" and f.status in ("healthy", "n/a"):
+        f.status = f.time_verdict.status
+        f.message = _("Through time in {layer!r}: {finding} {advice}").format(
+            layer=tp.recurrent.name, finding=f.time_verdict.finding, advice=f.time_verdict.advice).strip()
+    return f
+
+
+def _verdict(inp: _Inputs, tp: _Tapped, layer_stats) -> _Finding:
+    f = _signal_verdict(inp, tp.calls, layer_stats)
+    return _with_time_verdict(inp, tp, _with_batchnorm(inp, tp.calls, f))
+
+
+# ----------------------------------------------------------------------------- stage 6: overflow re-run
+def _loss_scale_overflow(inp: _Inputs, tp: _Tapped, var_stats, saved) -> bool:
+    """Did only the *scaled* float16 gradients overflow? Re-run without the scale and look."""
+    if inp.scale is None or all(vs.grad_finite for vs in var_stats) or not math.isfinite(float(tp.loss.numpy())):
+        return False
+    _value, plain = core.loss_and_gradients(inp.model, inp.x, inp.y, loss=inp.loss, variables=inp.variables,
+                                            training=inp.training, sample_weight=inp.sw)
+    core.restore(saved)
+    return bool(core.all_finite(plain).numpy())
+
+
+# ----------------------------------------------------------------------------- stage 7: causes
+def _explain(inp: _Inputs, grads, var_stats, overflow: bool, saved) -> tuple[dict, str | None]:
+    """Why gradients are ``None`` and where a NaN is born (:mod:`gradlab.reports.causes`)."""
+    none_idx = [k for k, g in enumerate(grads) if g is None]
+    nonfinite = any(not vs.grad_finite for vs in var_stats) and not overflow
+    if not (none_idx or nonfinite) or inp.data:
+        return {}, None
+
+    def loss_closure():
+        return core.compute_loss(inp.model, inp.x, inp.y, loss=inp.loss, training=inp.training,
+                                 sample_weight=inp.sw)[1]
+
+    reasons, source = _causes(loss_closure, inp.variables, bool(none_idx), nonfinite)
+    core.restore(saved)
+    causes = {core.variable_path(inp.variables[k]): c for k, c in reasons.items() if 0 <= k < len(inp.variables)}
+    return causes, source
+
+
+def _run_step_fn(step_fn, x, y) -> tuple:
+    """``(count, traced, step_loss, before)`` of the learner's ``step_fn`` called once (it trains)."""
+    if step_fn is None:
+        return None, None, None, None
+    count = traced = step_loss = None
+    is_traced = isinstance(step_fn, TraceCounter) or hasattr(step_fn, "experimental_get_tracing_count")
+    before = tracing_count(step_fn) if is_traced else None
+    out = step_fn(x, y)
+    if is_traced:
+        count = tracing_count(step_fn)
+        traced = count > before
+    if isinstance(out, dict):
+        out = out.get("loss")
+    if out is not None and hasattr(out, "shape") and tuple(out.shape) == ():
+        step_loss = float(out)
+    return count, traced, step_loss, before
+
+
 # ----------------------------------------------------------------------------- main entry
+@renamed_keywords(loss_fn="loss")
 def inspect_training_step(
     model,
     x,
     y,
-    loss_fn: Callable | None = None,
+    loss: Callable | None = None,
     *,
     sample_weight=None,
     step_fn: Callable | None = None,
@@ -210,7 +485,7 @@ def inspect_training_step(
 
     Works on any Keras model (Sequential, functional, nested, subclassed; layers with several
     outputs, shared layers, recurrent layers, mixed precision): its leaf layers are tapped while
-    the model runs its own call (:func:`gradlab.core.tap_layers`). The loss is ``loss_fn(y,
+    the model runs its own call (:func:`gradlab.core.tap_layers`). The loss is ``loss(y,
     y_pred)`` when given, else the model's compiled loss (``model.compute_loss``) when it is
     compiled with one, else the mean squared error in the model's dtype; ``model.losses``
     (regularizers) are added; ``sample_weight`` weighs the examples as ``fit`` does.
@@ -248,239 +523,68 @@ def inspect_training_step(
 
     :attr:`StepReport.problems` lists the findings in plain words, each with a fix.
     """
-    core.check_model(model)
-    loss = core.resolve_loss(model, loss_fn)
-    if step_fn is not None and not callable(step_fn):
-        raise ValueError(f"step_fn must be None or a callable step_fn(x, y); got {type(step_fn).__name__}")
-    _check_flag("training", training)
-    vanish_below = check_positive("vanish_below", vanish_below)
-    explode_above = check_positive("explode_above", explode_above)
-    huge_above = check_positive("huge_above", huge_above)
-    if not vanish_below < explode_above:
-        raise ValueError(f"need vanish_below < explode_above; got {vanish_below} and {explode_above}")
-    if optimizer is not None and not isinstance(optimizer, keras.optimizers.Optimizer):
-        raise ValueError(f"optimizer must be None or a keras.optimizers.Optimizer; got {type(optimizer).__name__}")
-    x, y = core.coerce_batch(model, x, y)
-    sw = core.coerce_sample_weight(sample_weight, y)
-    if not model.built:
-        saved = core.snapshot(model, False, weights=False)
-        model(tf.nest.map_structure(lambda t: t[:1], x))
-        core.restore(saved)
-    variables = list(model.trainable_variables)
-    if not variables:
-        raise ValueError(f"model {model.name!r} has no trainable variables: there is nothing to train")
-    opt = optimizer if optimizer is not None else getattr(model, "optimizer", None)
-    if opt is None and getattr(model.dtype_policy, "name", "") == "mixed_float16":
-        opt = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD())  # what compile would add
-    scale = core.loss_scale(opt) if opt is not None else None
-    data = tuple(core.data_problems(x, y, sw))
-
+    inp = _validate(model, x, y, loss, sample_weight, step_fn, training, optimizer, vanish_below, explode_above,
+                    huge_above)
     saved = core.snapshot(model, False)
-    ctx_extra: dict = {}
     try:
-        with tf.GradientTape(persistent=True) as tape:
-            with core.tap_layers(model, tape) as taps:
-                y_pred = model(x, training=training)
-            loss.check(y, y_pred, sw)
-            loss_value = loss(x, y, y_pred, training, sw)
-            target = loss_value if scale is None else loss_value * tf.cast(scale, loss_value.dtype)
-        calls = taps.calls
-        signal_targets = [[c.pre_activation] if c.pre_activation is not None else list(c.outputs)
-                          for c in calls]
-        recurrent = next((c for c in calls if core.is_recurrent(c.layer)), None)
-        rnn_inputs = [t for t in tf.nest.flatten(recurrent.inputs)
-                      if isinstance(t, tf.Tensor) and t.dtype.is_floating][:1] if recurrent else []
-        flat = [t for ts in signal_targets for t in ts]
-        all_grads = tape.gradient(target, variables + flat + rnn_inputs)
-        del tape
-        if scale is not None:
-            all_grads = [None if g is None else core.map_values(g, lambda v: v / tf.cast(scale, v.dtype))
-                         for g in all_grads]
-        grads = all_grads[: len(variables)]
-        flat_grads = all_grads[len(variables): len(variables) + len(flat)]
-        rnn_grad = all_grads[len(variables) + len(flat):]
-        time_norms = None
-        if recurrent is not None and rnn_grad and rnn_grad[0] is not None and rnn_grad[0].shape.rank >= 2:
-            time_norms = core.step_norms(rnn_grad[0], recurrent.mask)
-
-        owner = core.variable_layers(model)
-        var_stats = tuple(
-            VariableStats(
-                path=core.variable_path(v),
-                layer=owner.get(id(v), "?"),
-                shape=tuple(int(d) for d in v.shape),
-                grad_norm=None if g is None else core.true_norm(g),
-                grad_finite=True if g is None else bool(core.all_finite([g]).numpy()),
-                value_finite=core.is_finite(v),
-            )
-            for v, g in zip(variables, grads, strict=True)
-        )
-        global_norm = float(core.global_norm(grads).numpy())
-
-        stats_by_var = {id(v): vs for v, vs in zip(variables, var_stats, strict=True)}
-        layer_stats, i = [], 0
-        for c, ts in zip(calls, signal_targets, strict=True):
-            gs = flat_grads[i: i + len(ts)]
-            i += len(ts)
-            first_call = c.index == 0
-            own = [stats_by_var[id(v)] for v in c.layer.trainable_weights if id(v) in stats_by_var]
-            norms = [vs.grad_norm for vs in own if vs.grad_norm is not None]
-            out0 = c.outputs[0] if c.outputs else None
-            layer_stats.append(LayerStats(
-                name=c.name,
-                kind=type(c.layer).__name__,
-                output_std=float(tf.math.reduce_std(tf.cast(out0, tf.float64)).numpy()) if out0 is not None
-                else math.nan,
-                output_finite=all(core.is_finite(o) for o in c.outputs),
-                signal=_joint_norm(gs),
-                weight_grad=(math.sqrt(sum(n * n for n in norms)) if norms else None) if first_call else None,
-                has_weights=bool(own) and first_call,
-            ))
-        first_bad = next((ls.name for ls in layer_stats if not ls.output_finite), None)
-        first_bad_grad = None
-        for ls in reversed(layer_stats):  # the backward pass runs from the output to the input
-            if (ls.signal is not None and not math.isfinite(ls.signal)) or (
-                ls.weight_grad is not None and not math.isfinite(ls.weight_grad)
-            ):
-                first_bad_grad = ls.name
-                break
-        if first_bad_grad is None and not layer_stats:
-            bad = [vs.layer for vs in var_stats if not vs.grad_finite]
-            first_bad_grad = bad[-1] if bad else None
-
-        # -------------------------------------------------------------- the verdict
-        weighted = [(c, ls) for c, ls in zip(calls, layer_stats, strict=True)
-                    if ls.has_weights and ls.signal is not None]
-        diagnosed = weighted[:-1] if len(weighted) > 1 else weighted
-        names = [ls.name for _c, ls in diagnosed]
-        verdict = None
-        normalizers: list[str] = []
-        if data:
-            status, message = "n/a", _("the data holds NaN/inf: fix the data first")
-            diagnosed, names = [], []
-        elif len(diagnosed) == 1:
-            ls = diagnosed[0][1]
-            finite = math.isfinite(ls.signal)
-            status = "healthy" if finite else "non-finite"
-            message = (_("one hidden layer: no depth for the signal to vanish or explode over") if finite
-                       else _("the signal of {name!r} is NaN/inf").format(name=ls.name))
-        elif diagnosed:
-            signals = [ls.signal for _c, ls in diagnosed]
-            positions = [c.position for c, _ls in diagnosed]
-            kwargs = dict(names=[repr(n) for n in names], activation=_main_activation(calls, names),
-                          residual=any(isinstance(c.layer, keras.layers.Add) for c in calls)
-                          and not any(core.normalization_inside(c.layer) for c in calls),
-                          dtype=str(getattr(model, "compute_dtype", "float32")),
-                          vanish_below=vanish_below, explode_above=explode_above)
-            verdict = judge(signals, **kwargs)
-            # BatchNorm statistics that are mostly noise explain a finding first; otherwise a change
-            # carried across normalization layers is their rescaling, not the weights' scale
-            if not _batchnorm_findings(calls, training):
-                normalizers = _explained_by_normalization(verdict, calls, positions, signals, training)
-            if normalizers:
-                verdict = judge(signals, normalized=True, **kwargs)
-            status, message = verdict.status, verdict.message
-        else:
-            status, message = "n/a", _("no layer call could be tapped (the model's call runs inside a "
-                                       "tf.function, or reads its weights directly): per-variable view")
-        bn = [] if data else _batchnorm_findings(calls, training)
-        if verdict is not None and status in ("vanishing", "exploding") and bn and not normalizers:
-            verdict = Verdict(verdict.status, verdict.finding,
-                              _("The BatchNormalization statistics (see the problems) are the likely cause, "
-                                "not the scale of the weights."),
-                              verdict.ratio, verdict.gain, verdict.depth, verdict.rule,
-                              ("batchnorm-statistics", *verdict.causes), verdict.vanish_below,
-                              verdict.explode_above)
-            message = verdict.message
-        elif status not in ("vanishing", "exploding") or normalizers:
-            bn = []  # BatchNorm statistics are reported only when they explain a finding
-        time_verdict = None
-        if time_norms is not None and time_norms.size > 1 and not data:
-            time_verdict = judge(time_norms, unit="step", vanish_below=vanish_below, explode_above=explode_above)
-            if time_verdict.status != "healthy" and status in ("healthy", "n/a"):
-                status = time_verdict.status
-                message = _("Through time in {layer!r}: {finding} {advice}").format(
-                    layer=recurrent.name, finding=time_verdict.finding, advice=time_verdict.advice).strip()
-
-        if scale is not None and not all(vs.grad_finite for vs in var_stats) and math.isfinite(
-                float(loss_value.numpy())):
-            # overflow of the *scaled* float16 gradients: check whether the unscaled ones are finite
-            with tf.GradientTape() as tape2:
-                y2 = model(x, training=training)
-                l2 = loss(x, y, y2, training, sw)
-            plain = tape2.gradient(l2, variables)
-            core.restore(saved)
-            ctx_extra["loss_scale_overflow"] = bool(core.all_finite(plain).numpy())
-        none_idx = [k for k, g in enumerate(grads) if g is None]
-        nonfinite = any(not vs.grad_finite for vs in var_stats) and not ctx_extra.get("loss_scale_overflow")
-        if (none_idx or nonfinite) and not data:
-            def loss_closure():
-                return loss(x, y, model(x, training=training), training, sw)
-
-            reasons, source = _causes(loss_closure, variables, bool(none_idx), nonfinite)
-            core.restore(saved)
-            ctx_extra["none_causes"] = {core.variable_path(variables[k]): c for k, c in reasons.items()
-                                        if 0 <= k < len(variables)}
-            ctx_extra["nonfinite_source"] = source
+        tp = _tapped_pass(inp)
+        var_stats = _variable_stats(inp, tp.grads)
+        layer_stats = _layer_stats(inp, tp, var_stats)
+        finding = _verdict(inp, tp, layer_stats)
+        overflow = _loss_scale_overflow(inp, tp, var_stats, saved)
+        none_causes, source = _explain(inp, tp.grads, var_stats, overflow, saved)
     finally:
         core.restore(saved)
-
     untrained = _looks_untrained(model)  # before step_fn trains it
-    count = traced = step_loss = before = None
-    if step_fn is not None:
-        is_traced = isinstance(step_fn, TraceCounter) or hasattr(step_fn, "experimental_get_tracing_count")
-        before = tracing_count(step_fn) if is_traced else None
-        out = step_fn(x, y)
-        if is_traced:
-            count = tracing_count(step_fn)
-            traced = count > before
-        if isinstance(out, dict):
-            out = out.get("loss")
-        if out is not None and hasattr(out, "shape") and tuple(out.shape) == ():
-            step_loss = float(out)
-
-    loss_float = float(loss_value.numpy())
+    count, traced, step_loss, before = _run_step_fn(step_fn, inp.x, inp.y)
+    first_bad, first_bad_grad = _first_nonfinite(layer_stats, var_stats)
     # dead ReLU units (gradlab.reports.units) and the word for a change normalization carries
-    dead = () if data else dead_fractions(calls)
-    verdict, status, message = step_status(verdict, status, message, normalizers=normalizers, dead=dead)
+    dead = () if inp.data else dead_fractions(tp.calls)
+    v, s, msg = step_status(finding.verdict, finding.status, finding.message, normalizers=finding.normalizers,
+                            dead=dead)
+    finding = dataclasses.replace(finding, verdict=v, status=s, message=msg)
     context = StepContext(
         dead_units=dead,
-        loss=loss_float, variables=var_stats, layers=tuple(layer_stats), diagnosed_layers=tuple(names),
-        global_norm=global_norm, first_nonfinite_layer=first_bad, first_nonfinite_gradient_layer=first_bad_grad,
-        looks_untrained=untrained, training=training, huge_above=huge_above, data_problems=data,
-        verdict=verdict, time_verdict=time_verdict, time_step_norms=time_norms,
-        time_step_layer=None if recurrent is None else recurrent.name,
-        recurrent_kind=None if recurrent is None else type(recurrent.layer).__name__,
-        loss_scale=None if scale is None else float(scale.numpy()),
-        loss_scale_overflow=bool(ctx_extra.get("loss_scale_overflow")), batchnorm=tuple(bn),
-        normalizers=tuple(normalizers), default_loss=loss.default_for_custom_step,
-        none_causes=ctx_extra.get("none_causes") or {}, nonfinite_source=ctx_extra.get("nonfinite_source"),
+        loss=float(tp.loss.numpy()), variables=var_stats, layers=tuple(layer_stats),
+        diagnosed_layers=tuple(finding.names), global_norm=float(core.global_norm(tp.grads).numpy()),
+        first_nonfinite_layer=first_bad, first_nonfinite_gradient_layer=first_bad_grad, looks_untrained=untrained,
+        training=training, huge_above=inp.huge_above, data_problems=inp.data, verdict=finding.verdict,
+        time_verdict=finding.time_verdict, time_step_norms=tp.time_norms,
+        time_step_layer=None if tp.recurrent is None else tp.recurrent.name,
+        recurrent_kind=None if tp.recurrent is None else type(tp.recurrent.layer).__name__,
+        loss_scale=None if inp.scale is None else float(inp.scale.numpy()), loss_scale_overflow=overflow,
+        batchnorm=tuple(finding.batchnorm), normalizers=tuple(finding.normalizers),
+        default_loss=inp.loss.default_for_custom_step, none_causes=none_causes, nonfinite_source=source,
         tracing_count=count, tracing_count_before=before, traced_this_call=traced,
     )
+    return _report(inp, context, finding, step_loss)
+
+
+def _report(inp: _Inputs, context: StepContext, finding: _Finding, step_loss) -> StepReport:
+    """The :class:`StepReport` of the stages' results, with the rules' problems."""
     return StepReport(
-        loss=loss_float,
-        layers=tuple(layer_stats),
-        variables=var_stats,
-        status=status,
-        message=message,
-        diagnosed_layers=tuple(names),
-        global_norm=global_norm,
-        first_nonfinite_layer=first_bad,
-        first_nonfinite_gradient_layer=first_bad_grad,
-        tracing_count=count,
-        traced_this_call=traced,
+        loss=context.loss,
+        layers=context.layers,
+        variables=context.variables,
+        status=finding.status,
+        message=finding.message,
+        diagnosed_layers=context.diagnosed_layers,
+        global_norm=context.global_norm,
+        first_nonfinite_layer=context.first_nonfinite_layer,
+        first_nonfinite_gradient_layer=context.first_nonfinite_gradient_layer,
+        tracing_count=context.tracing_count,
+        traced_this_call=context.traced_this_call,
         step_loss=step_loss,
-        looks_untrained=untrained,
-        tracing_count_before=before,
+        looks_untrained=context.looks_untrained,
+        tracing_count_before=context.tracing_count_before,
         problems=tuple(problems(context)),
-        time_step_norms=time_norms,
+        time_step_norms=context.time_step_norms,
         time_step_layer=context.time_step_layer,
         loss_scale=context.loss_scale,
-        loss_description=loss.description,
-        training=training,
-        compute_dtype=str(getattr(model, "compute_dtype", "float32")),
-        data_problems=data,
-        verdict=verdict,
-        time_verdict=time_verdict,
+        loss_description=inp.loss.description,
+        training=inp.training,
+        compute_dtype=str(getattr(inp.model, "compute_dtype", "float32")),
+        data_problems=inp.data,
+        verdict=finding.verdict,
+        time_verdict=finding.time_verdict,
     )
-

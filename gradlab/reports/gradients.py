@@ -24,6 +24,7 @@ import numpy as np
 
 from .. import core
 from .._env import quiet_import_tensorflow
+from .._validate import renamed_keywords
 from ..core import CLIP_MODES, check_clip, clip_gradients, true_global_norm, true_norm
 from ..i18n import _
 from .base import VerdictReport, given_verdict
@@ -218,11 +219,9 @@ def dense_signal_pass(model, x, y, *, loss=None, training: bool = True, optimize
     dense = dense_layers(model)
     loss = loss or core.resolve_loss(model)
     variables = list(model.trainable_variables)
-    with tf.GradientTape(persistent=True) as tape:
-        with core.tap_layers(model, tape) as taps:
-            y_pred = model(x, training=training)
-        loss.check(y, y_pred, sample_weight)
-        value = loss(x, y, y_pred, training, sample_weight)
+    p = core.forward_loss(model, x, y, loss=loss, training=training, sample_weight=sample_weight, taps=True,
+                          persistent=True)
+    taps = p.taps
     if taps.untapped:
         raise ValueError(
             "the model's call runs its layers inside a tf.function, so their pre-activations cannot be "
@@ -252,16 +251,12 @@ def dense_signal_pass(model, x, y, *, loss=None, training: bool = True, optimize
     zs = [calls[p].pre_activation if calls[p].pre_activation is not None else calls[p].outputs[0]
           for p in hidden]
     blocks = [calls[nxt - 1].outputs[0] for nxt in positions[1:]]
-    scale = None if optimizer is None else core.loss_scale(optimizer)
-    grads = tape.gradient(value, zs + variables,
-                          output_gradients=None if scale is None else tf.cast(scale, value.dtype))
-    del tape
-    if scale is not None:
-        grads = [None if g is None else core.map_values(g, lambda v: v / tf.cast(scale, v.dtype)) for g in grads]
+    grads = p.gradients(zs + variables, optimizer)  # scaled by a LossScaleOptimizer, then unscaled
+    del p.tape
     dzs, dvars = grads[: len(zs)], grads[len(zs):]
     index = {id(v): i for i, v in enumerate(variables)}
     groups = [[index[id(v)] for v in dense_kernel_variables(calls[p].layer) if id(v) in index] for p in hidden]
-    return DensePass(value, dzs, blocks, variables, dvars, groups, calls, hidden)
+    return DensePass(p.loss, dzs, blocks, variables, dvars, groups, calls, hidden)
 
 
 def _network_traits(p: DensePass) -> dict:
@@ -283,8 +278,9 @@ def _network_traits(p: DensePass) -> dict:
     }
 
 
+@renamed_keywords(loss_fn="loss")
 def gradient_report(model, x, y, *, clip=None, training: bool = True, sample_weight=None,
-                    loss_fn=None) -> GradientReport:
+                    loss=None) -> GradientReport:
     """Per-layer signal and weight-gradient norms of one batch, from the model's own call (chapter 01).
 
     ``model`` is built from Dense layers: a Sequential stack, a functional model (blocks of
@@ -293,12 +289,12 @@ def gradient_report(model, x, y, *, clip=None, training: bool = True, sample_wei
     included. The layers are tapped while the model runs (:func:`gradlab.core.tap_layers`), so
     the numbers are those of this model as it runs. The signal of hidden layer ``i`` is
     dLoss/d(pre-activation of Dense layer ``i``), input side first; weight norms are
-    dLoss/d(kernel) (of the LoRA factors together, for a LoRA layer). The loss is ``loss_fn``,
+    dLoss/d(kernel) (of the LoRA factors together, for a LoRA layer). The loss is ``loss``,
     else the model's compiled loss when it is compiled with one, otherwise the mean squared
     error in the model's dtype, plus ``model.losses``; ``sample_weight`` weighs the examples as
     in ``fit``. ``training=True`` (the default) runs the pass as a training step (dropout on,
     BatchNorm on batch statistics); everything the pass touches (variables, trackers, RNN
-    states) is put back afterwards, so the model is unchanged. ``clip`` is applied to all
+    states) is put back afterwards, so the model is unchanged. ``clip`` (a number: the global-norm threshold, or ``(mode, threshold)``) is applied to all
     trainable variables' gradients, as an optimizer would apply it, and
     ``clipped_weight_norms`` reports the hidden kernels after it. A Dense layer applied twice,
     or a model with other weighted layers (Conv, LSTM, ...), is a ``ValueError`` that points to
@@ -308,7 +304,7 @@ def gradient_report(model, x, y, *, clip=None, training: bool = True, sample_wei
     core.check_model(model)
     if not isinstance(training, bool):
         raise ValueError(f"training must be True or False; got {training!r}")
-    loss = core.resolve_loss(model, loss_fn)
+    loss = core.resolve_loss(model, loss)
     dense_layers(model)
     x, y = core.coerce_batch(model, x, y)
     sample_weight = core.coerce_sample_weight(sample_weight, y)

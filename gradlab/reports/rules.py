@@ -86,7 +86,7 @@ def _default_loss(c: StepContext) -> Problem | None:
         "default-loss",
         _("The model has its own train_step and is not compiled with a loss, so this report measures "
           "the mean squared error (the default), which may not be the loss your train_step uses."),
-        _("pass your loss as loss_fn (loss_fn(y_true, y_pred) -> scalar), or compile the model with it."),
+        _("pass your loss as loss= (loss(y_true, y_pred) -> scalar), or compile the model with it."),
     )
 
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from .. import core
 from .._env import quiet_import_tensorflow
+from .._validate import renamed_keywords
 from ..core import check_clip
 from ..i18n import _
 from .base import VerdictReport
@@ -111,8 +112,7 @@ def _input_mask(model, x, training: bool):
     A layer between the ``Masking`` and the RNN that drops masks (``Conv1D``) makes the RNN read
     the padding as data: then no step is left out. Without a recurrent layer, the first mask
     over ``x``'s steps counts."""
-    with tf.GradientTape() as tape, core.tap_layers(model, tape) as taps:
-        model(x, training=training)
+    taps = core.tapped_call(model, x, training=training)
     for call in taps.calls:
         if core.is_recurrent(call.layer):
             mask = call.mask
@@ -131,15 +131,16 @@ def _weight_name(model, v) -> str:
     return name[len(model.name) + 1:] if name.startswith(model.name + "/") else name
 
 
-def time_report(model: keras.Model, x, y, *, clip=None, compiled: bool = False, loss_fn=None,
+@renamed_keywords(loss_fn="loss")
+def time_report(model: keras.Model, x, y, *, clip=None, compiled: bool = False, loss=None,
                 sample_weight=None, training: bool = False) -> TimeReport:
     """One tape over ``model(x)`` and its loss against ``y`` (chapter 07).
 
     Measures the float64 norm of dLoss/d(input at step t) for every step, earliest first, and
-    the norms of the weight gradients before and after ``clip`` (``None`` or ``(mode, t)`` as
-    in :func:`gradlab.clip_gradients`). Works for any Keras model that takes one
+    the norms of the weight gradients before and after ``clip`` (``None``, a global-norm
+    threshold or ``(mode, t)`` as in :func:`gradlab.clip_gradients`). Works for any Keras model that takes one
     ``[batch, steps, features]`` tensor (stacked, bidirectional and stateful layers included).
-    The loss is the core's (:func:`gradlab.core.resolve_loss`): ``loss_fn``, else the compiled
+    The loss is the core's (:func:`gradlab.core.resolve_loss`): ``loss``, else the compiled
     loss, else the mean squared error, whose ``y`` must have the output's shape (a ``y`` of
     shape ``(B,)`` against an output ``(B, 1)`` is a ``ValueError``, not a silent ``(B, B)``
     broadcast); ``sample_weight`` weighs the examples as ``fit`` does. Steps masked as padding
@@ -154,7 +155,7 @@ def time_report(model: keras.Model, x, y, *, clip=None, compiled: bool = False, 
     clip = check_clip(clip)
     if not isinstance(compiled, bool) or not isinstance(training, bool):
         raise ValueError(f"compiled and training must be True or False; got {compiled!r}, {training!r}")
-    loss = core.resolve_loss(model, loss_fn)
+    loss = core.resolve_loss(model, loss)
     x, y = core.coerce_batch(model, x, y)
     sw = core.coerce_sample_weight(sample_weight, y)
     if not isinstance(x, tf.Tensor):
@@ -176,13 +177,9 @@ def time_report(model: keras.Model, x, y, *, clip=None, compiled: bool = False, 
         mask = _input_mask(model, x, training)  # padding (Masking): those steps are skipped, not vanished
         core.restore(saved)
 
-        def grads(x, y, sw):
-            with tf.GradientTape() as tape:
-                tape.watch(x)
-                pred = model(x, training=training)
-                loss.check(y, pred, sw)  # at trace time when compiled: a plain ValueError
-                value = loss(x, y, pred, training, sw)
-            return value, tape.gradient(value, [x, *weights])
+        def grads(x, y, sw):  # the core's forward and loss (checked at trace time when compiled)
+            p = core.forward_loss(model, x, y, loss=loss, training=training, sample_weight=sw, watch=(x,))
+            return p.loss, p.gradients([x, *weights])
 
         if compiled:
             grads = tf.function(grads, autograph=False)

@@ -21,6 +21,7 @@ from .. import core
 from .._env import quiet_import_tensorflow
 from .._validate import check_int as _check_int
 from .._validate import check_positive as _check_positive
+from .._validate import renamed_keywords
 
 tf = quiet_import_tensorflow()
 import keras  # noqa: E402
@@ -115,33 +116,36 @@ def pascanu_bound(w_rec, *, derivative_bound: float = 1.0) -> dict[str, float]:
 
 
 # ----------------------------------------------------------------------------- training
+@renamed_keywords(clipnorm="clip")
 def train_rnn(model: keras.Model, x, y, *, train_steps: int = 200, batch_size: int = 64,
-              learning_rate: float = 1e-2, clipnorm: float | None = 1.0, seed: int = 0) -> np.ndarray:
+              learning_rate: float = 1e-2, clip=1.0, seed: int = 0) -> np.ndarray:
     """Train ``model`` with Adam on ``(x, y)`` for ``train_steps`` mini-batches; return the losses (chapter 07).
 
-    One compiled train step (``tf.function``, no retrace per step); mini-batches are drawn by
-    a seeded stateless shuffle, so the run reproduces. ``clipnorm`` is passed to the optimizer
-    (``None`` for none).
+    Each step is the core's (:func:`gradlab.core.train_step`: the mean squared error plus
+    ``model.losses``, clipping, Adam's update), compiled once (``tf.function``, no retrace per
+    step); mini-batches are drawn by a seeded stateless shuffle, so the run reproduces.
+    ``clip`` is gradlab's one clip keyword: a number clips the *global* norm of all gradients
+    together, as every other gradlab tool does (``None`` for no clipping; ``(mode, t)`` for
+    another mode of :func:`gradlab.clip_gradients`). A non-finite step is applied as Adam
+    would apply it (no skipping), as with Keras's own clipping.
     """
     core.check_model(model)
     train_steps = _check_int("train_steps", train_steps, 1, 1_000_000)
     batch_size = _check_int("batch_size", batch_size, 1, 1_000_000)
     learning_rate = _check_positive("learning_rate", learning_rate)
-    clipnorm = _check_positive("clipnorm", clipnorm, allow_none=True)
+    clip = core.check_clip(clip)
     x, y = core.coerce_batch(model, x, y)
     n = int(x.shape[0])
-    opt = keras.optimizers.Adam(learning_rate, clipnorm=clipnorm)
+    opt = keras.optimizers.Adam(learning_rate)
+    loss = core.Loss(model, "mse")
     weights = model.trainable_weights
 
     @tf.function(autograph=False, reduce_retracing=True)
     def step(xb, yb):
-        with tf.GradientTape() as tape:
-            pred = model(xb, training=True)
-            loss = core.mean_squared_error(yb, pred)
-        opt.apply_gradients(zip(tape.gradient(loss, weights), weights, strict=True))
-        return loss
+        out = core.train_step(model, opt, xb, yb, loss=loss, variables=weights, clip=clip, check_finite=False)
+        return out["loss"]
 
-    core.Loss(model, "mse").check(y[:1], model(x[:1]))  # a y of the wrong shape is a ValueError now
+    core.check_batch(model, x, y, loss=loss)  # a y of the wrong shape is a ValueError now, not at trace time
     losses = np.empty(train_steps)
     per_epoch = max(1, n // batch_size)
     order = None
@@ -191,18 +195,20 @@ def _cliff_grad(w: float, b: float, steps: int, x0: float, target: float):
     return float(loss.numpy()), g.numpy()
 
 
+@renamed_keywords(clip_norm="clip")
 def descent_path(w: float, b: float, *, learning_rate: float = 0.1, iterations: int = 20,
-                 clip_norm: float | None = None, steps: int = 50, x0: float = 0.5,
+                 clip=None, steps: int = 50, x0: float = 0.5,
                  target: float = 0.7) -> dict[str, np.ndarray]:
     """Gradient descent on :func:`cliff_loss` from ``(w, b)``, each gradient taken with a tape (chapter 07).
 
-    With ``clip_norm`` the gradient is rescaled to at most that norm before the step
-    (``tf.clip_by_norm``), as Pascanu et al. propose. Returns ``points`` (``[iterations+1, 2]``),
+    With ``clip`` (a number: the norm threshold; the gradient is one vector, so its global norm
+    is its norm) the gradient is rescaled to at most that norm before the step, by the core's
+    clipping (:func:`gradlab.clip_gradients`), as Pascanu et al. propose. Returns ``points`` (``[iterations+1, 2]``),
     ``losses`` and ``grad_norms`` (before clipping).
     """
     iterations = _check_int("iterations", iterations, 1, 10_000)
     learning_rate = _check_positive("learning_rate", learning_rate)
-    clip_norm = _check_positive("clip_norm", clip_norm, allow_none=True)
+    clip = core.check_clip(clip)
     p = np.array([float(w), float(b)])
     points, losses, norms = [p.copy()], [], []
     for _ in range(iterations):
@@ -210,8 +216,8 @@ def descent_path(w: float, b: float, *, learning_rate: float = 0.1, iterations: 
         gn = core.true_norm(g)
         losses.append(loss)
         norms.append(gn)
-        if clip_norm is not None:
-            g = core.clip_gradients([tf.constant(g)], ("norm", clip_norm))[0].numpy()
+        if clip is not None:
+            g = core.clip_gradients([tf.constant(g)], clip)[0].numpy()
         if not np.all(np.isfinite(g)):
             break
         p = p - learning_rate * g

@@ -8,6 +8,8 @@ here imports ipywidgets (the live :class:`~gradlab.widgets.tracing_lab.TracingLa
 * :func:`time_step` times a step function: the first call (tracing, compiling) apart from
   the steady state.
 * :func:`error_summary` keeps the one line of a TensorFlow error that says what went wrong.
+* :func:`sgd_step_function` is the TracingLab's ``tf.function``: one SGD step of a small linear
+  least-squares model (the explorer holds no training code).
 
 The training steps built on these live in :mod:`gradlab.train.steps` and :mod:`gradlab.train.fit`.
 """
@@ -21,6 +23,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from .. import core
 from .._env import quiet_import_tensorflow
 from .._validate import check_int
 from ..i18n import _, ngettext
@@ -32,6 +35,7 @@ __all__ = [
     "TraceCounter",
     "error_summary",
     "format_timings",
+    "sgd_step_function",
     "time_step",
     "total_tracing_count",
     "tracing_count",
@@ -234,3 +238,19 @@ def format_timings(timings: Sequence[StepTiming], baseline: str | None = None) -
             f"{base.steady_s / t.steady_s:>7.3g}x  {t.first_s / t.steady_s:>11.3g}x"
         )
     return "\n".join(rows)
+
+
+def sgd_step_function(x, y, w0):
+    """A ``tf.function`` ``step(learning_rate)``: one SGD step of the linear model ``x @ w`` from
+    the fixed weights ``w0`` on the core's mean squared error, returning the loss after it
+    (chapter 03's TracingLab: a Python float retraces per value, a tensor does not)."""
+
+    def sgd_step(learning_rate):
+        w = tf.identity(w0)
+        with tf.GradientTape() as tape:
+            tape.watch(w)
+            loss = core.mean_squared_error(y, x @ w)  # the core's loss, one implementation
+        w_next = w - learning_rate * tape.gradient(loss, w)
+        return core.mean_squared_error(y, x @ w_next)
+
+    return tf.function(sgd_step)

@@ -41,6 +41,8 @@ tf = quiet_import_tensorflow()
 import keras  # noqa: E402
 
 __all__ = [
+    "ClipPlacement",
+    "clip_placement",
     "AccumulationComparison",
     "ClippingComparison",
     "FitComparison",
@@ -330,6 +332,76 @@ def compare_clipping(strategy, model, x, y, clip_norm: float, sample_weight=None
 
 
 # ----------------------------------------------------------------------------- fit
+@dataclasses.dataclass(frozen=True)
+class ClipPlacement:
+    """Chapter 08's finding as vectors: each replica's gradient, their sum (one device), the sum
+    clipped (after the all-reduce) and the sum of the clipped replica gradients (before), each
+    flattened to one float64 vector, and the plane that holds them (:func:`clip_placement`)."""
+
+    clip_norm: float
+    parts: tuple
+    total: np.ndarray
+    after: np.ndarray
+    before: np.ndarray
+    e1: np.ndarray
+    e2: np.ndarray
+
+    def xy(self, v) -> tuple[float, float]:
+        """``v``'s coordinates in the plane: along the one-device gradient, and across it."""
+        return float(v @ self.e1), float(v @ self.e2)
+
+    @staticmethod
+    def norm(v) -> float:
+        """The (float64) length of one of the vectors."""
+        return float(np.linalg.norm(v))
+
+    @property
+    def ratio(self) -> float:
+        """How much longer the step clipped before the sum is than the one-device step."""
+        return float(np.linalg.norm(self.before) / np.linalg.norm(self.after))
+
+    @property
+    def cosine(self) -> float:
+        """The cosine between the step clipped before the sum and the one-device gradient."""
+        return float(self.before @ self.total / (np.linalg.norm(self.before) * np.linalg.norm(self.total)))
+
+
+def clip_placement(replica_grads: Sequence[Sequence], clip) -> ClipPlacement:
+    """Global-norm clipping before versus after the all-reduce, as vectors (chapter 08).
+
+    ``replica_grads`` holds one list of gradient arrays per replica (each replica's share of the
+    global loss, so their sum is the one-device gradient); ``clip`` is the global-norm threshold
+    (a number, or ``("global_norm", t)``). Each list is clipped by the core
+    (:func:`gradlab.clip_gradients`, float64), then flattened. The plane is the one through the
+    sum and the sum of the clipped replica gradients, which for two replicas contains every
+    vector, so lengths and angles drawn in it are true. :func:`gradlab.plots.replicas.plot_clip_placement`
+    draws it.
+    """
+    if len(replica_grads) < 2:
+        raise ValueError(f"replica_grads must hold the gradients of at least 2 replicas; got {len(replica_grads)}")
+    clip = core.check_clip(clip)
+    if clip[0] != "global_norm":
+        raise ValueError(f"clip must be a global-norm threshold (a number or ('global_norm', t)); got {clip!r}")
+    lists = [[np.asarray(g, dtype=np.float64) for g in r] for r in replica_grads]
+    parts = [np.concatenate([g.ravel() for g in r]) for r in lists]
+    if len({p.size for p in parts}) != 1:
+        raise ValueError("every replica's gradient list must have the same shapes")
+    summed = [sum(gs) for gs in zip(*lists, strict=True)]
+
+    def flat(grads):
+        return np.concatenate([np.ravel(g) for g in grads])
+
+    total = flat(summed)
+    after = flat(_clip(summed, clip[1]))
+    before = np.sum([flat(_clip(r, clip[1])) for r in lists], axis=0)
+    e1 = total / np.linalg.norm(total)
+    rest = before - (before @ e1) * e1
+    if np.linalg.norm(rest) < 1e-12 * np.linalg.norm(before):  # before is parallel to the sum: use a replica
+        rest = parts[0] - (parts[0] @ e1) * e1
+    e2 = rest / np.linalg.norm(rest) if np.linalg.norm(rest) > 0 else np.zeros_like(e1)
+    return ClipPlacement(clip[1], tuple(parts), total, after, before, e1, e2)
+
+
 def _fit_weights(x, y, *, strategy, make_model: Callable, optimizer: Callable, batch_size: int,
                  epochs: int, loss: str = "mse") -> list[np.ndarray]:
     with strategy.scope():
@@ -450,7 +522,7 @@ def train_toy(strategy=None, *, steps: int = 3, batch: int = 16, learning_rate: 
     with strategy.scope():
         model = toy_model(seed=seed)
         optimizer = keras.optimizers.SGD(learning_rate)
-    step = make_train_step(model, optimizer, clip_global_norm=clip_norm)
+    step = make_train_step(model, optimizer, clip=clip_norm)
     losses, norms = [], []
     for i in range(steps):
         out = step(x[i * batch:(i + 1) * batch], y[i * batch:(i + 1) * batch])

@@ -18,7 +18,7 @@ import os
 
 from .. import core
 from .._env import quiet_import_tensorflow
-from .._validate import check_int, check_positive
+from .._validate import check_int
 
 tf = quiet_import_tensorflow()
 import keras  # noqa: E402
@@ -26,12 +26,20 @@ import keras  # noqa: E402
 __all__ = ["GradNormLogger", "GradNormSequential", "GradNormTrainStep"]
 
 
+def _refuse_old_keywords(name: str, kwargs: dict) -> None:
+    """``renamed_keywords(clip_global_norm="clip")`` for a Keras model's ``__init__``."""
+    if "clip_global_norm" in kwargs:
+        raise TypeError(f"{name}() takes clip= instead of clip_global_norm= (one spelling per concept across "
+                        "gradlab's tools); pass clip=")
+
+
 class GradNormTrainStep:
     """Mixin for ``keras.Model`` subclasses: a ``train_step`` with clipping, a non-finite check
     and per-layer gradient norms in the logs (chapter 03).
 
     Put it first in the bases, e.g. ``class MyModel(GradNormTrainStep, keras.Sequential)``.
-    Extra constructor keywords: ``clip_global_norm`` (``None`` = no clipping) and
+    Extra constructor keywords: ``clip`` (``None`` = no clipping; a number clips the global
+    norm at it; or any ``(mode, threshold)`` of :func:`gradlab.clip_gradients`) and
     ``check_finite`` (skip steps whose gradients hold NaN or inf). ``fit`` then logs, besides
     the loss and compiled metrics, ``grad_norm`` (global, before clipping), ``grad_norm/<layer>``
     for each layer and ``skipped_steps`` (non-finite steps skipped so far this epoch). These are
@@ -40,10 +48,11 @@ class GradNormTrainStep:
     so a smaller last batch counts for less, as in a plain ``fit``.
     """
 
-    def __init__(self, *args, clip_global_norm: float | None = None, check_finite: bool = True,
-                 **kwargs):
+    def __init__(self, *args, clip=None, check_finite: bool = True, **kwargs):
+        # Keras reads this __init__'s argspec, so the old spelling is refused here, not by a wrapper
+        _refuse_old_keywords(type(self).__name__, kwargs)
         super().__init__(*args, **kwargs)
-        self.clip_global_norm = check_positive("clip_global_norm", clip_global_norm, allow_none=True)
+        self.clip = core.check_clip(clip)
         if not isinstance(check_finite, bool):
             raise ValueError(f"check_finite must be True or False, got {check_finite!r}")
         self.check_finite = check_finite
@@ -52,16 +61,14 @@ class GradNormTrainStep:
 
     def train_step(self, data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        with tf.GradientTape() as tape:
-            y_pred = self(x, training=True)
-            loss = self.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight,
-                                     training=True)
+        # the core's step with Keras's own compute_loss (the compiled loss + model.losses)
+        p = core.forward_loss(self, x, y, loss=core.Loss(self, "compiled"), training=True,
+                              sample_weight=sample_weight)
+        loss, y_pred = p.loss, p.y_pred
         variables = self.trainable_variables
         # As fit does: a LossScaleOptimizer's scale multiplies the loss (mixed precision).
-        grads = core.compute_gradients(tape, loss, variables, self.optimizer)
-        clip = None if self.clip_global_norm is None else ("global_norm", self.clip_global_norm)
-        out = core.apply_update(self.optimizer, grads, variables, clip=clip,
-                                check_finite=self.check_finite)
+        grads = p.gradients(variables, self.optimizer)
+        out = core.apply_update(self.optimizer, grads, variables, clip=self.clip, check_finite=self.check_finite)
         # Under a strategy (chapter 08) Keras 3 divides each replica's loss by the number of
         # replicas, and a metric reads the mean of its replicas' values: undo the division.
         replicas = tf.distribute.get_strategy().num_replicas_in_sync
@@ -79,7 +86,7 @@ class GradNormTrainStep:
 
 class GradNormSequential(GradNormTrainStep, keras.Sequential):
     """A ``keras.Sequential`` whose ``fit`` clips, skips non-finite steps and logs per-layer
-    gradient norms (chapter 03). ``GradNormSequential(layers, clip_global_norm=1.0)``."""
+    gradient norms (chapter 03). ``GradNormSequential(layers, clip=1.0)``."""
 
 
 class GradNormLogger(keras.callbacks.Callback):
@@ -136,6 +143,13 @@ class GradNormLogger(keras.callbacks.Callback):
     # ------------------------------------------------------------------ Keras hooks
     def on_train_begin(self, logs=None):
         self._probe_fn = None
+        if self.probe is None and not isinstance(self.model, GradNormTrainStep) and not core.has_custom_train_step(
+                self.model):
+            raise ValueError(
+                f"GradNormLogger() without a probe reads the 'grad_norm/<layer>' entries a GradNormTrainStep model "
+                f"puts in the logs, and model {self.model.name!r} is a plain Keras model, which logs none: pass "
+                "probe=(x, y), or train a model with GradNormTrainStep (gl.GradNormSequential)"
+            )
         if self.probe is not None:
             x, y = core.coerce_batch(self.model, self.probe[0], self.probe[1])
             sw = core.coerce_sample_weight(self.probe[2] if len(self.probe) == 3 else None, y)
@@ -214,18 +228,14 @@ class GradNormLogger(keras.callbacks.Callback):
                 "loss, so the probe cannot know the loss it trains with; compile it with that loss "
                 "(model.compile(optimizer, loss=...)), or log from a GradNormTrainStep model (probe=None)"
             )
-        optimizer = getattr(model, "optimizer", None)
-        if optimizer is None and getattr(model.dtype_policy, "name", "") == "mixed_float16":
-            optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD())  # what compile adds
+        optimizer = core.measuring_optimizer(model)  # mixed_float16 without one: what compile adds
 
         @tf.function
         def probe_norms(x, y, sw):
-            with tf.GradientTape() as tape:
-                y_pred = model(x, training=False)
-                value = loss(x, y, y_pred, False, sw)
             # mixed precision: the loss scaled by the optimizer's loss scale, the gradients
             # unscaled, so float16 gradients do not underflow (as fit takes them)
-            grads = core.compute_gradients(tape, value, variables, optimizer)
+            _value, grads = core.loss_and_gradients(model, x, y, loss=loss, variables=variables,
+                                                    optimizer=optimizer, training=False, sample_weight=sw)
             return core.group_norms(grads, groups), self._layer_values(grads, groups)
 
         x, y, sw = self._probe_data
@@ -233,9 +243,7 @@ class GradNormLogger(keras.callbacks.Callback):
         # short ValueError here instead of one wrapped in the tf.function's traceback
         saved = core.snapshot(model, False, weights=False)
         try:
-            pred = model(x, training=False)
-            loss.check(y, pred, sw)
-            loss(x, y, pred, False, sw)
+            core.compute_loss(model, x, y, loss=loss, training=False, sample_weight=sw)
         finally:
             core.restore(saved)
         return probe_norms

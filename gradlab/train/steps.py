@@ -23,8 +23,9 @@ import numpy as np
 
 from .. import core
 from .._env import quiet_import_tensorflow
-from .._validate import check_int, check_positive
+from .._validate import check_int, renamed_keywords
 from ..i18n import _, join_list
+from ..progress import Progress, check_progress
 from ..reports.gradients import dense_signal_pass
 from ..reports.verdict import judge
 
@@ -93,12 +94,7 @@ class TrainingRun:
         p.text(str(self))
 
 
-def _progress_line(i: int, steps: int, loss: float, norm: float) -> str:
-    done = int(20 * i / steps)
-    return _("[{bar}] step {i:>4}/{steps}  loss {loss}  grad norm {norm}").format(
-        bar="#" * done + "." * (20 - done), i=i, steps=steps, loss=f"{loss:.4g}", norm=f"{norm:.3g}")
-
-
+@renamed_keywords(loss_fn="loss", clip_global_norm="clip", progress_every="progress")
 def train_steps(
     model,
     x,
@@ -106,55 +102,88 @@ def train_steps(
     *,
     optimizer,
     steps: int = 100,
-    loss_fn: Callable | None = None,
+    loss: Callable | None = None,
     sample_weight=None,
-    clip_global_norm: float | None = None,
     clip=None,
     stop_on_nonfinite: bool = True,
     stop_on_none: bool = False,
     monitor_signals: bool = False,
-    progress: bool = False,
-    progress_every: int | None = None,
+    progress: bool | None = None,
 ) -> TrainingRun:
     """Train ``model`` on the batch ``(x, y)`` for ``steps`` steps, watching every step (chapter 04).
 
-    The one monitored training loop of gradlab (:func:`train_mlp` is a view of it). The loss
-    is ``loss_fn(y, y_pred)``, else the model's compiled loss, else the mean squared error in
-    the model's dtype, plus ``model.losses`` (:func:`gradlab.core.resolve_loss`);
-    ``sample_weight`` weighs the examples as ``fit`` does. ``x`` and ``y`` may be NumPy arrays of
-    any float dtype (converted as ``fit`` converts them); NaN/inf in the data is a ``ValueError``
-    about the data. An eager tape first finds the variables whose gradient is ``None``; they are
-    left out of the updates (with ``stop_on_none`` the run stops there). That probe is a
-    training-mode pass, so everything it touches is put back: ``steps=n`` moves BatchNorm
-    statistics, dropout seeds and trackers exactly as ``n`` steps of ``fit``. An optimizer
-    already built for another model's variables is a ``ValueError``.
-    Each step clips (``clip_global_norm=t`` is ``clip=("global_norm", t)``; any mode of
-    :func:`gradlab.clip_gradients` works) and, with ``stop_on_nonfinite``, stops at the first
-    NaN/inf loss or gradient *without* applying that step. A ``mixed_float16`` model trains as
-    in ``fit``: its optimizer is wrapped in a ``LossScaleOptimizer`` unless it is one, the loss
-    is scaled and a step whose scaled float16 gradients overflow is skipped by the optimizer
-    (which lowers its scale) instead of stopping the run. Each step's loss (before its update)
-    and global gradient norm (before clipping, float64, unscaled) are recorded.
+    The one monitored training loop of gradlab (:func:`train_mlp` is a view of it); each step
+    is the core's step (:func:`gradlab.core.train_step`). The loss is ``loss(y, y_pred)``, else
+    the model's compiled loss, else the mean squared error in the model's dtype, plus
+    ``model.losses`` (:func:`gradlab.core.resolve_loss`); ``sample_weight`` weighs the examples
+    as ``fit`` does. ``x`` and ``y`` may be NumPy arrays of any float dtype (converted as ``fit``
+    converts them); NaN/inf in the data is a ``ValueError`` about the data. An eager tape first
+    finds the variables whose gradient is ``None``; they are left out of the updates (with
+    ``stop_on_none`` the run stops there). That probe is a training-mode pass, so everything it
+    touches is put back: ``steps=n`` moves BatchNorm statistics, dropout seeds and trackers
+    exactly as ``n`` steps of ``fit``. An optimizer already built for another model's variables
+    is a ``ValueError``. Each step clips with ``clip`` (a number ``t`` clips the global norm at
+    ``t``; any ``(mode, t)`` of :func:`gradlab.clip_gradients` works) and, with
+    ``stop_on_nonfinite``, stops at the first NaN/inf loss or gradient *without* applying that
+    step. A ``mixed_float16`` model trains as in ``fit``: its optimizer is wrapped in a
+    ``LossScaleOptimizer`` unless it is one, the loss is scaled and a step whose scaled float16
+    gradients overflow is skipped by the optimizer (which lowers its scale) instead of stopping
+    the run. Each step's loss (before its update) and global gradient norm (before clipping,
+    float64, unscaled) are recorded. ``progress`` (``None``: on in a notebook) shows a bar
+    ``step k/n`` (:class:`gradlab.progress.Progress`).
 
     The steps run as one ``tf.function``; with ``monitor_signals`` they run eagerly through
     :func:`gradlab.reports.gradients.dense_signal_pass` and record every hidden Dense layer's signal norm
     (Dense models only). The model is trained in place; build a fresh optimizer for each model.
     """
+    setup = _setup_run(model, x, y, optimizer=optimizer, steps=steps, loss=loss, sample_weight=sample_weight,
+                       clip=clip, flags=dict(stop_on_nonfinite=stop_on_nonfinite, stop_on_none=stop_on_none,
+                                             monitor_signals=monitor_signals), progress=progress)
+    first_loss, grads = _probe_gradients(setup)
+    variables = setup.variables
+    none = tuple(core.variable_path(v) for v, g in zip(variables, grads, strict=True) if g is None)
+    trainable = [v for v, g in zip(variables, grads, strict=True) if g is not None]
+    if (stop_on_none and none) or not trainable:
+        gnorm = float(core.global_norm(grads).numpy())
+        return TrainingRun((float(first_loss.numpy()),), (gnorm,), none, None, setup.steps)
+    if not setup.optimizer.built:
+        setup.optimizer.build(trainable)
+    make = _monitored_step if monitor_signals else _compiled_step
+    losses, norms, signals, stopped = _run_loop(setup, make(setup, trainable))
+    return TrainingRun(tuple(losses), tuple(norms), none, stopped, setup.steps, tuple(signals))
+
+
+@dataclasses.dataclass
+class _Run:
+    """What :func:`train_steps` validated: the inputs every stage of the run uses."""
+
+    model: object
+    x: object
+    y: object
+    sw: object
+    loss: core.Loss
+    optimizer: object
+    steps: int
+    clip: tuple | None
+    variables: list
+    stop_on_nonfinite: bool
+    progress: bool
+
+    @property
+    def scaled(self) -> bool:
+        return core.loss_scale(self.optimizer) is not None
+
+
+def _setup_run(model, x, y, *, optimizer, steps, loss, sample_weight, clip, flags, progress) -> _Run:
+    """Validation: every argument checked, the batch converted, the model built (stage 1)."""
     core.check_model(model)
-    loss = core.resolve_loss(model, loss_fn)
+    loss = core.resolve_loss(model, loss)
     optimizer = core.fit_optimizer(model, optimizer)
     steps = check_int("steps", steps, 1, 100_000)
     clip = core.check_clip(clip)
-    if clip_global_norm is not None:
-        clip_global_norm = check_positive("clip_global_norm", clip_global_norm)
-        if clip is not None:
-            raise ValueError("give clip_global_norm or clip, not both")
-        clip = ("global_norm", clip_global_norm)
-    for flag_name, flag in (("stop_on_nonfinite", stop_on_nonfinite), ("stop_on_none", stop_on_none),
-                            ("monitor_signals", monitor_signals), ("progress", progress)):
+    for flag_name, flag in flags.items():
         _check_flag(flag_name, flag)
-    if progress_every is not None:
-        progress_every = check_int("progress_every", progress_every, 1)
+    progress = check_progress(progress)
     x, y = core.coerce_batch(model, x, y)
     sw = core.coerce_sample_weight(sample_weight, y)
     if not model.built:
@@ -166,69 +195,79 @@ def train_steps(
     if data:
         raise ValueError("the data is not finite: " + "; ".join(data) +
                          ". Clean the batch first (this is a data problem, not a model problem)")
-    scaled = core.loss_scale(optimizer) is not None
     core.check_optimizer(optimizer, variables)
-    # The probe that finds the None gradients is a training-mode pass: put everything back
-    # (BatchNorm moving statistics, dropout seed, trackers), so that n steps here are n of fit.
-    saved = core.snapshot(model, optimizer)
+    return _Run(model, x, y, sw, loss, optimizer, steps, clip, variables, flags["stop_on_nonfinite"], progress)
+
+
+def _probe_gradients(run: _Run):
+    """The eager probe that finds the ``None`` gradients (stage 2). It is a training-mode pass,
+    so everything is put back (BatchNorm moving statistics, dropout seed, trackers): n steps
+    here are n of ``fit``."""
+    saved = core.snapshot(run.model, run.optimizer)
     try:
-        with tf.GradientTape() as tape:
-            y_pred = model(x, training=True)
-            loss.check(y, y_pred, sw)
-            first_loss = loss(x, y, y_pred, True, sw)
-        grads = core.compute_gradients(tape, first_loss, variables, optimizer)
+        return core.loss_and_gradients(run.model, run.x, run.y, loss=run.loss, variables=run.variables,
+                                       optimizer=run.optimizer, training=True, sample_weight=run.sw)
     finally:
         core.restore(saved)
-    none = tuple(core.variable_path(v) for v, g in zip(variables, grads, strict=True) if g is None)
-    trainable = [v for v, g in zip(variables, grads, strict=True) if g is not None]
-    if (stop_on_none and none) or not trainable:
-        gnorm = float(core.global_norm(grads).numpy())
-        return TrainingRun((float(first_loss.numpy()),), (gnorm,), none, None, int(steps))
-    if not optimizer.built:
-        optimizer.build(trainable)
+
+
+def _compiled_step(run: _Run, trainable: list):
+    """One ``tf.function`` of the core's whole step; returns ``(loss, global norm, ())``."""
 
     @tf.function
     def step(x, y, sw):
-        with tf.GradientTape() as tape:
-            value = loss(x, y, model(x, training=True), True, sw)
-        grads = core.compute_gradients(tape, value, trainable, optimizer)
-        out = core.apply_update(optimizer, grads, trainable, clip=clip, check_finite=stop_on_nonfinite)
-        return value, out["global_norm"]
+        out = core.train_step(run.model, run.optimizer, x, y, loss=run.loss, variables=trainable, clip=run.clip,
+                              check_finite=run.stop_on_nonfinite, sample_weight=sw)
+        return out["loss"], out["global_norm"]
 
-    def monitored(x, y, sw):
-        p = dense_signal_pass(model, x, y, loss=loss, training=True, optimizer=optimizer, sample_weight=sw)
+    def call():
+        value, norm = step(run.x, run.y, run.sw)
+        return value, norm, None
+
+    return call
+
+
+def _monitored_step(run: _Run, trainable: list):
+    """The eager step through :func:`dense_signal_pass`, recording each hidden Dense layer's signal."""
+
+    def call():
+        p = dense_signal_pass(run.model, run.x, run.y, loss=run.loss, training=True, optimizer=run.optimizer,
+                              sample_weight=run.sw)
         index = {id(v): i for i, v in enumerate(p.variables)}
         grads = [p.grads[index[id(v)]] for v in trainable]
         signal = np.array([core.true_norm(g) if g is not None else 0.0 for g in p.signals], dtype=np.float64)
         norm = core.global_norm(grads)
-        if stop_on_nonfinite and not scaled and not (
+        if run.stop_on_nonfinite and not run.scaled and not (
                 math.isfinite(float(p.loss.numpy())) and math.isfinite(float(norm.numpy()))):
             return p.loss, norm, signal
-        core.apply_update(optimizer, grads, trainable, clip=clip, check_finite=stop_on_nonfinite)
+        core.apply_update(run.optimizer, grads, trainable, clip=run.clip, check_finite=run.stop_on_nonfinite)
         return p.loss, norm, signal
 
-    every = progress_every or max(1, steps // 5)
+    return call
+
+
+def _run_loop(run: _Run, step):
+    """Take the steps, record each one's loss and norm, stop at the first non-finite one (stage 3)."""
     losses: list[float] = []
     norms: list[float] = []
     signals: list[np.ndarray] = []
     stopped = None
-    for i in range(1, int(steps) + 1):
-        if monitor_signals:
-            value, gnorm, signal = monitored(x, y, sw)
+    scaled = run.scaled
+    bar = Progress(run.steps, _("training steps"), enabled=run.progress)
+    for i in range(1, run.steps + 1):
+        value, gnorm, signal = step()
+        if signal is not None:
             signals.append(signal)
-        else:
-            value, gnorm = step(x, y, sw)
         losses.append(float(value.numpy()))
         norms.append(float(gnorm.numpy()))
+        bar.update()
         finite = math.isfinite(losses[-1]) and (math.isfinite(norms[-1]) or scaled)
-        if progress and (i % every == 0 or i == steps or not finite):
-            print(_progress_line(i, steps, losses[-1], norms[-1]))
-        if stop_on_nonfinite and not finite:
+        if run.stop_on_nonfinite and not finite:
             stopped = i
-            if progress:
-                print(_("stopped at step {step}: the loss or a gradient is not finite").format(step=i))
+            bar.close(_("stopped at step {step}: the loss or a gradient is not finite").format(step=i))
             break
-    return TrainingRun(tuple(losses), tuple(norms), none, stopped, int(steps), tuple(signals))
+    bar.close()
+    return losses, norms, signals, stopped
 
 
 @dataclasses.dataclass
@@ -247,8 +286,9 @@ class TrainingHistory:
         return np.vstack(self.signal_norms)
 
 
+@renamed_keywords(progress_every="progress")
 def train_mlp(model, x, y, *, optimizer, steps: int = 50, clip=None, stop_on_nonfinite: bool = True,
-              progress: bool = True, progress_every: int | None = None, sample_weight=None) -> TrainingHistory:
+              progress: bool | None = None, sample_weight=None) -> TrainingHistory:
     """A short training run that monitors every Dense layer's gradient signal (chapter 01).
 
     A thin view of :func:`train_steps` with ``monitor_signals=True``: each step takes one tape
@@ -256,12 +296,12 @@ def train_mlp(model, x, y, *, optimizer, steps: int = 50, clip=None, stop_on_non
     per-layer signal norms and the global gradient norm, clips the gradients with ``clip`` and
     applies them with ``optimizer`` (a mixed-precision model gets its loss scaled, as in
     ``fit``). A non-finite loss or gradient stops the run (``stop_on_nonfinite``) before that
-    step is applied, because clipping cannot repair NaN. With ``progress`` a text progress bar
-    is printed a few times during the run; ``sample_weight`` weighs the examples as ``fit`` does.
+    step is applied, because clipping cannot repair NaN. ``progress`` (``None``: on in a
+    notebook) shows a bar ``step k/n``; ``sample_weight`` weighs the examples as ``fit`` does.
     """
     run = train_steps(model, x, y, optimizer=optimizer, steps=steps, clip=clip,
                       stop_on_nonfinite=stop_on_nonfinite, monitor_signals=True,
-                      progress=progress, progress_every=progress_every, sample_weight=sample_weight)
+                      progress=progress, sample_weight=sample_weight)
     return TrainingHistory(
         losses=list(run.losses),
         signal_norms=[np.asarray(s, dtype=np.float64) for s in run.signal_norms],
@@ -311,28 +351,17 @@ class TrainStep:
     def _check_eagerly(self, x, y, sample_weight) -> None:
         """Run the step's loss and gradients once eagerly, before the ``tf.function`` traces, so
         that a mistake is a short ``ValueError`` (not one wrapped in an "in user code" traceback):
-        a ``y`` that would broadcast or does not fit the loss, a ``loss_fn`` that returns one
+        a ``y`` that would broadcast or does not fit the loss, a ``loss`` that returns one
         value per example, a variable whose gradient is ``None``. Everything is put back."""
         model = self.model
-        n = core.example_count(x)
-        if model.distribute_strategy.num_replicas_in_sync > 1:
-            # one example in inference mode (no state changes): the shape checks only
-            saved = core.snapshot(model, weights=False)
-            try:
-                pred = model(tf.nest.map_structure(lambda t: t[:1], x), training=False)
-            finally:
-                core.restore(saved)
-            self._loss.check(y, tf.nest.map_structure(
-                lambda p: tf.TensorSpec([n, *p.shape[1:]], p.dtype), pred), sample_weight)
+        if model.distribute_strategy.num_replicas_in_sync > 1:  # the shape checks only
+            core.check_batch(model, x, y, loss=self._loss, sample_weight=sample_weight)
             return
         variables = list(model.trainable_variables)
         saved = core.snapshot(model)
         try:
-            with tf.GradientTape() as tape:
-                pred = model(x, training=True)
-                self._loss.check(y, pred, sample_weight)
-                value = self._loss(x, y, pred, True, sample_weight)
-            grads = tape.gradient(value, variables)
+            _value, grads = core.loss_and_gradients(model, x, y, loss=self._loss, variables=variables,
+                                                    training=True, sample_weight=sample_weight)
         finally:
             core.restore(saved)
         missing = [core.variable_path(v) for v, g in zip(variables, grads, strict=True) if g is None]
@@ -351,23 +380,26 @@ class TrainStep:
         return f"TrainStep({self.model.name}: traced {self.experimental_get_tracing_count()} times)"
 
 
+@renamed_keywords(loss_fn="loss", clip_global_norm="clip")
 def make_train_step(
     model,
     optimizer,
     *,
-    loss_fn: Callable | None = None,
-    clip_global_norm: float | None = None,
+    loss: Callable | None = None,
+    clip=None,
     check_finite: bool = True,
     jit_compile: bool = False,
     reduce_retracing: bool = False,
 ):
     """One ``tf.function`` training step with clipping, a non-finite check and per-layer norms (chapter 03).
 
-    ``step(x, y)`` (or ``step(x, y, sample_weight)``) runs the model on ``x`` under a
-    ``GradientTape``, takes the gradient of the loss (``loss_fn(y, y_pred)``, else the
-    model's compiled loss, else the mean squared error, plus ``model.losses``; ``sample_weight``
-    weighs the examples as ``fit`` does), rescales the gradients together when their global
-    norm exceeds ``clip_global_norm``, and applies them with ``optimizer``. With
+    ``step(x, y)`` (or ``step(x, y, sample_weight)``) is the core's step
+    (:func:`gradlab.core.train_step`'s parts): it runs the model on ``x`` under a
+    ``GradientTape``, takes the gradient of the loss (``loss(y, y_pred)``, else the model's
+    compiled loss, else the mean squared error, plus ``model.losses``; ``sample_weight`` weighs
+    the examples as ``fit`` does), clips with ``clip`` (a number ``t`` rescales the gradients
+    together when their global norm exceeds ``t``; or any ``(mode, t)`` of
+    :func:`gradlab.clip_gradients`), and applies them with ``optimizer``. With
     ``check_finite=True`` a step whose gradients hold NaN or inf is skipped (the weights stay as
     they were) instead of poisoning the weights. The check is a tensor computed in the graph,
     so it also works under ``jit_compile=True``, where ``tf.debugging.check_numerics`` and
@@ -384,7 +416,7 @@ def make_train_step(
     ``ValueError`` naming the argument instead of an error wrapped in the ``tf.function``'s
     "in user code" traceback: a ``y`` that does not fit the loss (one-hot ``y`` for a
     ``SparseCategoricalCrossentropy``, labels outside the classes, a shape that would
-    broadcast), a ``loss_fn`` that returns one value per example, a variable whose gradient is
+    broadcast), a ``loss`` that returns one value per example, a variable whose gradient is
     ``None``. An optimizer built for another model's variables is a ``ValueError`` here.
 
     A model built under a ``tf.distribute`` strategy with several replicas (chapter 08) gets a
@@ -398,9 +430,8 @@ def make_train_step(
     _check_model_for_step(model)
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         raise ValueError(f"optimizer must be a keras.optimizers.Optimizer, got {type(optimizer).__name__}")
-    loss = core.resolve_loss(model, loss_fn)
-    clip_global_norm = check_positive("clip_global_norm", clip_global_norm, allow_none=True)
-    clip = None if clip_global_norm is None else ("global_norm", clip_global_norm)
+    loss = core.resolve_loss(model, loss)
+    clip = core.check_clip(clip)
     for name, flag in (("check_finite", check_finite), ("jit_compile", jit_compile),
                        ("reduce_retracing", reduce_retracing)):
         _check_flag(name, flag)
@@ -408,20 +439,28 @@ def make_train_step(
     variables = list(model.trainable_variables)
     core.check_optimizer(optimizer, variables)  # built for another model: a clear ValueError now
     strategy = model.distribute_strategy  # chapter 08: the strategy the model was built under
-    replicas = strategy.num_replicas_in_sync
     if not optimizer.built:
         with strategy.scope():
             optimizer.build(variables)
+    train_step = _step_function(model, optimizer, loss, variables, clip, check_finite)
+    options = dict(jit_compile=jit_compile, reduce_retracing=reduce_retracing)
+    if strategy.num_replicas_in_sync == 1:
+        fn = tf.function(train_step, **options)
+        return TrainStep(model, fn, fn, train_step, loss)
+    step, split_and_step = _distributed(strategy, train_step, options)
+    return TrainStep(model, split_and_step, step, train_step, loss)
+
+
+def _step_function(model, optimizer, loss, variables, clip, check_finite):
+    """The Python step :func:`make_train_step` traces: the core's parts, with a ``None`` check
+    between the gradients and the update."""
     groups = core.layer_groups(model)
 
     def train_step(x, y, sample_weight=None):
-        with tf.GradientTape() as tape:
-            y_pred = model(x, training=True)
-            loss.check(y, y_pred)  # at trace time: a y that would broadcast is a ValueError
-            # Under a strategy each replica's value is its share of the global-batch loss (the
-            # core's losses divide by the replicas, as Keras's do): their sum is the global mean.
-            value = loss(x, y, y_pred, True, sample_weight)
-        grads = core.compute_gradients(tape, value, variables, optimizer)  # loss scaled, unscaled
+        # Under a strategy each replica's value is its share of the global-batch loss (the
+        # core's losses divide by the replicas, as Keras's do): their sum is the global mean.
+        value, grads = core.loss_and_gradients(model, x, y, loss=loss, variables=variables, optimizer=optimizer,
+                                               training=True, sample_weight=sample_weight)
         if any(g is None for g in grads):
             missing = [core.variable_path(v) for v, g in zip(variables, grads, strict=True) if g is None]
             raise ValueError(f"the loss does not depend on these variables: {missing}")
@@ -430,9 +469,11 @@ def make_train_step(
         out["grad_norms"] = core.group_norms(out.pop("grads"), groups)
         return out
 
-    if replicas == 1:
-        fn = tf.function(train_step, jit_compile=jit_compile, reduce_retracing=reduce_retracing)
-        return TrainStep(model, fn, fn, train_step, loss)
+    return train_step
+
+
+def _distributed(strategy, train_step, options):
+    """The step on every replica (``strategy.run``), and the call that splits a global batch first."""
 
     def distributed_step(x, y, sample_weight=None):
         args = (x, y) if sample_weight is None else (x, y, sample_weight)
@@ -441,7 +482,7 @@ def make_train_step(
         out["loss"] = strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica["loss"], axis=None)
         return out
 
-    step = tf.function(distributed_step, jit_compile=jit_compile, reduce_retracing=reduce_retracing)
+    step = tf.function(distributed_step, **options)
 
     def split_and_step(x, y, sample_weight=None):
         """Split a whole global batch evenly over the replicas, then run the step."""
@@ -450,4 +491,4 @@ def make_train_step(
             return step(*parts)
         return step(x, y, sample_weight)
 
-    return TrainStep(model, split_and_step, step, train_step, loss)
+    return step, split_and_step

@@ -21,10 +21,11 @@ import numpy as np
 
 from .. import core
 from .._env import quiet_import_tensorflow
-from .._validate import check_choice, check_int, check_positive
+from .._validate import check_choice, check_int, check_positive, renamed_keywords
 from ..engines.transformer import TransformerGradientEngine
 from ..i18n import _
 from ..models.transformer import MAX_LAYERS, NORM_POSITIONS, markov_tokens
+from ..progress import Progress, check_progress
 from ..topics import tracing
 
 tf = quiet_import_tensorflow()
@@ -125,7 +126,7 @@ class TrainingRuns:
     tests check both against the Keras model), held in variables that Keras's ``Adam`` updates
     through :func:`gradlab.core.apply_update`. That keeps one run of a few hundred steps to a
     few seconds; the learning rate of each step is an input of the one traced step.
-    ``runs.run(learning_rate, warmup_steps=..., clip_norm=...)`` restores the initial weights,
+    ``runs.run(learning_rate, warmup_steps=..., clip=...)`` restores the initial weights,
     resets Adam and trains ``steps`` steps, each on the next batch of a fixed stream of
     :func:`gradlab.models.transformer.markov_tokens` batches; at the 1-based steps in ``outliers``
     the batch's targets are uniform random tokens instead (a corrupted batch, the cause of a
@@ -164,6 +165,7 @@ class TrainingRuns:
         self.name = _("{position}-LN, {blocks} blocks").format(position=norm_position, blocks=num_layers)
         self.optimizer = keras.optimizers.Adam(0.0)
         self.optimizer.build(self.variables)
+        self._start = core.snapshot_variables(self.variables, self.optimizer)  # what every run starts from
         self._steps: dict = {}
         self._cache: dict = {}
 
@@ -198,61 +200,81 @@ class TrainingRuns:
         return tracing.total_tracing_count(self._steps.values())
 
     def _reset(self) -> None:
-        for v, t in zip(self.variables, self._initial, strict=True):
-            v.assign(t)
-        for v in self.optimizer.variables:
-            v.assign(tf.zeros_like(v))
+        """Back to the initial weights and a fresh Adam (the core's restore)."""
+        core.restore(self._start)
 
-    def _key(self, learning_rate, warmup_steps, clip_norm, clip, steps):
+    def _key(self, learning_rate, warmup_steps, clip, steps):
         learning_rate = check_positive("learning_rate", learning_rate)
         steps = self.steps if steps is None else check_int("steps", steps, 1, self.steps)
         warmup_steps = check_int("warmup_steps", warmup_steps, 0, steps)
-        clip_norm = check_positive("clip_norm", clip_norm, allow_none=True)
-        clip = core.check_clip(clip)
-        if clip_norm is not None:
-            if clip is not None:
-                raise ValueError("give clip_norm or clip, not both")
-            clip = ("global_norm", clip_norm)
-        return (learning_rate, warmup_steps, clip, steps)
+        return (learning_rate, warmup_steps, core.check_clip(clip), steps)
 
-    def cached(self, learning_rate: float = 1e-3, warmup_steps: int = 0, clip_norm: float | None = None, *,
-               clip=None, steps: int | None = None) -> TrainingCurve | None:
+    @renamed_keywords(clip_norm="clip")
+    def cached(self, learning_rate: float = 1e-3, warmup_steps: int = 0, clip=None, *,
+               steps: int | None = None) -> TrainingCurve | None:
         """The run of :meth:`run` with these arguments if it has been run, else ``None``."""
-        return self._cache.get(self._key(learning_rate, warmup_steps, clip_norm, clip, steps))
+        return self._cache.get(self._key(learning_rate, warmup_steps, clip, steps))
 
-    def run(self, learning_rate: float = 1e-3, warmup_steps: int = 0, clip_norm: float | None = None, *,
-            clip=None, steps: int | None = None,
-            progress: Callable[[int, int], None] | None = None) -> TrainingCurve:
-        """Train from the initial weights; ``progress(step, steps)`` is called after each step.
+    @renamed_keywords(clip_norm="clip")
+    def run(self, learning_rate: float = 1e-3, warmup_steps: int = 0, clip=None, *, steps: int | None = None,
+            progress: bool | None = None, on_step: Callable[[int, int], None] | None = None) -> TrainingCurve:
+        """Train from the initial weights (chapter 09).
 
-        ``clip_norm=t`` clips the global norm at ``t`` (``clip=("global_norm", t)``); ``clip``
-        takes any mode of :func:`gradlab.clip_gradients`.
+        ``clip`` is the one clip keyword of gradlab: a number ``t`` clips the global norm at ``t``
+        (``("global_norm", t)``), or any ``(mode, t)`` of :func:`gradlab.clip_gradients`.
+        ``progress`` (``None``: on in a notebook) shows a bar ``step k/n``; ``on_step(step, steps)``
+        is called after each step (an explorer's own progress bar).
         """
-        key = self._key(learning_rate, warmup_steps, clip_norm, clip, steps)
+        key = self._key(learning_rate, warmup_steps, clip, steps)
+        if on_step is not None and not callable(on_step):
+            raise ValueError(f"on_step must be None or a callable on_step(step, steps); got {on_step!r}")
         learning_rate, warmup_steps, clip, steps = key
+        bar = Progress(steps, _("training steps"), enabled=check_progress(progress))
         if key in self._cache:
-            if progress is not None:
-                progress(steps, steps)
+            if on_step is not None:
+                on_step(steps, steps)
+            bar.update(steps)
+            bar.close()
             return self._cache[key]
         schedule = warmup_schedule(learning_rate, warmup_steps, steps)
         rates = np.array([float(schedule(i)) for i in range(steps)], dtype=np.float64)
         self._reset()
-        step = self._step(clip)
-        losses = np.full(steps, np.nan)
-        norms = np.full(steps, np.nan)
-        for i in range(steps):
-            loss, norm, finite = step(self.x[i], self.y[i], tf.constant(rates[i], tf.float32))
-            losses[i], norms[i] = float(loss.numpy()), float(norm.numpy())
-            if progress is not None:
-                progress(i + 1, steps)
-            if not (bool(finite.numpy()) and math.isfinite(losses[i])):
-                break
+        losses, norms = self._train(self._step(clip), rates, on_step, bar)
         label = (_("{name}, lr {lr}, warmup {warmup}") if warmup_steps else _("{name}, lr {lr}")).format(
             name=self.name, lr=f"{learning_rate:.3g}", warmup=warmup_steps)
         curve = TrainingCurve(label, losses, norms, rates, clip)
         self._cache[key] = curve
         self._reset()
         return curve
+
+    def _train(self, step, rates, on_step, bar):
+        """The steps of one run; a non-finite loss or gradient stops it (the rest stays NaN)."""
+        steps = rates.size
+        losses = np.full(steps, np.nan)
+        norms = np.full(steps, np.nan)
+        for i in range(steps):
+            loss, norm, finite = step(self.x[i], self.y[i], tf.constant(rates[i], tf.float32))
+            losses[i], norms[i] = float(loss.numpy()), float(norm.numpy())
+            if on_step is not None:
+                on_step(i + 1, steps)
+            bar.update()
+            if not (bool(finite.numpy()) and math.isfinite(losses[i])):
+                break
+        bar.close()
+        return losses, norms
+
+    def sweep(self, learning_rates, warmup_steps: int = 0, clip=None, *, steps: int | None = None,
+              progress: bool | None = None) -> dict:
+        """``{learning_rate: TrainingCurve}``: one :meth:`run` per rate, with a bar ``run k/n`` (chapter 09)."""
+        rates = list(learning_rates)
+        if not rates:
+            raise ValueError("learning_rates must hold at least one learning rate")
+        out = {}
+        with Progress(len(rates), _("learning-rate sweep"), enabled=check_progress(progress)) as bar:
+            for lr in rates:
+                out[lr] = self.run(lr, warmup_steps, clip, steps=steps, progress=False)
+                bar.update(note=_("lr {lr}").format(lr=f"{lr:.3g}"))
+        return out
 
 
 def _flat(weights: dict) -> list:

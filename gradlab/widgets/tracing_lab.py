@@ -7,10 +7,9 @@ import time
 import ipywidgets as widgets
 import numpy as np
 
-from ..core import mean_squared_error
 from ..i18n import N_, _
 from ..plots.tracing import RETRACE_COLOR, CallTimePlot
-from ..topics.tracing import tf
+from ..topics.tracing import sgd_step_function, tf
 from .base import Explorer, css
 
 __all__ = ["TracingLab"]
@@ -18,20 +17,6 @@ __all__ = ["TracingLab"]
 MODES = ("python float", "tensor")
 #: The toggle buttons' labels (the status line keeps the mode's code name).
 MODE_LABELS = {"python float": N_("python float"), "tensor": N_("tensor")}
-
-
-def _make_step(x, y, w0):
-    """One SGD step of a small linear least-squares model from fixed weights; returns the new loss."""
-
-    def sgd_step(learning_rate):
-        w = tf.identity(w0)
-        with tf.GradientTape() as tape:
-            tape.watch(w)
-            loss = mean_squared_error(y, x @ w)  # the core's loss, one implementation
-        w_next = w - learning_rate * tape.gradient(loss, w)
-        return mean_squared_error(y, x @ w_next)
-
-    return tf.function(sgd_step)
 
 
 class TracingLab(Explorer):
@@ -138,7 +123,7 @@ class TracingLab(Explorer):
 
     # --------------------------------------------------------------------- internals
     def _new_functions(self) -> None:
-        self._functions = {m: _make_step(self._x, self._y, self._w0) for m in MODES}
+        self._functions = {m: sgd_step_function(self._x, self._y, self._w0) for m in MODES}
         self._times = {m: [] for m in MODES}
         self._traced = {m: [] for m in MODES}
 

@@ -125,9 +125,9 @@ class TransformerExplorer(ClipControls, Explorer):
         def tick(step, steps):
             self.progress.value = done + step
 
-        warm = trainer.run(warmup_steps=self.warmup_steps.value, progress=tick, **self._setting())
+        warm = trainer.run(warmup_steps=self.warmup_steps.value, progress=False, on_step=tick, **self._setting())
         done = self.steps
-        plain = trainer.run(warmup_steps=0, progress=tick, **self._setting())
+        plain = trainer.run(warmup_steps=0, progress=False, on_step=tick, **self._setting())
         self.progress.value = 2 * self.steps
         self._on_change()
         return warm, plain
