@@ -244,7 +244,10 @@ def test_a_random_function_is_called_random_not_a_kink(where):
     slopes of about +-1280 (float32 steps); evaluated twice at the same point, it differs."""
     keras.utils.set_random_seed(0)
     drop = keras.layers.Dropout(0.5)
-    fn = (lambda t: drop(t, training=True))
+
+    def fn(t):
+        return drop(t, training=True)
+
     if where == "tf.function":
         fn = tf.function(fn)
     r = check_gradient(fn, tf.constant([0.3, -1.2, 2.5, 0.7, 1.1, -0.4]))
