@@ -352,8 +352,9 @@ ys_all = tf.random.stateless_normal([max(batch_sizes), 1], seed=[3, 2])
 times = {"loop": [], "vectorized_map": [], "jacobian": []}
 for b in batch_sizes:
     for method in times:
-        gl.per_example_gradients(model, xs_all[:b], ys_all[:b], method=method)  # trace
-        call = lambda b=b, method=method: gl.per_example_gradients(model, xs_all[:b], ys_all[:b], method=method)  # noqa: E731
+        gl.per_example_gradients(model, xs_all[:b], ys_all[:b], method=method, progress=False)  # trace
+        call = lambda b=b, method=method: gl.per_example_gradients(  # noqa: E731
+            model, xs_all[:b], ys_all[:b], method=method, progress=False)  # no bar inside the timing
         best = min(timeit.repeat(call, number=1, repeat=3))
         times[method].append(best)
 for method, values in times.items():
@@ -377,9 +378,9 @@ plot_method_times(batch_sizes, times)
 # %%
 agree = []
 for b in batch_sizes:
-    ref = gl.per_example_gradients(model, xs_all[:b], ys_all[:b], method="loop")
+    ref = gl.per_example_gradients(model, xs_all[:b], ys_all[:b], method="loop", progress=False)
     for method in ("vectorized_map", "jacobian"):
-        got = gl.per_example_gradients(model, xs_all[:b], ys_all[:b], method=method)
+        got = gl.per_example_gradients(model, xs_all[:b], ys_all[:b], method=method, progress=False)
         agree.append(max(float(tf.reduce_max(tf.abs(g - r))) for g, r in zip(got, ref)) < 1e-5)
 print("every method agrees with the loop at every batch size:", all(agree))
 
