@@ -172,8 +172,8 @@ class GradientCheck:
         return join_sentences(head, _("({n} more input elements are at a kink.)").format(n=more)) if more else head
 
     def _random(self) -> str:
-        return _("⚠️ f is not deterministic: two evaluations at the same xs differ (by {diff} of its largest "
-                 "value), so finite differences would measure the noise, not a slope, and the check cannot "
+        return _("⚠️ f is not deterministic: two evaluations at the same xs differ (their largest difference is "
+                 "{diff}× the largest |f|), so finite differences would measure the noise, not a slope, and the check cannot "
                  "verify the gradient. Random layers in training mode (Dropout, GaussianNoise with "
                  "training=True) and unseeded tf.random ops do this: check with training=False, or with the "
                  "randomness fixed (a stateless op with a fixed seed).").format(
