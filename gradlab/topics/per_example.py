@@ -304,7 +304,8 @@ def _build(model, x) -> list:
     if not model.built:
         flat = tf.nest.flatten(x)
         if isinstance(model, keras.Sequential) and len(flat) == 1:
-            model.build((None, *flat[0].shape[1:]))
+            with contextlib.suppress(ValueError, TypeError):  # a symbolic build Keras refuses: call it below
+                model.build((None, *flat[0].shape[1:]))
         if not model.built or not model.variables:
             model(_one(x, 0), training=False)  # eagerly, so no variable is created while tracing
     variables = model.trainable_variables
