@@ -176,7 +176,22 @@ def test_theory_is_none_where_not_implemented(engine):
 
 def test_presets_reproduce_the_papers(engine):
     assert len(presets.PRESETS) >= 6
-    got = {k: presets.run_preset(k, engine)[1].measured for k in presets.PRESETS}
+    results = {k: presets.run_preset(k, engine)[1] for k in presets.PRESETS}
+    got = {k: r.measured for k, r in results.items()}
+    # the verdict tells close agreement (a ratio within 2x) from the same order of magnitude (within 10x)
+    for key, r in results.items():
+        if r.preset.quantity != "ratio":
+            continue
+        factor = max(r.measured / r.preset.paper_value, r.preset.paper_value / r.measured)
+        verdict = gl.reports.advice.compare_with_paper(r).verdict
+        if factor < 1.05:
+            assert verdict == "agrees", (key, verdict)
+        elif factor <= 2:
+            assert verdict == f"agrees closely (×{factor:.2g})", (key, verdict)
+        else:
+            assert verdict.startswith(f"same order of magnitude (×{factor:.2g})") == (factor <= 10), (key, verdict)
+    assert "closely" in gl.reports.advice.compare_with_paper(results["he2015_xavier"]).verdict
+    assert "same order of magnitude" in gl.reports.advice.compare_with_paper(results["he2016_residual"]).verdict
     assert got["he2015_xavier"] == pytest.approx(2.0**-14.5, rel=0.6)
     assert 0.3 < got["he2015_he"] < 3
     assert got["glorot2010_standard"] < 0.6 < got["glorot2010_normalized"]

@@ -390,7 +390,16 @@ def test_preset_comparison_words():
     assert not words("micikevicius2018_fp16", 0).agrees
     assert words("micikevicius2018_scaled", 0).agrees and not words("micikevicius2018_scaled", 2).agrees
     assert words("saxe2014", 1.0).verdict == "agrees"
-    assert words("he2015_he", 0.58).agrees and "factor of 1.7" in words("he2015_he", 0.58).verdict
+    assert words("he2015_he", 0.58).agrees and words("he2015_he", 0.58).verdict == "agrees closely (×1.7)"
+    # issue 29: a 1.5x and a 9.4x agreement no longer read the same
+    close, loose = words("he2015_xavier", 2.95e-5), words("he2016_residual", 9.38)
+    assert (close.closeness, close.verdict) == ("close", "agrees closely (×1.5)")
+    assert (loose.closeness, loose.verdict) == ("tolerance", "same order of magnitude (×9.4), not close")
+    assert close.agrees and loose.agrees and "closely" not in loose.verdict
+    assert words("he2015_he", 2.5).closeness == "tolerance" and words("he2015_he", 1.9).closeness == "close"
+    assert words("he2015_he", 11.0).verdict == "differs by a factor of 11" and not words("he2015_he", 11.0).agrees
+    assert words("glorot2010_normalized", 0.737).verdict == "within ±30% (×1.4), not close"
+    assert words("glorot2010_standard", 0.489).verdict == "agrees closely (×1.2)"
     assert not words("he2015_xavier", 1.0).agrees  # 1 against 4.3e-5: a factor of 23,000
     assert not words("glorot2010_normalized", 0.5).agrees and words("pennington2017", 0.975).agrees
     assert not words("klambauer2017", float("nan")).agrees
@@ -441,6 +450,61 @@ def _check_advice(a, settings, labels, shown, where):
         assert "residual connection" not in a.fix, where
 
 
+def _keras_variance(name: str, n: int) -> float:
+    """Var W of a square n x n kernel from the Keras initializer's own definition (its config),
+    independently of gradlab.reports.advice: VarianceScaling's scale over fan_in, fan_out or
+    fan_avg (all n here), a uniform limit sqrt(3 scale / n) or a normal's stddev sqrt(scale / n)
+    (truncated at 2 stddev: stddev divided by .8796 and the truncation's variance factor
+    1 - 4 phi(2) / (Phi(2) - Phi(-2))); RandomNormal's stddev**2; Orthogonal gain**2 / n; Zeros 0."""
+    import math
+
+    init = gl.models.mlp.make_initializer(name)
+    config = init.get_config()
+    if type(init).__name__ == "Zeros":
+        return 0.0
+    if type(init).__name__ == "RandomNormal":
+        return config["stddev"] ** 2
+    if type(init).__name__ in ("Orthogonal", "OrthogonalInitializer"):
+        return config.get("gain", 1.0) ** 2 / n
+    # a VarianceScaling subclass (HeNormal, GlorotUniform, ...) holds its definition as attributes
+    fan = {"fan_in": n, "fan_out": n, "fan_avg": (n + n) / 2}[init.mode]
+    scale = init.scale / fan
+    if init.distribution == "uniform":
+        return (math.sqrt(3 * scale)) ** 2 / 3
+    if init.distribution == "untruncated_normal":
+        return scale
+    phi2 = math.exp(-2) / math.sqrt(2 * math.pi)
+    truncation = 1 - 2 * 2 * phi2 / math.erf(2 / math.sqrt(2))
+    return (math.sqrt(scale) / 0.87962566103423978) ** 2 * truncation
+
+
+def test_keras_variances_match_samples():
+    """The formulas above against the initializers' own draws (a 256 x 256 kernel, 65,536 values)."""
+    for name in gl.models.mlp.INITIALIZERS:
+        sample = np.asarray(gl.models.mlp.make_initializer(name, seed=3)((256, 256)))
+        np.testing.assert_allclose(np.var(sample), _keras_variance(name, 256), rtol=0.03, atol=1e-12,
+                                   err_msg=name)
+
+
+def _check_initializer_claims(a, settings, width, claims):
+    """Every suggested initializer changes the variance the way the advice says (issue 29: no
+    same-variance twin called "smaller-variance"), computed from Keras's definitions."""
+    for s in a.suggestions:
+        if s.control != "initializer":
+            continue
+        now, new = _keras_variance(settings["initializer"], width), _keras_variance(s.value, width)
+        claims[s.claim] = claims.get(s.claim, 0) + 1
+        if s.claim == "smaller-variance":
+            assert new < now * (1 - 1e-6) and "smaller-variance initializer" in a.fix, (settings, s, a.fix)
+        elif s.claim in ("larger-variance", "random"):
+            assert new > now * (1 + 1e-6), (settings, s, a.fix)
+            assert ("larger-variance initializer" if s.claim == "larger-variance" else "Zero weights") in a.fix
+        elif s.claim == "isometry":
+            assert s.value == "orthogonal" and settings["initializer"] != "orthogonal" and "singular value" in a.fix
+        else:  # a change of activation with its matched initializer: never one of the same variance
+            assert abs(new - now) > 1e-6 * max(new, now), (settings, s, a.fix)
+
+
 def test_gradient_advice_never_recommends_what_is_selected(small_engine):
     """Hidden cases: every activation × initializer at three depths in float32 and in float16
     (loss scale off, 2^15 and 2^24 rotating); then residual and residual + layer norm in every
@@ -461,7 +525,7 @@ def test_gradient_advice_never_recommends_what_is_selected(small_engine):
         if dtype != "float16" and scale != 1.0:
             continue
         cases.append((act, init, 14 if scale == 1.0 else 60, dtype, scale, residual, norm, "off"))
-    checked = 0
+    checked, claims = 0, {}
     for act, init, depth, dtype, scale, residual, norm, clip_mode in cases:
         settings = dict(depth=depth, activation=act, initializer=init, clip_mode=clip_mode, clip_norm=1.0,
                         show_forward=True, residual=residual, norm=norm, dtype=dtype, loss_scale=scale)
@@ -471,10 +535,12 @@ def test_gradient_advice_never_recommends_what_is_selected(small_engine):
             a = advice.gradient_advice(report, settings, labels, shown=shown, loss_scales=LOSS_SCALES)
             assert a.status == report.status
             _check_advice(a, settings, labels, shown, (act, init, depth, dtype, scale, residual, norm, clip_mode))
+            _check_initializer_claims(a, settings, small_engine.width, claims)
             if report.status == "healthy":
                 assert a.fix == "" and not a.suggestions
             checked += 1
     assert checked > 800
+    assert claims.get("smaller-variance", 0) > 10 and claims.get("larger-variance", 0) > 10, claims
 
 
 def test_advice_in_the_status_line_reads_the_settings(ex):

@@ -225,12 +225,91 @@ def test_a_passing_error_prints_as_a_decade_bound():
     assert f"{r.max_rel_error:.2g}" not in r.message
 
 
-def test_progress_shows_the_end_once_it_showed_a_line(monkeypatch, capsys):
-    # init at 0 s; element 1 at 3 s (past 2 s: a line), element 2 at 3.5 s (too soon), element 3: the end
-    times = iter([0.0, 3.0, 3.5, 4.0])
-    monkeypatch.setattr(gradcheck.time, "perf_counter", lambda: next(times))
-    line = gradcheck._Progress(3, None)
-    for done in (1, 2, 3):
-        line(done)
-    assert capsys.readouterr().out.splitlines() == ["checking the gradient: 1 of 3 input elements",
-                                                     "checking the gradient: 3 of 3 input elements"]
+def test_progress_is_a_bar_over_the_input_elements(capsys):
+    r = check_gradient(tf.sin, X64, progress=True)
+    assert r.ok
+    out = capsys.readouterr().out
+    assert out.endswith("checking the gradient ▕████████████████████▏ 4/4\n"), out
+    assert out.count("\r") == 1 + 4 + 1  # drawn at the start, after each of the 4 elements, at the close
+    check_gradient(tf.sin, X64)  # progress=None: off outside a notebook
+    assert capsys.readouterr().out == ""
+    with pytest.raises(ValueError, match="progress must be None"):
+        check_gradient(tf.sin, X64, progress="yes")
+
+
+# ----------------------------------------------------------------------------- issue 29
+@pytest.mark.parametrize("where", ["eager", "tf.function"])
+def test_a_random_function_is_called_random_not_a_kink(where):
+    """Dropout in training mode draws a new mask per call: before the fix this was a "kink" with
+    slopes of about +-1280 (float32 steps); evaluated twice at the same point, it differs."""
+    keras.utils.set_random_seed(0)
+    drop = keras.layers.Dropout(0.5)
+
+    def fn(t):
+        return drop(t, training=True)
+
+    if where == "tf.function":
+        fn = tf.function(fn)
+    r = check_gradient(fn, tf.constant([0.3, -1.2, 2.5, 0.7, 1.1, -0.4]))
+    assert r.verdict == "random" and not r.ok and not r.kinks and r.worst is None
+    # a dropped element gives 0, a kept one 2x: two draws differ by a whole |2x| at some element
+    assert r.repeat_difference > 0.1
+    assert "not deterministic" in r.message and "training=False" in r.message and "kink" not in r.message
+    assert np.all(np.isnan(r.numerical[0]))
+    # the same layer in inference mode is deterministic and checks
+    assert check_gradient(lambda t: drop(t, training=False), tf.constant([0.3, -1.2])).ok
+
+
+def test_a_seeded_stateless_random_function_is_checked():
+    def f(t):  # the same noise at every call: a deterministic function of t
+        return t * tf.random.stateless_normal(tf.shape(t), seed=[1, 2], dtype=t.dtype)
+
+    r = check_gradient(f, X64)
+    assert r.ok and r.verdict == "ok" and r.repeat_difference == 0.0, r.message
+
+
+@tf.custom_gradient
+def square_float32_backward(x):
+    """Forward in the input's dtype, backward written with float32 constants only."""
+    return x * x, lambda dy: dy * tf.constant(2.0) * tf.cast(x, tf.float32)
+
+
+@tf.custom_gradient
+def square_float32_backward_wrong(x):
+    return x * x, lambda dy: dy * tf.constant(3.0) * tf.cast(x, tf.float32)
+
+
+def test_a_backward_pass_refusing_float64_falls_back_to_float32():
+    x32 = tf.constant([0.5, -1.0, 2.0], tf.float32)
+    with pytest.raises(tf.errors.InvalidArgumentError):  # what the tape alone does with the cast-up input
+        with tf.GradientTape() as tape:
+            x64 = tf.cast(x32, tf.float64)
+            tape.watch(x64)
+            y = square_float32_backward(x64)
+        tape.gradient(y, x64)
+    r = check_gradient(square_float32_backward, x32)
+    assert r.ok and r.dtype == "float32" and not r.cast, r.message
+    assert "backward pass does not accept float64" in r.message and "cast to float64" not in r.message
+    np.testing.assert_allclose(np.diag(r.theoretical[0]), 2 * x32.numpy(), rtol=1e-6)
+    bad = check_gradient(square_float32_backward_wrong, x32)  # the fallback still catches a wrong gradient
+    assert bad.verdict == "wrong" and bad.dtype == "float32"
+    # |3x - 2x| / max(|3x|, |2x|) over the entries: 2 / 6 at x = 2
+    assert bad.max_rel_error == pytest.approx(1 / 3, rel=1e-3)
+    with pytest.raises(ValueError, match="backward pass must accept the dtype of its inputs"):
+        check_gradient(square_float32_backward, tf.cast(x32, tf.float64))  # float64 given: no fallback
+
+
+@pytest.mark.parametrize("error,tol,printed", [(0.02, 3e-2, "3e-02"), (2e-4, 1e-3, "1e-03"), (3.1e-5, 1e-3, "1e-04"),
+                                               (1.9e-11, 1e-6, "1e-10")])
+def test_a_passing_error_never_prints_above_the_tolerance_it_met(error, tol, printed):
+    r = gradcheck.GradientCheck(True, "ok", error, (), (), None, (), "float16", False, tol,
+                                (np.array([0.01]),), 0, ())
+    assert r.printed_error == printed
+    assert float(r.printed_error) <= tol and float(r.printed_error) >= error
+    assert f"at most {printed}, relative" in r.message and f"(tolerance {tol:.0e};" in r.message
+
+
+def test_float16_input_check_prints_its_bound_within_the_tolerance():
+    r = check_gradient(lambda t: tf.reduce_sum(t * t * tf.constant(1.0, tf.float16)), tf.constant([0.5, 1.5], tf.float16))
+    assert r.dtype == "float16" and r.ok, r.message
+    assert float(r.printed_error) <= r.tolerance and f"at most {r.printed_error}," in r.message

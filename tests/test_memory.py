@@ -31,6 +31,11 @@ out = {"available": allocator_stats_available("CPU:0")}
 for n in (2, 8):
     m = measure_peak(holds, x, n, repeats=2)
     out[str(n)] = m.peak_bytes
+import contextlib, io
+text = io.StringIO()
+with contextlib.redirect_stdout(text):
+    out["with_bar"] = measure_peak(holds, x, 8, repeats=2, progress=True).peak_bytes
+out["bar"] = text.getvalue()
 out["device"], out["default"] = m.device, gradlab.topics.memory.default_device()
 print(json.dumps(out))
 """
@@ -49,6 +54,10 @@ def test_peak_counts_the_bytes_a_computation_holds():
     # plus at most a temporary x + i and the result not yet freed or forwarded
     for n in (2, 8):
         assert n * mib <= out[str(n)] <= (n + 2) * mib + 4096, out
+    # the bar is drawn between the calls: the same peak, and one line ending at 3/3 (warm-up + 2 repeats)
+    assert 8 * mib <= out["with_bar"] <= 10 * mib + 4096, out
+    assert out["bar"].endswith("measuring peak memory ▕████████████████████▏ 3/3\n"), out["bar"]
+    assert out["bar"].count("\r") == 1 + 3 + 1
 
 
 def test_without_the_bfc_allocator_the_error_says_what_to_set():
@@ -63,6 +72,7 @@ def test_without_the_bfc_allocator_the_error_says_what_to_set():
     ({"device": ""}, "device must be"),
     ({"repeats": 0}, "repeats must be"),
     ({"repeats": True}, "repeats must be"),
+    ({"progress": "yes"}, "progress must be None"),
 ])
 def test_bad_arguments(kwargs, match):
     fn = kwargs.pop("fn", lambda: tf.ones([2]))

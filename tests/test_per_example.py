@@ -336,3 +336,133 @@ def test_a_masked_output_never_goes_through_the_jacobian():
             np.testing.assert_allclose(g_auto[i].numpy(), r.numpy(), rtol=1e-4, atol=1e-6)
     with pytest.raises(ValueError, match="carries a mask"):
         per_example_gradients(model, x, y, method="jacobian")
+
+
+# ----------------------------------------------------------------------------- issue 29
+class PenaltyInCall(keras.layers.Layer):
+    """add_loss in call: a penalty on this layer's input, which differs from example to example."""
+
+    def call(self, x):
+        self.add_loss(0.5 * tf.reduce_mean(tf.square(x)))
+        return x
+
+
+class Counter(keras.layers.Layer):
+    """A layer that updates a variable of its own in call (counts its calls)."""
+
+    def build(self, input_shape):
+        self.count = self.add_weight(shape=(), initializer="zeros", trainable=False, name="count")
+
+    def call(self, x):
+        self.count.assign_add(1.0)
+        return x
+
+
+def penalized(kind: str):
+    keras.utils.set_random_seed(3)
+    rng = np.random.default_rng(3)
+    if kind == "activity":
+        model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(
+            7, activation="tanh", activity_regularizer=keras.regularizers.l2(0.1)), keras.layers.Dense(2)])
+    elif kind == "add_loss":
+        model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(7, activation="tanh"), PenaltyInCall(),
+                                  keras.layers.Dense(2)])
+    elif kind == "pfor_fails":
+        model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(
+            7, activation="tanh", activity_regularizer=keras.regularizers.l2(0.1)), FailsUnderPfor(),
+            keras.layers.Dense(2)])
+    else:  # a stacked RNN whose stream carries an activity regularizer (Keras's SimpleRNN ignores its own)
+        model = keras.Sequential([keras.Input((5, 3)), keras.layers.SimpleRNN(4, return_sequences=True),
+                                  keras.layers.SimpleRNN(3), keras.layers.Dense(
+                                      6, activation="tanh", activity_regularizer=keras.regularizers.l2(0.3)),
+                                  keras.layers.Dense(2)])
+        return model, rng.normal(size=(6, 5, 3)), rng.normal(size=(6, 2))
+    return model, rng.normal(size=(6, 5)), rng.normal(size=(6, 2))
+
+
+def batch_penalty_variant(model, x, y):
+    """What the Jacobian path computed before the fix: each example's data term plus the whole
+    batch's penalty (its gradient is the same for every example)."""
+    xs = tf.constant(x, tf.float32)
+    with tf.GradientTape() as tape:
+        model(xs, training=False)
+        penalty = tf.add_n(model.losses)
+    shared_grad = [np.zeros(v.shape) if g is None else g.numpy()
+                   for g, v in zip(tape.gradient(penalty, model.trainable_variables), model.trainable_variables,
+                                   strict=True)]
+    rows = []
+    for i in range(len(x)):
+        with tf.GradientTape() as tape:
+            data = tf.reduce_mean(tf.square(tf.constant(y[i:i + 1], tf.float32) - model(xs[i:i + 1])))
+        rows.append([g.numpy() + s for g, s in zip(tape.gradient(data, model.trainable_variables), shared_grad,
+                                                   strict=True)])
+    return [np.stack(c) for c in zip(*rows, strict=True)]
+
+
+@pytest.mark.parametrize("kind", ["activity", "add_loss", "stacked"])
+def test_input_dependent_losses_are_each_examples_own(kind):
+    model, x, y = penalized(kind)
+    ref = loop_of_tapes(model, x, y)  # each example alone: model.losses holds its own penalty
+    wrong = batch_penalty_variant(model, x, y)
+    gap = max(float(np.max(np.abs(a - b))) for a, b in zip(ref, wrong, strict=True))
+    assert gap > 1e-3, gap  # the batch's penalty is not each example's: the comparison can fail
+    methods = ("loop",) if kind == "stacked" else ("auto", "loop", "vectorized_map")  # pfor fails on stacks
+    for method in methods:
+        got = per_example_gradients(model, x, y, method=method)
+        assert got.method != "jacobian"
+        for g, r in zip(got, ref, strict=True):
+            np.testing.assert_allclose(np.asarray(g), r, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="model.losses depend on the input"):
+        per_example_gradients(model, x, y, method="jacobian")
+
+
+def test_auto_skips_the_jacobian_for_input_dependent_losses_where_pfor_fails():
+    model, x, y = penalized("pfor_fails")
+    got = per_example_gradients(model, x, y)
+    assert got.method == "loop"  # vectorized_map fails under pfor, the Jacobian would mix the penalties
+    for g, r in zip(got, loop_of_tapes(model, x, y), strict=True):
+        np.testing.assert_allclose(np.asarray(g), r, rtol=1e-5, atol=1e-6)
+
+
+def test_a_weight_regularizer_alone_keeps_the_jacobian():
+    model, x, y = model_and_batch("dense")
+    model.add(keras.layers.Dense(2, kernel_regularizer=keras.regularizers.l2(0.1)))
+    got = per_example_gradients(model, x, y, method="jacobian")  # the penalty does not depend on the input
+    for g, r in zip(got, loop_of_tapes(model, x, y), strict=True):
+        np.testing.assert_allclose(np.asarray(g), r, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("built", [True, False])
+def test_a_counter_updated_in_call_is_restored(built):
+    keras.utils.set_random_seed(4)
+    layers = [keras.layers.Dense(4, activation="tanh"), Counter(), keras.layers.Dense(1)]
+    model = keras.Sequential([keras.Input((3,)), *layers] if built else layers)
+    x, y = np.random.default_rng(4).normal(size=(5, 3)), np.random.default_rng(5).normal(size=(5, 1))
+    if built:
+        model(x)  # the learner's own call: the counter is 1
+    before = 1.0 if built else 0.0
+    for method in METHODS:
+        per_example_gradients(model, x, y, method=method)
+        assert float(layers[1].count.numpy()) == before, method
+    model(x)  # the counter still counts the learner's calls
+    assert float(layers[1].count.numpy()) == before + 1
+
+
+def test_progress_is_a_bar_over_the_examples(capsys):
+    model, x, y = shared("dense")
+    per_example_gradients(model, x, y, method="loop", progress=True)
+    out = capsys.readouterr().out
+    assert out.endswith(f"per-example gradients ▕████████████████████▏ {B}/{B} loop\n"), out
+    assert out.count("\r") == 1 + B + 1  # the start, each example, the close
+    per_example_gradients(model, x, y, progress=True)
+    assert capsys.readouterr().out.endswith(f"▏ {B}/{B} vectorized_map\n")
+    per_example_gradients(model, x, y)
+    assert capsys.readouterr().out == ""  # None: off outside a notebook
+    with pytest.raises(ValueError, match="progress must be None"):
+        per_example_gradients(model, x, y, progress=1)
+
+
+def test_loss_fn_spelling_names_loss():
+    model, x, y = shared("dense")
+    with pytest.raises(TypeError, match="takes loss= instead of loss_fn="):
+        per_example_gradients(model, x, y, loss_fn=keras.losses.mean_squared_error)

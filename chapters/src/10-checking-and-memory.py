@@ -218,6 +218,18 @@ print(gl.check_gradient(lambda v: tf.exp(v * three), tf.constant([0.5, -1.0])))
 print(gl.check_gradient(tf.nn.relu, tf.constant([-1.0, 0.0, 2.0])))
 
 # %% [markdown]
+# A function that draws new random numbers at every call has no slope to measure: Dropout
+# with `training=True` keeps a different half of its inputs each time, so the four
+# evaluations per element would see four different masks (a naive check reports huge slopes
+# or a kink). `check_gradient` evaluates `f` twice at the same point first and, when the two
+# differ, says so; the same layer with `training=False` checks:
+
+# %%
+drop = keras.layers.Dropout(0.5, seed=0)
+print(gl.check_gradient(lambda v: drop(v, training=True), tf.constant([0.3, -1.2, 2.5, 0.7])))
+print(gl.check_gradient(lambda v: drop(v, training=False), tf.constant([0.3, -1.2, 2.5, 0.7])).verdict)  # ok
+
+# %% [markdown]
 # ## Take one gradient per example · 逐样本梯度
 #
 # The gradient of a batch's mean loss is the mean of its examples' gradients. DP-SGD clips
@@ -352,8 +364,9 @@ ys_all = tf.random.stateless_normal([max(batch_sizes), 1], seed=[3, 2])
 times = {"loop": [], "vectorized_map": [], "jacobian": []}
 for b in batch_sizes:
     for method in times:
-        gl.per_example_gradients(model, xs_all[:b], ys_all[:b], method=method)  # trace
-        call = lambda b=b, method=method: gl.per_example_gradients(model, xs_all[:b], ys_all[:b], method=method)  # noqa: E731
+        gl.per_example_gradients(model, xs_all[:b], ys_all[:b], method=method, progress=False)  # trace
+        call = lambda b=b, method=method: gl.per_example_gradients(  # noqa: E731
+            model, xs_all[:b], ys_all[:b], method=method, progress=False)  # no bar inside the timing
         best = min(timeit.repeat(call, number=1, repeat=3))
         times[method].append(best)
 for method, values in times.items():
@@ -377,9 +390,9 @@ plot_method_times(batch_sizes, times)
 # %%
 agree = []
 for b in batch_sizes:
-    ref = gl.per_example_gradients(model, xs_all[:b], ys_all[:b], method="loop")
+    ref = gl.per_example_gradients(model, xs_all[:b], ys_all[:b], method="loop", progress=False)
     for method in ("vectorized_map", "jacobian"):
-        got = gl.per_example_gradients(model, xs_all[:b], ys_all[:b], method=method)
+        got = gl.per_example_gradients(model, xs_all[:b], ys_all[:b], method=method, progress=False)
         agree.append(max(float(tf.reduce_max(tf.abs(g - r))) for g, r in zip(got, ref)) < 1e-5)
 print("every method agrees with the loop at every batch size:", all(agree))
 
@@ -854,7 +867,7 @@ print("and the while_loop gives the same gradient (1e-6):", same < 1e-6)
 # |---|---|---|
 # | Which step for finite differences? | Error ∝ h² right of the optimum, ∝ ε/h left of it, best near ε^(1/3): about 5e-3 in float32, 6e-6 in float64; float32 keeps about ε^(2/3) ≈ 2e-5. | Check in float64. |
 # | `tf.test.compute_gradient` | Theoretical and numerical Jacobians, `(output size, input size)` per input; `delta = 1/1024`; the input's own dtype; no verdict (a right float32 gradient of `exp` differs by about 1e-4). | Float64 inputs, your own tolerance. |
-# | Is my custom gradient right? | `gl.check_gradient` catches the missing factor 2, a sign slip in `log1pexp`, and the straight-through `sign` (by design); one-hot seeds do not exercise `clip_by_norm(dy)`; a Keras layer in float32 passes; `relu` at 0 is a kink, not a bug. | `gl.check_gradient(f, *xs)` |
+# | Is my custom gradient right? | `gl.check_gradient` catches the missing factor 2, a sign slip in `log1pexp`, and the straight-through `sign` (by design); one-hot seeds do not exercise `clip_by_norm(dy)`; a Keras layer in float32 passes; `relu` at 0 is a kink, not a bug; Dropout with `training=True` is random (two evaluations differ), not a kink. | `gl.check_gradient(f, *xs)` |
 # | Per-example gradients | Loop, `vectorized_map`, Jacobian agree to 1e-5; their mean is the batch gradient; the loop grows as B, the other two slowly; pfor fails on an RNN fed by another layer, e.g. stacked RNNs (the Jacobian works). | `gl.per_example_gradients` |
 # | DP-SGD | Per-example clipping caps an outlier's share at C/B and turns the step towards the other examples; batch clipping keeps the outlier's direction. | Clip each example, then noise σC/B. |
 # | Gradient penalty | Nested tapes, outer first, inner gradient taken inside it: same values eagerly, in `tf.function` and with XLA, verified by `check_gradient`; closing the outer tape first gives `None`; one norm for the batch or BatchNorm in the critic is silently wrong. | One norm per example, no BatchNorm in the critic. |

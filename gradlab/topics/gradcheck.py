@@ -8,7 +8,8 @@ both in the same layout: one 2-D array per input, ``(output size, input size)``.
 
 * works in float64: float16/bfloat16/float32 inputs are cast up, and the result says so;
   a function that computes in float32 inside anyway (a Keras layer, a ``tf.cast``), or that
-  refuses float64 inputs, is detected and checked in float32 with float32's step and
+  refuses float64 inputs, or whose backward pass alone refuses float64 (a custom gradient
+  written in float32), is detected and checked in float32 with float32's step and
   tolerance, so a correct float32 function is not called wrong;
 * picks the step near the optimum ``h ≈ ε^(1/3) · max(1, |x|)`` (a power of two), where the
   truncation error (∝ h²) and the rounding error (∝ ε/h) of the central difference balance;
@@ -16,7 +17,14 @@ both in the same layout: one 2-D array per input, ``(output size, input size)``.
   difference between steps ``h`` and ``2h``) and calls an entry wrong only beyond them;
 * recognises a point where ``f`` is not differentiable (a kink: ``|x|`` or ``relu`` at 0)
   from one-sided slopes that disagree by the same amount at steps ``h`` and ``2h``, and says
-  so instead of reporting a wrong gradient.
+  so instead of reporting a wrong gradient;
+* evaluates ``f`` twice at ``xs`` first: a function that returns different values at the same
+  point (Dropout or GaussianNoise with ``training=True``, an unseeded ``tf.random`` op) has
+  no slope to measure, and the result says so instead of calling the noise a kink.
+
+:func:`check_gradient` is a pipeline of named stages: the arguments, the working precision
+(:func:`_working_precision`), the determinism check, the tape's Jacobian (with the float32
+fallback), the finite differences, the comparison.
 
 Pure computation: TensorFlow in, NumPy arrays and a small dataclass out; no widgets, no plots.
 """
@@ -25,13 +33,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from collections.abc import Callable
 
 import numpy as np
 
 from .._env import quiet_import_tensorflow
 from ..i18n import _, join_list, join_sentences
+from ..progress import Progress, check_progress
 
 tf = quiet_import_tensorflow()
 
@@ -48,7 +56,10 @@ _EPS.update(float16=float(np.finfo(np.float16).eps), bfloat16=2.0 ** -7)
 _ROUNDING_SAFETY = 8.0  # the rounding estimate eps*|f|/h, times this, is allowed per entry
 _TRUNCATION_SAFETY = 2.0  # |D(2h) - D(h)| (three times the truncation error), times this
 _KINK_SIZE = 1e-2  # a jump in slope above this fraction of the Jacobian's scale can be a kink
-_PROGRESS_AFTER_S = 2.0
+#: Two evaluations of f at the same point may differ by this many ε·max|f| (a reduction whose
+#: order varies between runs) before f counts as non-deterministic.
+_REPEAT_SLACK = 64.0
+_ERRORS = (TypeError, ValueError, tf.errors.InvalidArgumentError, tf.errors.NotFoundError)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,8 +97,10 @@ class GradientCheck:
     size)``, as ``tf.test.compute_gradient`` returns them. ``max_rel_error`` is the largest
     ``|theoretical - numerical|`` divided by the largest entry of that input's Jacobian
     (either way), over every input; ``worst`` is where it occurs. ``verdict`` is ``"ok"``,
-    ``"wrong"`` (some entry differs by more than the finite differences' own error) or
-    ``"kink"`` (``f`` is not differentiable at ``x``: see ``kinks``; the check cannot say).
+    ``"wrong"`` (some entry differs by more than the finite differences' own error),
+    ``"kink"`` (``f`` is not differentiable at ``x``: see ``kinks``; the check cannot say) or
+    ``"random"`` (two evaluations of ``f`` at ``xs`` differ by ``repeat_difference``, relative
+    to ``f``'s largest value: there is no slope to measure; ``numerical`` is NaN).
     """
 
     ok: bool
@@ -103,46 +116,68 @@ class GradientCheck:
     steps: tuple[np.ndarray, ...]  # the step used for each input element
     wrong_entries: int
     notes: tuple[str, ...]
+    repeat_difference: float = 0.0  # two evaluations of f at xs: largest difference / max |f|
 
     def __bool__(self) -> bool:
         return self.ok
 
     @property
+    def printed_error(self) -> str:
+        """``max_rel_error`` as the message prints it: a passing error as a power of ten rounded
+        up (its digits are float rounding, which varies from CPU to CPU), never above the
+        tolerance it met; any other error with 3 significant digits."""
+        if self.verdict == "ok":
+            bound = decade_bound(self.max_rel_error)
+            if self.max_rel_error <= self.tolerance and float(bound) > self.tolerance:
+                bound = f"{self.tolerance:.0e}"
+            return bound
+        return f"{self.max_rel_error:.3g}"
+
+    @property
     def message(self) -> str:
         """One paragraph a learner reads: the verdict, the numbers, and why."""
-        step = _format_steps(self.steps)
-        # a passing check's error is float rounding, whose digits change from CPU to CPU: a bound
-        bound = decade_bound(self.max_rel_error)
-        if self.verdict == "ok" and self.max_rel_error <= self.tolerance:
-            head = _("✅ gradient check passed: largest error at most {bound}, relative to the largest entry "
+        heads = {"ok": self._passed, "wrong": self._failed, "kink": self._kinked, "random": self._random}
+        return join_sentences(heads[self.verdict](), *self.notes)
+
+    def _passed(self) -> str:
+        step, bound, tol = _format_steps(self.steps), self.printed_error, f"{self.tolerance:.0e}"
+        if self.max_rel_error <= self.tolerance:
+            return _("✅ gradient check passed: largest error at most {bound}, relative to the largest entry "
                      "(tolerance {tol}; {dtype}, central differences, step {step}).").format(
-                bound=bound, tol=f"{self.tolerance:.0e}", dtype=self.dtype, step=step)
-        elif self.verdict == "ok":
-            head = _("✅ gradient check passed: largest error at most {bound}, relative to the largest entry: above "
-                     "the tolerance {tol} but within the finite differences' own error there (rounding ε·|f|/h and "
-                     "truncation, estimated from steps h and 2h; {dtype}, step {step}).").format(
-                bound=bound, tol=f"{self.tolerance:.0e}", dtype=self.dtype, step=step)
-        elif self.verdict == "wrong":
-            w = self.worst
-            head = _("❌ gradient check failed: {n} Jacobian entries differ from finite differences by more than "
-                     "their own error. Largest error {err} of the largest entry (tolerance {tol}), at {entry}: "
-                     "the tape gives {tape}, finite differences {fd}. A custom gradient or a hand-written "
-                     "backward pass is the usual cause.").format(
-                n=self.wrong_entries, err=f"{self.max_rel_error:.3g}", tol=f"{self.tolerance:.0e}",
-                entry=w.label, tape=f"{w.theoretical:.6g}", fd=f"{w.numerical:.6g}")
-        else:
-            k = self.kinks[0]
-            more = len(self.kinks) - 1
-            head = _("⚠️ f is not differentiable at {where} = {value} (or has a kink within the step {step} of "
-                     "it): its slope is {left} from the left and {right} from the right. The tape returns {tape}; "
-                     "at a kink that value is a convention (relu'(0) = 0, |x|'(0) = 0), and central differences "
-                     "return about the mean of the two slopes, {mean}, so the check cannot verify the gradient "
-                     "here. Check it at a point away from the kink.").format(
-                where=k.label, value=f"{k.value:.4g}", step=f"{k.step:.2g}", left=f"{k.left:.4g}",
-                right=f"{k.right:.4g}", tape=f"{k.theoretical:.4g}", mean=f"{(k.left + k.right) / 2:.4g}")
-            if more:
-                head = join_sentences(head, _("({n} more input elements are at a kink.)").format(n=more))
-        return join_sentences(head, *self.notes)
+                bound=bound, tol=tol, dtype=self.dtype, step=step)
+        return _("✅ gradient check passed: largest error at most {bound}, relative to the largest entry: above "
+                 "the tolerance {tol} but within the finite differences' own error there (rounding ε·|f|/h and "
+                 "truncation, estimated from steps h and 2h; {dtype}, step {step}).").format(
+            bound=bound, tol=tol, dtype=self.dtype, step=step)
+
+    def _failed(self) -> str:
+        w = self.worst
+        return _("❌ gradient check failed: {n} Jacobian entries differ from finite differences by more than "
+                 "their own error. Largest error {err} of the largest entry (tolerance {tol}), at {entry}: "
+                 "the tape gives {tape}, finite differences {fd}. A custom gradient or a hand-written "
+                 "backward pass is the usual cause.").format(
+            n=self.wrong_entries, err=self.printed_error, tol=f"{self.tolerance:.0e}",
+            entry=w.label, tape=f"{w.theoretical:.6g}", fd=f"{w.numerical:.6g}")
+
+    def _kinked(self) -> str:
+        k = self.kinks[0]
+        head = _("⚠️ f is not differentiable at {where} = {value} (or has a kink within the step {step} of "
+                 "it): its slope is {left} from the left and {right} from the right. The tape returns {tape}; "
+                 "at a kink that value is a convention (relu'(0) = 0, |x|'(0) = 0), and central differences "
+                 "return about the mean of the two slopes, {mean}, so the check cannot verify the gradient "
+                 "here. Check it at a point away from the kink.").format(
+            where=k.label, value=f"{k.value:.4g}", step=f"{k.step:.2g}", left=f"{k.left:.4g}",
+            right=f"{k.right:.4g}", tape=f"{k.theoretical:.4g}", mean=f"{(k.left + k.right) / 2:.4g}")
+        more = len(self.kinks) - 1
+        return join_sentences(head, _("({n} more input elements are at a kink.)").format(n=more)) if more else head
+
+    def _random(self) -> str:
+        return _("⚠️ f is not deterministic: two evaluations at the same xs differ (their largest difference is "
+                 "{diff}× the largest |f|), so finite differences would measure the noise, not a slope, and the check cannot "
+                 "verify the gradient. Random layers in training mode (Dropout, GaussianNoise with "
+                 "training=True) and unseeded tf.random ops do this: check with training=False, or with the "
+                 "randomness fixed (a stateless op with a fixed seed).").format(
+            diff=f"{self.repeat_difference:.2g}")
 
     def __str__(self) -> str:
         return self.message
@@ -151,7 +186,7 @@ class GradientCheck:
         p.text(self.message)
 
 
-# ----------------------------------------------------------------------------- arguments
+# ----------------------------------------------------------------------------- stage 1: the arguments
 def _check_f(f) -> None:
     if not callable(f):
         raise ValueError(
@@ -189,6 +224,30 @@ def _check_delta(delta) -> float | None:
             f"step > 0 such as 1e-6; got {delta!r}"
         )
     return float(delta)
+
+
+def _check_arguments(f, xs, delta, progress):
+    """The validated inputs (tensors), step and progress flag, or a ValueError naming the argument."""
+    _check_f(f)
+    if not xs:
+        raise ValueError("xs is empty: pass the input(s) at which to check the gradient, e.g. "
+                         "check_gradient(f, tf.constant([1.0, 2.0]))")
+    inputs = [_as_input(i, x) for i, x in enumerate(xs)]
+    delta = _check_delta(delta)
+    progress = check_progress(progress)
+    total = sum(_size(t) for t in inputs)
+    if total > MAX_INPUT_ELEMENTS:
+        raise ValueError(
+            f"xs hold {total:,} elements in all; check_gradient evaluates f four times per element, so it "
+            f"takes at most {MAX_INPUT_ELEMENTS:,}. Check a slice (x[:4]), a smaller layer, or a few examples"
+        )
+    if total == 0:
+        raise ValueError("xs hold no elements (an empty array): there is nothing to check")
+    return inputs, delta, progress
+
+
+def _size(t) -> int:
+    return int(np.prod(t.shape)) if t.shape.rank else 1
 
 
 def default_step(x, dtype: str = "float64") -> np.ndarray:
@@ -239,27 +298,292 @@ def _output_index(shapes: list[tuple[int, ...]], i: int) -> tuple[int, ...]:
     raise IndexError(i)  # pragma: no cover - i is always in range
 
 
-def _theoretical(f, xs, y_size: int):
-    """One backward pass per output element (as ``tf.test.compute_gradient``), or ``None`` per
-    input the tape found no path to."""
+def _first_line(err) -> str:
+    first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return first.split(" [Op:")[0][:160]
+
+
+# ----------------------------------------------------------------------------- stage 2: the precision
+@dataclasses.dataclass
+class _Work:
+    """The inputs the check runs on, in its working precision, and f's output there."""
+
+    inputs: list
+    dtype: str
+    cast: bool
+    notes: list
+    y0: np.ndarray = None
+    y_shapes: list = None
+
+
+def _lowest_precision(inputs) -> str:
+    names = [t.dtype.name for t in inputs]
+    return max(names, key=lambda n: _EPS.get(n, 1.0))
+
+
+def _cast_up(f, inputs) -> _Work:
+    """Lower-precision inputs cast to float64, unless ``f`` refuses float64 (then their own dtype)."""
+    low = [i for i, t in enumerate(inputs) if t.dtype.name != "float64"]
+    if not low:
+        return _Work(list(inputs), "float64", False, [])
+    up = [tf.cast(t, tf.float64) for t in inputs]
+    try:
+        _flat_output(f(*up))
+    except _ERRORS as err:
+        dtype = _lowest_precision(inputs)
+        return _Work(list(inputs), dtype, False, [_(
+            "f does not accept float64 inputs ({error}), so the check ran in {dtype}, with {dtype}'s step and "
+            "tolerance.").format(error=_first_line(err), dtype=dtype)])
+    note = _("{names} ({dtype}) cast to float64 for the check: in {dtype}, finite differences would lose about a "
+             "third of the digits (their error is about ε^(2/3)).").format(
+        names=join_list(f"xs[{i}]" for i in low), dtype=inputs[low[0]].dtype.name)
+    return _Work(up, "float64", True, [note])
+
+
+def _working_precision(f, inputs, *, allow_cast: bool = True) -> _Work:
+    """Stage 2: the inputs and precision of the check, and ``f``'s output there.
+
+    float64 unless ``f`` refuses float64 inputs, returns a lower precision, or rounds its input
+    to float32 inside; the notes say which.
+    """
+    work = _cast_up(f, inputs) if allow_cast else _Work(list(inputs), _lowest_precision(inputs), False, [])
+    y0_struct = f(*work.inputs)
+    work.y0 = _flat_output(y0_struct)
+    work.y_shapes = [tuple(int(d) for d in tf.convert_to_tensor(p).shape) for p in tf.nest.flatten(y0_struct)]
+    out_dtype = _output_dtype(y0_struct)
+    if work.dtype == "float64" and out_dtype != "float64":
+        work.dtype = out_dtype
+        if work.cast:  # the cast up gained nothing: f works in out_dtype
+            work.notes = []
+        work.notes.append(_("f returns {dtype} even for float64 inputs (it computes in {dtype} inside, as a Keras "
+                            "layer does), so the step and the tolerance are {dtype}'s.").format(dtype=out_dtype))
+    elif work.dtype == "float64" and _ignores_float64_digits(f, work.inputs, work.y0):
+        work.dtype = "float32"
+        work.notes.append(_("f ignores changes of its input below float32's resolution (it computes in float32 "
+                            "inside), so the step and the tolerance are float32's."))
+    return work
+
+
+def _check_output_size(work: _Work, inputs) -> None:
+    y_size, total = work.y0.size, sum(_size(t) for t in inputs)
+    if y_size == 0:
+        raise ValueError("f returned an empty tensor: there is no gradient to check")
+    if y_size * total > MAX_JACOBIAN_ENTRIES:
+        raise ValueError(
+            f"the Jacobian would have {y_size:,} x {total:,} entries (more than {MAX_JACOBIAN_ENTRIES:,}); "
+            "check a smaller input, or reduce f's output to a scalar (e.g. tf.reduce_sum(f(x) * w) with a fixed "
+            "random w)"
+        )
+
+
+def _ignores_float64_digits(f, xs, y0: np.ndarray) -> bool:
+    """True when ``f``'s output does not move at all for a change of its inputs far below
+    float32's resolution (2**-30 relative) but does for one float32 can see (2**-10): ``f``
+    rounds its input to float32 (or less) inside, whatever dtype it returns."""
+    def moved(rel):
+        args = [tf.constant(np.asarray(x.numpy()) * (1.0 + rel) + rel, dtype=tf.float64) for x in xs]
+        return not np.array_equal(_flat_output(f(*args)), y0)
+
+    return not moved(2.0 ** -30) and moved(2.0 ** -10)
+
+
+# ----------------------------------------------------------------------------- stage 3: determinism
+def _repeat_difference(f, work: _Work) -> float:
+    """Stage 3: ``f`` evaluated again at the same point. The largest difference to the first
+    evaluation relative to ``max |f|``, or 0 where it is within float rounding."""
+    again = _flat_output(f(*work.inputs))
+    if again.shape != work.y0.shape:
+        return math.inf
+    scale = max(float(np.max(np.abs(work.y0), initial=0.0)), float(np.max(np.abs(again), initial=0.0)))
+    scale = scale if scale > 0 else 1.0
+    with np.errstate(invalid="ignore"):
+        diff = np.abs(again - work.y0)
+    diff = np.where(np.isnan(again) & np.isnan(work.y0), 0.0, diff)
+    worst = float(np.max(np.nan_to_num(diff, nan=math.inf), initial=0.0)) / scale
+    return worst if worst > _REPEAT_SLACK * _EPS[work.dtype] else 0.0
+
+
+# ----------------------------------------------------------------------------- stage 4: the tape
+def _tape_jacobian(f, xs, y_size: int):
+    """One backward pass per output element (as ``tf.test.compute_gradient``), and whether the
+    tape found a path to each input (a ``None`` gradient counts as zeros)."""
     with tf.GradientTape(persistent=True) as tape:
         for x in xs:
             tape.watch(x)
         y = f(*xs)
         flat = tf.concat([tf.reshape(tf.cast(tf.convert_to_tensor(p), tf.float64), [-1])
                           for p in tf.nest.flatten(y)], axis=0)
-    jac = [np.zeros((y_size, int(np.prod(x.shape)) if x.shape.rank else 1)) for x in xs]
+    jac = [np.zeros((y_size, _size(x))) for x in xs]
     connected = [False] * len(xs)
     for row in range(y_size):
         seed = tf.one_hot(row, y_size, dtype=tf.float64)
         grads = tape.gradient(flat, list(xs), output_gradients=seed)
         for k, g in enumerate(grads):
-            if g is None:
-                continue
-            connected[k] = True
-            jac[k][row] = np.asarray(tf.convert_to_tensor(g).numpy(), dtype=np.float64).ravel()
+            if g is not None:
+                connected[k] = True
+                jac[k][row] = np.asarray(tf.convert_to_tensor(g).numpy(), dtype=np.float64).ravel()
     del tape
     return jac, connected
+
+
+def _theoretical(f, work: _Work, inputs):
+    """Stage 4: the tape's Jacobian. Where only the backward pass refuses float64 (a custom
+    gradient written in float32), the check falls back to the inputs' own precision: the
+    returned :class:`_Work` is then a new one, and says so."""
+    try:
+        jac, connected = _tape_jacobian(f, work.inputs, work.y0.size)
+    except _ERRORS as err:
+        if not work.cast:
+            raise ValueError(
+                f"the tape could not compute f's gradient at xs in {work.dtype} ({type(err).__name__}: "
+                f"{_first_line(err)}); f's backward pass must accept the dtype of its inputs (pass float32 "
+                "inputs to check a backward pass written in float32)"
+            ) from err
+        work = _working_precision(f, inputs, allow_cast=False)
+        work.notes.insert(0, _("f's backward pass does not accept float64 ({error}), so the check ran in "
+                               "{dtype}, with {dtype}'s step and tolerance.").format(
+            error=_first_line(err), dtype=work.dtype))
+        jac, connected = _tape_jacobian(f, work.inputs, work.y0.size)
+    for k, ok in enumerate(connected):
+        if not ok:
+            work.notes.append(_("The tape found no path from xs[{k}] to f's output (tape.gradient returned None): "
+                                "the theoretical Jacobian counts it as zeros.").format(k=k))
+    return jac, work
+
+
+# ----------------------------------------------------------------------------- stage 5: finite differences
+@dataclasses.dataclass
+class _Differences:
+    """Per input: the central difference at step h (``d1``) and 2h (``d2``), the jumps between the
+    one-sided slopes at h and 2h, the left slope at h, and the rounding estimate, each
+    ``(output size, input size)``."""
+
+    d1: np.ndarray
+    d2: np.ndarray
+    jump1: np.ndarray
+    jump2: np.ndarray
+    left1: np.ndarray
+    rounding: np.ndarray
+    steps: np.ndarray
+
+
+def _shifted(f, work: _Work, k: int, flat, j: int, step: float, s: int):
+    """``f`` with element ``j`` of input ``k`` moved by ``s`` steps: (the moved value as taken, f)."""
+    point = flat.copy()
+    point[j] = point[j] + s * step
+    dtype = work.inputs[k].dtype
+    moved = tf.constant(point.reshape(work.inputs[k].shape), dtype=dtype)
+    value = float(np.asarray(tf.cast(moved, tf.float64).numpy()).ravel()[j])  # x + h rounded to the dtype
+    if s in (-1, 1) and value == flat[j]:
+        raise ValueError(
+            f"delta={step:.3g} is below the resolution of {dtype.name} at xs[{k}] element {j} "
+            f"(= {flat[j]:.6g}): x + delta == x. Pass a larger delta, or None for the default"
+        )
+    args = [moved if i == k else t for i, t in enumerate(work.inputs)]
+    return value, _flat_output(f(*args))
+
+
+def _differences_of(f, work: _Work, k: int, delta, bar: Progress) -> _Differences:
+    """Four evaluations of ``f`` per element of input ``k`` (steps -2h, -h, h, 2h)."""
+    flat = np.asarray(work.inputs[k].numpy(), dtype=np.float64).ravel()
+    h = np.full(flat.shape, delta) if delta is not None else default_step(flat, work.dtype)
+    shape = (work.y0.size, flat.size)
+    d = _Differences(*(np.zeros(shape) for _i in range(6)), steps=h.reshape(work.inputs[k].shape))
+    eps, y0 = _EPS[work.dtype], work.y0
+    for j in range(flat.size):
+        (xm2, ym2), (xm1, ym1), (xp1, yp1), (xp2, yp2) = (_shifted(f, work, k, flat, j, h[j], s)
+                                                          for s in (-2, -1, 1, 2))
+        x0 = float(flat[j])
+        d.d1[:, j] = (yp1 - ym1) / (xp1 - xm1)
+        d.d2[:, j] = (yp2 - ym2) / (xp2 - xm2)
+        d.left1[:, j] = (y0 - ym1) / (x0 - xm1)
+        d.jump1[:, j] = (yp1 - y0) / (xp1 - x0) - d.left1[:, j]
+        d.jump2[:, j] = (yp2 - y0) / (xp2 - x0) - (y0 - ym2) / (x0 - xm2)
+        d.rounding[:, j] = eps * (np.abs(yp1) + np.abs(ym1) + np.abs(y0)) / (xp1 - xm1)
+        bar.update()
+    return d
+
+
+# ----------------------------------------------------------------------------- stage 6: the comparison
+@dataclasses.dataclass
+class _Comparison:
+    max_rel: float = 0.0
+    worst: GradientEntry | None = None
+    worst_excess: float = -1.0
+    wrong: int = 0
+    kinks: list = dataclasses.field(default_factory=list)
+
+
+def _compare_input(out: _Comparison, k: int, t_jac, d: _Differences, work: _Work, xname: str, tol: float) -> None:
+    """Entries of input ``k`` beyond the finite differences' own error (wrong), and its kinks."""
+    scale = max(float(np.max(np.abs(t_jac), initial=0.0)), float(np.max(np.abs(d.d1), initial=0.0))) or 1.0
+    diff = np.abs(t_jac - d.d1)
+    allowed = tol * scale + _ROUNDING_SAFETY * d.rounding + _TRUNCATION_SAFETY * np.abs(d.d2 - d.d1)
+    big = np.abs(d.jump1) > _KINK_SIZE * scale + 2 * _ROUNDING_SAFETY * d.rounding
+    kink = big & (np.abs(d.jump2) < 1.5 * np.abs(d.jump1))
+    bad = (diff > allowed) & ~kink
+    out.wrong += int(bad.sum())
+    rel = diff / scale
+    out.max_rel = max(out.max_rel, float(rel.max(initial=0.0)))
+    excess = np.where(bad, 1.0 + rel, rel / 1e9)  # a wrong entry first, else the largest error
+    if excess.size and float(excess.max()) > out.worst_excess:
+        out.worst_excess = float(excess.max())
+        i, j = np.unravel_index(int(np.argmax(excess)), excess.shape)
+        o, xin = _output_index(work.y_shapes, int(i)), _input_index(d.steps.shape, int(j))
+        out.worst = GradientEntry(k, o, xin, float(t_jac[i, j]), float(d.d1[i, j]),
+                                  f"d {_name('f', (), o)} / d {_name(xname, k, xin)}")
+    base = np.asarray(work.inputs[k].numpy(), dtype=np.float64).ravel()
+    for j in np.flatnonzero(kink.any(axis=0)):
+        i = int(np.argmax(np.where(kink[:, j], np.abs(d.jump1[:, j]), -1.0)))
+        left = float(d.left1[i, j])
+        xin = _input_index(d.steps.shape, int(j))
+        out.kinks.append(Kink(k, xin, float(base[j]), _output_index(work.y_shapes, i), left,
+                              left + float(d.jump1[i, j]), float(t_jac[i, j]), float(d.steps.ravel()[j]),
+                              _name(xname, k, xin)))
+
+
+# ----------------------------------------------------------------------------- the tool
+def check_gradient(f: Callable, *xs, delta: float | None = None, progress: bool | None = None) -> GradientCheck:
+    """Compare the tape's gradient (or Jacobian) of ``f`` at ``xs`` with central finite differences.
+
+    ``f(*xs)`` returns a tensor (any shape; a list or tuple of tensors is read as their
+    concatenation). Each ``xs[i]`` is a floating-point number, array or tensor. ``delta`` is an
+    absolute step for every element (as ``tf.test.compute_gradient`` takes one); by default each
+    element gets ``ε^(1/3) · max(1, |x|)`` rounded to a power of two. Inputs of lower precision
+    are cast to float64 and the result says so; a function that computes in float32 anyway, or
+    whose backward pass refuses float64, is checked in float32. ``f`` is evaluated twice at
+    ``xs`` first: a non-deterministic ``f`` (Dropout with ``training=True``) gets the verdict
+    ``"random"``. ``progress`` shows a bar over the input elements (:class:`gradlab.progress.Progress`;
+    ``None``: on in a notebook). At most 10,000 input elements: each costs four evaluations of ``f``.
+
+    Returns a :class:`GradientCheck` (``.ok``, ``.verdict``, ``.max_rel_error``, ``.theoretical``,
+    ``.numerical``, ``.worst``, ``.kinks``, ``.message``). Used in chapter 10.
+    """
+    inputs, delta, progress = _check_arguments(f, xs, delta, progress)
+    work = _working_precision(f, inputs)
+    _check_output_size(work, inputs)
+    repeat = _repeat_difference(f, work)
+    theoretical, work = _theoretical(f, work, inputs)
+    tol = TOLERANCES[work.dtype]
+    if repeat:
+        return GradientCheck(
+            ok=False, verdict="random", max_rel_error=math.nan, theoretical=tuple(theoretical),
+            numerical=tuple(np.full_like(t, np.nan) for t in theoretical), worst=None, kinks=(),
+            dtype=work.dtype, cast=work.cast, tolerance=tol, steps=(), wrong_entries=0,
+            notes=tuple(work.notes), repeat_difference=repeat)
+    with Progress(sum(_size(t) for t in work.inputs), _("checking the gradient"), enabled=progress) as bar:
+        diffs = [_differences_of(f, work, k, delta, bar) for k in range(len(work.inputs))]
+    out = _Comparison()
+    xname = "x" if len(work.inputs) == 1 else "xs"
+    for k, (t_jac, d) in enumerate(zip(theoretical, diffs, strict=True)):
+        _compare_input(out, k, t_jac, d, work, xname, tol)
+    verdict = "wrong" if out.wrong else "kink" if out.kinks else "ok"
+    return GradientCheck(
+        ok=verdict == "ok", verdict=verdict, max_rel_error=out.max_rel,
+        theoretical=tuple(theoretical), numerical=tuple(d.d1 for d in diffs), worst=out.worst,
+        kinks=tuple(out.kinks), dtype=work.dtype, cast=work.cast, tolerance=tol,
+        steps=tuple(d.steps for d in diffs), wrong_entries=out.wrong, notes=tuple(work.notes),
+    )
 
 
 def decade_bound(value: float) -> str:
@@ -272,196 +596,6 @@ def decade_bound(value: float) -> str:
     return f"{10.0 ** math.ceil(math.log10(value) - 1e-9):.0e}"
 
 
-class _Progress:
-    def __init__(self, total: int, enabled: bool | None):
-        self.total, self.enabled = total, enabled
-        self.start = self.last = time.perf_counter()
-        self.shown = False
-        self.last_done = 0
-
-    def __call__(self, done: int) -> None:
-        if self.enabled is False:
-            return
-        now = time.perf_counter()
-        finished = done == self.total and self.shown and self.last_done != done  # a shown line also shows the end
-        if finished or self.enabled or (now - self.start > _PROGRESS_AFTER_S and now - self.last > _PROGRESS_AFTER_S):
-            if self.enabled and done not in (1, self.total) and now - self.last < _PROGRESS_AFTER_S:
-                return
-            self.last, self.shown, self.last_done = now, True, done
-            print(_("checking the gradient: {done} of {total} input elements").format(done=done, total=self.total),
-                  flush=True)
-
-
-def check_gradient(f: Callable, *xs, delta: float | None = None, progress: bool | None = None) -> GradientCheck:
-    """Compare the tape's gradient (or Jacobian) of ``f`` at ``xs`` with central finite differences.
-
-    ``f(*xs)`` returns a tensor (any shape; a list or tuple of tensors is read as their
-    concatenation). Each ``xs[i]`` is a floating-point number, array or tensor. ``delta`` is an
-    absolute step for every element (as ``tf.test.compute_gradient`` takes one); by default each
-    element gets ``ε^(1/3) · max(1, |x|)`` rounded to a power of two. Inputs of lower precision
-    are cast to float64 and the result says so; a function that computes in float32 anyway is
-    checked in float32. ``progress`` prints a line every few seconds (``None``: only when the
-    check takes longer than 2 s). At most 10,000 input elements: each costs four evaluations
-    of ``f``.
-
-    Returns a :class:`GradientCheck` (``.ok``, ``.max_rel_error``, ``.theoretical``,
-    ``.numerical``, ``.worst``, ``.kinks``, ``.message``). Used in chapter 10.
-    """
-    _check_f(f)
-    if not xs:
-        raise ValueError("xs is empty: pass the input(s) at which to check the gradient, e.g. "
-                         "check_gradient(f, tf.constant([1.0, 2.0]))")
-    inputs = [_as_input(i, x) for i, x in enumerate(xs)]
-    delta = _check_delta(delta)
-    if progress is not None and not isinstance(progress, bool):
-        raise ValueError(f"progress must be None, True or False; got {progress!r}")
-    sizes = [int(np.prod(t.shape)) if t.shape.rank else 1 for t in inputs]
-    if sum(sizes) > MAX_INPUT_ELEMENTS:
-        raise ValueError(
-            f"xs hold {sum(sizes):,} elements in all; check_gradient evaluates f four times per element, so it "
-            f"takes at most {MAX_INPUT_ELEMENTS:,}. Check a slice (x[:4]), a smaller layer, or a few examples"
-        )
-    if sum(sizes) == 0:
-        raise ValueError("xs hold no elements (an empty array): there is nothing to check")
-
-    notes: list[str] = []
-    original = [t.dtype.name for t in inputs]
-    low = [i for i, name in enumerate(original) if name != "float64"]
-    work_inputs, cast, dtype = inputs, False, "float64"
-    if low:
-        up = [tf.cast(t, tf.float64) for t in inputs]
-        try:
-            y_up = f(*up)
-            _flat_output(y_up)
-        except (TypeError, ValueError, tf.errors.InvalidArgumentError, tf.errors.NotFoundError) as err:
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            first = first.split(" [Op:")[0][:160]
-            dtype = max((original[i] for i in low), key=lambda n: _EPS.get(n, 1.0))
-            notes.append(_("f does not accept float64 inputs ({error}), so the check ran in {dtype}, with "
-                           "{dtype}'s step and tolerance.").format(error=first, dtype=dtype))
-        else:
-            work_inputs, cast = up, True
-            names = join_list(f"xs[{i}]" for i in low)
-            cast_note = _("{names} ({dtype}) cast to float64 for the check: in {dtype}, finite differences would "
-                          "lose about a third of the digits (their error is about ε^(2/3)).").format(
-                names=names, dtype=original[low[0]])
-            notes.append(cast_note)
-    y0_struct = f(*work_inputs)
-    y0 = _flat_output(y0_struct)
-    out_dtype = _output_dtype(y0_struct)
-    if dtype == "float64" and out_dtype != "float64":
-        dtype = out_dtype
-        if cast:
-            notes.remove(cast_note)
-        notes.append(_("f returns {dtype} even for float64 inputs (it computes in {dtype} inside, as a Keras layer "
-                       "does), so the step and the tolerance are {dtype}'s.").format(dtype=dtype))
-    elif dtype == "float64" and _ignores_float64_digits(f, work_inputs, y0):
-        dtype = "float32"
-        notes.append(_("f ignores changes of its input below float32's resolution (it computes in float32 inside), "
-                       "so the step and the tolerance are float32's."))
-    y_shapes = [tuple(int(d) for d in tf.convert_to_tensor(p).shape) for p in tf.nest.flatten(y0_struct)]
-    y_size = y0.size
-    if y_size == 0:
-        raise ValueError("f returned an empty tensor: there is no gradient to check")
-    if y_size * sum(sizes) > MAX_JACOBIAN_ENTRIES:
-        raise ValueError(
-            f"the Jacobian would have {y_size:,} x {sum(sizes):,} entries (more than {MAX_JACOBIAN_ENTRIES:,}); "
-            "check a smaller input, or reduce f's output to a scalar (e.g. tf.reduce_sum(f(x) * w) with a fixed "
-            "random w)"
-        )
-    eps = _EPS[dtype]
-    tol = TOLERANCES[dtype]
-
-    theoretical, connected = _theoretical(f, work_inputs, y_size)
-    for k, ok in enumerate(connected):
-        if not ok:
-            notes.append(_("The tape found no path from xs[{k}] to f's output (tape.gradient returned None): the "
-                           "theoretical Jacobian counts it as zeros.").format(k=k))
-
-    base = [np.asarray(t.numpy(), dtype=np.float64) for t in work_inputs]
-    tf_dtypes = [t.dtype for t in work_inputs]
-    numerical, steps = [], []
-    stats = []
-    progress_line = _Progress(sum(sizes), progress)
-    done = 0
-    for k, x in enumerate(base):
-        flat = x.ravel()
-        h = np.full(flat.shape, delta) if delta is not None else default_step(flat, dtype)
-        n = flat.size
-        d1 = np.zeros((y_size, n))
-        d2 = np.zeros((y_size, n))
-        jump1 = np.zeros((y_size, n))
-        left1 = np.zeros((y_size, n))
-        jump2 = np.zeros((y_size, n))
-        rounding = np.zeros((y_size, n))
-        for j in range(n):
-            values = {}
-            for s in (-2, -1, 1, 2):
-                point = flat.copy()
-                point[j] = point[j] + s * h[j]
-                moved = tf.constant(point.reshape(x.shape), dtype=tf_dtypes[k])
-                # the step really taken: x + h rounded to the input's dtype
-                values[s] = float(np.asarray(tf.cast(moved, tf.float64).numpy()).ravel()[j])
-                if s in (-1, 1) and values[s] == flat[j]:
-                    raise ValueError(
-                        f"delta={h[j]:.3g} is below the resolution of {tf_dtypes[k].name} at xs[{k}] element {j} "
-                        f"(= {flat[j]:.6g}): x + delta == x. Pass a larger delta, or None for the default"
-                    )
-                args = [moved if i == k else t for i, t in enumerate(work_inputs)]
-                values[(s, "y")] = _flat_output(f(*args))
-            xm1, xp1 = float(values[-1]), float(values[1])
-            xm2, xp2 = float(values[-2]), float(values[2])
-            x0 = float(flat[j])
-            ym1, yp1, ym2, yp2 = values[(-1, "y")], values[(1, "y")], values[(-2, "y")], values[(2, "y")]
-            d1[:, j] = (yp1 - ym1) / (xp1 - xm1)
-            d2[:, j] = (yp2 - ym2) / (xp2 - xm2)
-            left1[:, j] = (y0 - ym1) / (x0 - xm1)
-            jump1[:, j] = (yp1 - y0) / (xp1 - x0) - left1[:, j]
-            jump2[:, j] = (yp2 - y0) / (xp2 - x0) - (y0 - ym2) / (x0 - xm2)
-            rounding[:, j] = eps * (np.abs(yp1) + np.abs(ym1) + np.abs(y0)) / (xp1 - xm1)
-            done += 1
-            progress_line(done)
-        numerical.append(d1)
-        steps.append(h.reshape(x.shape))
-        stats.append((d2, jump1, jump2, rounding, left1))
-
-    max_rel, worst, wrong, kinks = 0.0, None, 0, []
-    xname = "x" if len(base) == 1 else "xs"
-    worst_excess = -1.0
-    for k, (t_jac, n_jac, (d2, jump1, jump2, rounding, left1)) in enumerate(zip(theoretical, numerical, stats, strict=True)):
-        scale = max(float(np.max(np.abs(t_jac), initial=0.0)), float(np.max(np.abs(n_jac), initial=0.0)))
-        scale = scale if scale > 0 else 1.0
-        diff = np.abs(t_jac - n_jac)
-        allowed = tol * scale + _ROUNDING_SAFETY * rounding + _TRUNCATION_SAFETY * np.abs(d2 - n_jac)
-        big = np.abs(jump1) > _KINK_SIZE * scale + 2 * _ROUNDING_SAFETY * rounding
-        kink = big & (np.abs(jump2) < 1.5 * np.abs(jump1))
-        bad = (diff > allowed) & ~kink
-        wrong += int(bad.sum())
-        rel = diff / scale
-        if rel.size and float(rel.max()) > max_rel:
-            max_rel = float(rel.max())
-        excess = np.where(bad, 1.0 + rel, rel / 1e9)  # a wrong entry first, else the largest error
-        if excess.size and float(excess.max()) > worst_excess:
-            worst_excess = float(excess.max())
-            i, j = np.unravel_index(int(np.argmax(excess)), excess.shape)
-            out, xin = _output_index(y_shapes, int(i)), _input_index(base[k].shape, int(j))
-            worst = GradientEntry(k, out, xin, float(t_jac[i, j]), float(n_jac[i, j]),
-                                  f"d {_name('f', (), out)} / d {_name(xname, k, xin)}")
-        for j in np.flatnonzero(kink.any(axis=0)):
-            i = int(np.argmax(np.where(kink[:, j], np.abs(jump1[:, j]), -1.0)))
-            left = float(left1[i, j])
-            right = float(left1[i, j] + jump1[i, j])
-            xin = _input_index(base[k].shape, int(j))
-            kinks.append(Kink(k, xin, float(base[k].ravel()[j]), _output_index(y_shapes, i), left, right,
-                              float(t_jac[i, j]), float(steps[k].ravel()[j]), _name(xname, k, xin)))
-    verdict = "wrong" if wrong else "kink" if kinks else "ok"
-    return GradientCheck(
-        ok=verdict == "ok", verdict=verdict, max_rel_error=max_rel,
-        theoretical=tuple(theoretical), numerical=tuple(numerical), worst=worst, kinks=tuple(kinks),
-        dtype=dtype, cast=cast, tolerance=tol, steps=tuple(steps), wrong_entries=wrong, notes=tuple(notes),
-    )
-
-
 def _name(base: str, k, index: tuple[int, ...]) -> str:
     head = base if k == () or base == "x" else f"{base}[{k}]"
     return head + (f"[{', '.join(map(str, index))}]" if index else "")
@@ -469,17 +603,6 @@ def _name(base: str, k, index: tuple[int, ...]) -> str:
 
 def _input_index(shape, j: int) -> tuple[int, ...]:
     return tuple(int(v) for v in np.unravel_index(j, shape)) if len(shape) else ()
-
-
-def _ignores_float64_digits(f, xs, y0: np.ndarray) -> bool:
-    """True when ``f``'s output does not move at all for a change of its inputs far below
-    float32's resolution (2**-30 relative) but does for one float32 can see (2**-10): ``f``
-    rounds its input to float32 (or less) inside, whatever dtype it returns."""
-    def moved(rel):
-        args = [tf.constant(np.asarray(x.numpy()) * (1.0 + rel) + rel, dtype=tf.float64) for x in xs]
-        return not np.array_equal(_flat_output(f(*args)), y0)
-
-    return not moved(2.0 ** -30) and moved(2.0 ** -10)
 
 
 def _format_steps(steps) -> str:

@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable
 
 from .._env import quiet_import_tensorflow
+from ..i18n import _
+from ..progress import Progress, check_progress
 
 tf = quiet_import_tensorflow()
 
@@ -73,7 +75,7 @@ def allocator_stats_available(device: str = "CPU:0") -> bool:
 
 
 def measure_peak(fn: Callable, *args, device: str | None = None, warmup: bool = True,
-                 repeats: int = 1) -> MemoryMeasurement:
+                 repeats: int = 1, progress: bool | None = None) -> MemoryMeasurement:
     """Run ``fn(*args)`` on ``device`` and measure the peak memory TensorFlow allocated there during it.
 
     ``device`` defaults to :func:`default_device` (the first GPU when there is one, else the
@@ -84,13 +86,15 @@ def measure_peak(fn: Callable, *args, device: str | None = None, warmup: bool = 
     fastest. The result of ``fn`` is converted to NumPy inside the measurement, so that
     asynchronous work is finished. Raises ``RuntimeError`` when the device keeps no statistics
     (on the CPU: ``TF_CPU_ALLOCATOR_USE_BFC=true`` was not set before TensorFlow was imported).
-    Used in chapter 10.
+    ``progress`` shows a bar over the calls (:class:`gradlab.progress.Progress`; ``None``: on in a
+    notebook); it is drawn between the calls, outside what is measured. Used in chapter 10.
     """
     if not callable(fn):
         raise ValueError(f"fn must be a callable (e.g. a tf.function training step); got {type(fn).__name__}")
     device = _check_device(device)
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats must be an int >= 1; got {repeats!r}")
+    progress = check_progress(progress)
     if not allocator_stats_available(device):
         hint = (f" Set {CPU_BFC_ENV}=true in the environment before TensorFlow is imported (before "
                 "`import gradlab`), e.g. os.environ['TF_CPU_ALLOCATOR_USE_BFC'] = 'true' in the first cell."
@@ -107,14 +111,17 @@ def measure_peak(fn: Callable, *args, device: str | None = None, warmup: bool = 
             if hasattr(t, "numpy"):
                 t.numpy()
 
-    if warmup:
-        run()
-    best = float("inf")
-    for _repeat in range(repeats):
-        tf.config.experimental.reset_memory_stats(device)
-        before = tf.config.experimental.get_memory_info(device)["current"]
-        start = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - start)
-        peak = tf.config.experimental.get_memory_info(device)["peak"]
+    with Progress(int(warmup) + repeats, _("measuring peak memory"), enabled=progress) as bar:
+        if warmup:
+            run()
+            bar.update(note=_("warm-up"))
+        best = float("inf")
+        for _repeat in range(repeats):
+            tf.config.experimental.reset_memory_stats(device)
+            before = tf.config.experimental.get_memory_info(device)["current"]
+            start = time.perf_counter()
+            run()
+            best = min(best, time.perf_counter() - start)
+            peak = tf.config.experimental.get_memory_info(device)["peak"]
+            bar.update()
     return MemoryMeasurement(device, int(peak - before), int(before), best)

@@ -25,11 +25,25 @@ Three ways to compute them, all inside one ``tf.function`` per model and method:
 ``method="auto"`` uses ``vectorized_map``, falls back to the Jacobian where pfor cannot convert
 the model's forward pass (TF 2.21: a recurrent layer whose input sequence is computed inside the
 model, e.g. after a Dense, a Conv1D or another RNN) or where the model has random layers in
-training mode, and to the loop where pfor cannot convert the backward pass either. A model whose
-output carries a mask (a per-step loss over padded sequences) never goes through the Jacobian,
-whose batched pass would lose each example's mask: ``method="jacobian"`` is refused there. The model runs with ``training=False`` by default, so BatchNorm uses its moving
-statistics and examples do not interact; nothing of the model changes (its variables are
-restored afterwards, BatchNorm statistics and RNN states included).
+training mode, and to the loop where pfor cannot convert the backward pass either. Two kinds of
+model never go through the Jacobian, whose one batched forward pass would give wrong numbers
+(``method="jacobian"`` is refused there):
+
+* an output that carries a mask (a per-step loss over padded sequences): the batched pass
+  loses each example's mask;
+* ``model.losses`` that depend on the input (an ``activity_regularizer``, ``add_loss`` in a
+  layer's ``call``): the batched pass holds the whole batch's penalty, which every example's
+  loss would include (measured on a Dense model with an L2 activity regularizer: 0.16 off a
+  per-example tape). The loop and ``vectorized_map`` run each example alone, with its own
+  penalty.
+
+The model runs with ``training=False`` by default, so BatchNorm uses its moving statistics and
+examples do not interact; nothing of the model changes (every variable is restored afterwards,
+BatchNorm statistics, RNN states and a counter that a layer updates in its own ``call``
+included).
+
+:func:`per_example_gradients` is a pipeline of named stages: the arguments, the build, the
+loss checked on one example, the candidate methods, the run with its fallbacks.
 
 An ``Embedding``'s gradient is ``tf.IndexedSlices`` (chapter 06); per example it is returned
 dense, ``(B, vocabulary, dim)``: mind the memory for a large table.
@@ -46,6 +60,9 @@ import numpy as np
 
 from .. import core
 from .._env import quiet_import_tensorflow
+from .._validate import renamed_keywords
+from ..i18n import _
+from ..progress import Progress, check_progress
 
 tf = quiet_import_tensorflow()
 import keras  # noqa: E402
@@ -192,17 +209,19 @@ class _Compiled:
 
             self.fn = tf.function(jacobian, reduce_retracing=True)
 
-    def __call__(self, x, y, w):
+    def __call__(self, x, y, w, bar: Progress):
+        n = int(tf.nest.flatten(x)[0].shape[0])
         if self.method != "loop":
             out = self.fn(x, y, w)
             self.traced = True
+            bar.update(n, note=self.method)
             return out
-        n = int(tf.nest.flatten(x)[0].shape[0])
         rows, values = [], []
         for i in range(n):
             grads, value = self.fn(_one(x, i), _one(y, i), _one(w, i))
             rows.append(grads)
             values.append(value)
+            bar.update(note=self.method)
         return [tf.stack(c) for c in zip(*rows, strict=True)], tf.stack(values)
 
 
@@ -246,33 +265,13 @@ def _compiled(model, loss: core.Loss, method: str, training: bool, weighted: boo
     return entry[0]
 
 
-# ----------------------------------------------------------------------------- the tool
-def per_example_gradients(model, x, y, *, loss: Callable | None = None, sample_weight=None,
-                          method: str = "auto", training: bool = False) -> PerExampleGradients:
-    """The gradient of each example's loss for every trainable variable of ``model`` (chapter 10).
-
-    Returns a :class:`PerExampleGradients` list, one tensor ``(B, *variable.shape)`` per
-    ``model.trainable_variables`` (``None`` where the loss does not depend on the variable).
-    Example ``i``'s loss is that of a batch holding example ``i`` alone (``loss(y, y_pred)``
-    when given, reduced to a scalar or one loss per example such as
-    ``keras.losses.mean_squared_error``; else the compiled loss, else mean squared error; plus
-    ``model.losses``),
-    times ``sample_weight[i]`` when given, so that their mean is the batch gradient that
-    ``fit`` would take. ``method`` is ``"auto"`` (``vectorized_map``, or the loop where pfor
-    cannot convert the model), ``"loop"``, ``"vectorized_map"`` or ``"jacobian"``; all give the
-    same numbers (to float32 rounding). ``training=True`` runs layers in training mode, which a
-    model with BatchNorm refuses: in training mode BatchNorm mixes the examples of a batch, so
-    an example has no gradient of its own. With ``training=True`` and random layers (Dropout,
-    GaussianNoise, ...) each method draws its own masks: ``"auto"`` then uses the Jacobian (one
-    batched forward pass, a mask per example, as ``fit`` draws them), and ``"vectorized_map"``
-    is refused (pfor would give every example the same mask). The mean equals the batch
-    gradient for unmasked outputs; a masked per-step loss (``mask_zero=True`` sequences of
-    different lengths) is divided by the valid steps of the whole batch in ``fit`` but by each
-    example's own count here, so there the mean differs. The model is left exactly as it was.
-    """
+# ----------------------------------------------------------------------------- the tool's stages
+def _check_arguments(model, x, y, sample_weight, method, training, progress):
+    """Stage 1: the validated batch and options, and the refusals that need no forward pass."""
     core.check_model(model)
     method = _check_method(method)
     training = _check_training(training)
+    progress = check_progress(progress)
     x, y = core.coerce_batch(model, x, y)
     w = core.coerce_sample_weight(sample_weight, y)
     if training and _has_batch_norm(model):
@@ -296,11 +295,44 @@ def per_example_gradients(model, x, y, *, loss: Callable | None = None, sample_w
             "batch with a fixed batch size, so one example has no loss of its own. Build the same model with "
             "stateful=False (and the same weights) to take per-example gradients"
         )
+    return x, y, w, method, training, progress, bool(random)
+
+
+def _build(model, x) -> list:
+    """Stage 2: build an unbuilt model (symbolically where Keras can, so that a layer's own
+    updates in ``call`` do not run), and its trainable variables."""
     if not model.built:
-        model(_one(x, 0), training=False)  # build it eagerly, so no variable is created while tracing
+        flat = tf.nest.flatten(x)
+        if isinstance(model, keras.Sequential) and len(flat) == 1:
+            with contextlib.suppress(ValueError, TypeError):  # a symbolic build Keras refuses: call it below
+                model.build((None, *flat[0].shape[1:]))
+        if not model.built or not model.variables:
+            model(_one(x, 0), training=False)  # eagerly, so no variable is created while tracing
     variables = model.trainable_variables
     if not variables:
         raise ValueError("model has no trainable variables, so there is no gradient to take")
+    return variables
+
+
+def _losses_of(model, x, training: bool) -> list[float]:
+    model(x, training=training)
+    return [float(tf.reduce_sum(tf.cast(v, tf.float64))) for v in model.losses]
+
+
+def _input_dependent_losses(model, x, training: bool) -> bool:
+    """True when ``model.losses`` (activity regularizers, ``add_loss`` in ``call``) change with the
+    input: the whole batch's penalty differs from one example's, or two examples' differ. The
+    Jacobian's one batched forward pass would then add the batch's penalty to every example."""
+    first = _losses_of(model, _one(x, 0), training)
+    if not first or core.example_count(x) < 2:  # no penalty at all, or one example: the batch's is its own
+        return False
+    batch, second = _losses_of(model, x, training), _losses_of(model, _one(x, 1), training)
+    return not (np.allclose(batch, first, rtol=1e-6, atol=0.0) and np.allclose(first, second, rtol=1e-6, atol=0.0))
+
+
+def _prepare_loss(model, loss, x, y, w):
+    """Stage 3: the resolved loss, checked eagerly on one example; per-example weights of 1 for a
+    loss function that returns one loss per example; and whether the output carries a mask."""
     resolved = core.resolve_loss(model, loss)
     x1, y1 = _one(x, 0), _one(y, 0)  # the loss's own checks (shapes, labels), eagerly, on one example
     pred1 = model(x1, training=False)
@@ -309,42 +341,101 @@ def per_example_gradients(model, x, y, *, loss: Callable | None = None, sample_w
         # natural here; weights of 1 send it through the core's per-example reduction, which on a
         # batch of one is that example's loss
         if tf.convert_to_tensor(loss(y1, pred1)).shape.rank:
-            w = tf.ones([int(tf.nest.flatten(x)[0].shape[0])], keras.backend.floatx())
+            w = tf.ones([core.example_count(x)], keras.backend.floatx())
     resolved.check(y1, pred1, _one(w, 0))
     # a masked output (per-step loss over padded sequences): the Jacobian's batched forward pass
     # slices the predictions without their mask, so each example's loss would count the padding
     masked = any(getattr(t, "_keras_mask", None) is not None for t in tf.nest.flatten(pred1))
+    return resolved, w, masked
+
+
+def _candidates(method: str, *, random: bool, masked: bool, input_losses: bool) -> tuple[str, ...]:
+    """Stage 4: the methods to try, in order; a forced method that would give wrong numbers is refused."""
     if masked and method == "jacobian":
         raise ValueError(
             "method='jacobian' on a model whose output carries a mask (padded sequences, Masking or "
             "mask_zero=True): the batched Jacobian loses the mask of each example's loss. Use method='loop' or "
             "'vectorized_map' (or 'auto', which avoids the Jacobian here)"
         )
+    if input_losses and method == "jacobian":
+        raise ValueError(
+            "method='jacobian' on a model whose model.losses depend on the input (an activity_regularizer, or "
+            "add_loss in a layer's call): its one batched forward pass holds the whole batch's penalty, which "
+            "every example's loss would then include. Use method='loop' or 'vectorized_map' (or 'auto', which "
+            "avoids the Jacobian here): they run each example alone, with its own penalty"
+        )
+    candidates = _AUTO_ORDER if method == "auto" else (method,)
+    if random:  # vectorized_map would draw one dropout mask for the whole batch
+        candidates = tuple(c for c in candidates if c != "vectorized_map")
+    if masked or input_losses:  # the Jacobian would lose the output's mask, or mix the examples' penalties
+        candidates = tuple(c for c in candidates if c != "jacobian")
+    return candidates
+
+
+def _run(model, resolved, method: str, candidates, training: bool, x, y, w, bar: Progress):
+    """Stage 5: the first candidate that pfor converts (the loop always does); the gradients, the
+    per-example losses, which variables the tape reached, and the method used."""
+    for chosen in candidates:
+        compiled = _compiled(model, resolved, chosen, training, w is not None)
+        if compiled.failed is None:
+            try:
+                with _quiet_pfor(compiled):
+                    grads, values = compiled(x, y, w, bar)
+                return grads, values, compiled.connected, chosen
+            except (ValueError, TypeError, tf.errors.InvalidArgumentError, NotImplementedError) as err:
+                if chosen == "loop" or not _is_pfor_failure(err, compiled):
+                    raise
+                compiled.failed = f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:200]}"
+        if method != "auto":
+            raise ValueError(
+                f"method={method!r} cannot convert this model with pfor ({compiled.failed}); use "
+                "method='auto' (which falls back to the next method) or method='loop'"
+            )
+    raise AssertionError("the loop always converts")  # pragma: no cover
+
+
+@renamed_keywords(loss_fn="loss")
+def per_example_gradients(model, x, y, *, loss: Callable | None = None, sample_weight=None,
+                          method: str = "auto", training: bool = False,
+                          progress: bool | None = None) -> PerExampleGradients:
+    """The gradient of each example's loss for every trainable variable of ``model`` (chapter 10).
+
+    Returns a :class:`PerExampleGradients` list, one tensor ``(B, *variable.shape)`` per
+    ``model.trainable_variables`` (``None`` where the loss does not depend on the variable).
+    Example ``i``'s loss is that of a batch holding example ``i`` alone (``loss(y, y_pred)``
+    when given, reduced to a scalar or one loss per example such as
+    ``keras.losses.mean_squared_error``; else the compiled loss, else mean squared error; plus
+    ``model.losses`` of that example alone: an activity regularizer or an ``add_loss`` in
+    ``call`` counts each example's own penalty), times ``sample_weight[i]`` when given, so that
+    their mean is the batch gradient that ``fit`` would take. ``method`` is ``"auto"``
+    (``vectorized_map``, or the Jacobian or the loop where pfor cannot convert the model),
+    ``"loop"``, ``"vectorized_map"`` or ``"jacobian"``; all give the same numbers (to float32
+    rounding), and a method that would not is refused: the Jacobian where ``model.losses``
+    depend on the input or the output carries a mask. ``training=False`` (the default, as
+    :func:`gradlab.time_report`) runs layers in inference mode; ``training=True`` in training
+    mode, which a model with BatchNorm refuses: in training mode BatchNorm mixes the examples of
+    a batch, so an example has no gradient of its own. With ``training=True`` and random layers
+    (Dropout, GaussianNoise, ...) each method draws its own masks: ``"auto"`` then uses the
+    Jacobian (one batched forward pass, a mask per example, as ``fit`` draws them), and
+    ``"vectorized_map"`` is refused (pfor would give every example the same mask). A masked
+    per-step loss (``mask_zero=True`` sequences of different lengths) is divided by the valid
+    steps of the whole batch in ``fit`` but by each example's own count here, so there the mean
+    differs. ``progress`` shows a bar over the examples (``None``: on in a notebook). The model
+    is left exactly as it was: every variable, a counter that a layer updates in its own
+    ``call`` included, is restored.
+    """
+    x, y, w, method, training, progress, random = _check_arguments(model, x, y, sample_weight, method,
+                                                                    training, progress)
+    variables = _build(model, x)
     saved = core.snapshot(model)
-    weighted = w is not None
     try:
-        candidates = _AUTO_ORDER if method == "auto" else (method,)
-        if random:  # vectorized_map would draw one dropout mask for the whole batch
-            candidates = tuple(c for c in candidates if c != "vectorized_map")
-        if masked:  # the Jacobian would lose the output's mask
-            candidates = tuple(c for c in candidates if c != "jacobian")
-        for chosen in candidates:
-            compiled = _compiled(model, resolved, chosen, training, weighted)
-            if compiled.failed is None:
-                try:
-                    with _quiet_pfor(compiled):
-                        grads, values = compiled(x, y, w)
-                    break
-                except (ValueError, TypeError, tf.errors.InvalidArgumentError, NotImplementedError) as err:
-                    if chosen == "loop" or not _is_pfor_failure(err, compiled):
-                        raise
-                    compiled.failed = f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:200]}"
-            if method != "auto":
-                raise ValueError(
-                    f"method={method!r} cannot convert this model with pfor ({compiled.failed}); use "
-                    "method='auto' (which falls back to the next method) or method='loop'"
-                )
-        connected = compiled.connected
+        resolved, w, masked = _prepare_loss(model, loss, x, y, w)
+        jacobian_possible = "jacobian" in _candidates(method, random=random, masked=masked, input_losses=False)
+        input_losses = jacobian_possible and _input_dependent_losses(model, x, training)
+        candidates = _candidates(method, random=random, masked=masked, input_losses=input_losses)
+        with Progress(core.example_count(x), _("per-example gradients"), enabled=progress) as bar:
+            grads, values, connected, chosen = _run(model, resolved, method, candidates, training, x, y, w, bar)
+            bar.close(note=chosen)
     finally:
         core.restore(saved)
     grads = [g if ok else None for g, ok in zip(grads, connected or [True] * len(grads), strict=True)]

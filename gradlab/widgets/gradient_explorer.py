@@ -198,8 +198,8 @@ class GradientExplorer(ClipControls, Explorer):
         """
         r = self.report
         shown = [n for n in self.control_names if self.advanced or n not in ADVANCED]
-        self.advice = gradient_advice(r, self.settings(), self.labels(), shown=shown,
-                                      loss_scales=LOSS_SCALES)
+        self.advice = gradient_advice(r, {**self.settings(), "width": self.engine.width}, self.labels(),
+                                      shown=shown, loss_scales=LOSS_SCALES)  # width: σ=0.01/σ=1 variances
         mode = f"{_mode_text(r)} · " if _mode_text(r) else ""
         return _("depth {depth} · {activation} · {initializer} · {mode}{clip} → {status}: {advice}").format(
             depth=self.depth.value, activation=self.activation.value, initializer=self.initializer.value,
