@@ -223,7 +223,7 @@ def test_a_fresh_transformer_is_uneven_not_exploding(position, depth):
     """The embedding's small scale before the first LayerNorm gives a ratio near 30 at any depth: uneven."""
     model = gl.build_transformer(depth, norm_position=position)
     x, y = gl.markov_tokens(8, 32, 64)
-    report = gl.inspect_training_step(model, x, y, loss_fn=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    report = gl.inspect_training_step(model, x, y, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     s = report.signal_norms
     assert 10 < s[0] / s[-1] < 100 and report.verdict.ratio == pytest.approx(s[0] / s[-1], rel=1e-12)
     assert gl.judge(s).status == "exploding"  # the bare rule on the same numbers

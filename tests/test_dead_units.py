@@ -138,7 +138,7 @@ def test_small_cnn_raises_no_alarm(seed):
     model = _small_cnn(seed)
     x = tf.random.stateless_uniform([32, 16, 16, 3], [seed, 4])
     y = tf.random.stateless_uniform([32], [seed, 5], maxval=10, dtype=tf.int32)
-    report = gl.inspect_training_step(model, x, y, loss_fn=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    report = gl.inspect_training_step(model, x, y, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     assert "dead-units" not in report.problem_kinds and report.status != "dead-units"
 
 

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 
 from .. import core
 from .._env import quiet_import_tensorflow
+from .._validate import renamed_keywords
 from ..i18n import N_, _, end_sentence, join_clauses, join_list
 
 tf = quiet_import_tensorflow()
@@ -231,14 +232,15 @@ def _graph_causes(loss_fn, variables, positions) -> dict[int, Cause]:
     return causes
 
 
-def explain_none_gradients(loss_fn: Callable[[], object], variables: Sequence) -> dict[int, Cause]:
+@renamed_keywords(loss_fn="loss_closure")
+def explain_none_gradients(loss_closure: Callable[[], object], variables: Sequence) -> dict[int, Cause]:
     """Explain why ``tape.gradient(loss_fn(), variables)`` is ``None`` for some variables (chapter 06).
 
     Runs ``loss_fn`` eagerly under a tape to find the ``None`` gradients, then traces it with
     ``tf.function`` and walks the graph from each such variable to the loss.
 
     Args:
-        loss_fn: zero-argument callable returning the scalar loss (it is called once eagerly
+        loss_closure: zero-argument callable returning the scalar loss (it is called once eagerly
             and traced once).
         variables: list of ``tf.Variable`` (or Keras variables), e.g. ``model.trainable_variables``.
 
@@ -251,6 +253,7 @@ def explain_none_gradients(loss_fn: Callable[[], object], variables: Sequence) -
         the variable is never read by the loss computation, that it has an integer dtype, or
         that its value left TensorFlow through NumPy. Empty when every gradient exists.
     """
+    loss_fn = loss_closure  # a closure, unlike the loss= of the other tools: loss_closure() is the loss
     variables = _check_args(loss_fn, variables)
     _loss, grads, watched = _eager_gradients(loss_fn, variables)
     causes: dict[int, Cause] = {}
@@ -387,7 +390,8 @@ def _checked_run(loss_fn, variables):
         tf.debugging.disable_check_numerics()
 
 
-def find_nonfinite_source(loss_fn: Callable[[], object], variables: Sequence) -> NonfiniteSource | None:
+@renamed_keywords(loss_fn="loss_closure")
+def find_nonfinite_source(loss_closure: Callable[[], object], variables: Sequence) -> NonfiniteSource | None:
     """Say where a NaN/inf is born in the forward or backward pass of ``loss_fn`` (chapter 06).
 
     Runs one forward and backward pass under a tape; when the loss or a gradient is NaN/inf,
@@ -397,7 +401,7 @@ def find_nonfinite_source(loss_fn: Callable[[], object], variables: Sequence) ->
     afterwards; call ``loss_fn`` once before, as :func:`gradlab.inspect_training_step` does.
 
     Args:
-        loss_fn: zero-argument callable returning the scalar loss.
+        loss_closure: zero-argument callable returning the scalar loss.
         variables: list of ``tf.Variable`` (or Keras variables).
 
     Returns:
@@ -408,6 +412,7 @@ def find_nonfinite_source(loss_fn: Callable[[], object], variables: Sequence) ->
         whose ``finding`` and ``fix`` hold the two parts apart. ``None`` when the loss and all
         gradients are finite.
     """
+    loss_fn = loss_closure  # a closure, unlike the loss= of the other tools: loss_closure() is the loss
     variables = _check_args(loss_fn, variables)
     loss, grads, _watched = _eager_gradients(loss_fn, variables)
     loss_finite = core.is_finite(loss)
