@@ -139,11 +139,57 @@ def test_update_keeps_the_old_translation_and_marks_it(copy_of_02, monkeypatch):
 
 # ----------------------------------------------------------------------------- the twins' content
 @pytest.mark.parametrize("stem", TWINS)
-def test_code_cells_are_the_english_ones(stem):
+def test_code_cells_differ_from_the_english_only_in_text(stem):
+    """The twin's code is the English code: the same Python tokens, except string literals and
+    comments (its labels, translated from the yml's ``code:``), and even inside an f-string
+    only the text differs, never a field or a format spec."""
     english = [c.source for c in notebook_from_source(SRC / f"{stem}.py").cells if c.cell_type == "code"]
     twin = zh.zh_notebook(stem)
-    assert zh.english_code(twin) == english
+    chinese = zh.english_code(twin)
+    assert len(chinese) == len(english)
+    bad = [f"code cell {k}: {d}" for k, (en, cn) in enumerate(zip(english, chinese, strict=True))
+           for d in zh.code_differences(en, cn)]
+    assert not bad, f"{stem}: the twin's code differs from the English beyond its text:\n  " + "\n  ".join(bad)
     assert [c.source for c in twin.cells if c.cell_type == "code"][0].count(zh.SETUP_ZH) == 1
+
+
+@pytest.mark.parametrize("stem", TWINS)
+def test_every_code_label_is_used_and_translated(stem):
+    """Each entry of the yml's ``code:`` still finds its English text in the chapter's code
+    (an English label that changed leaves it unused: update the entry), and says something new."""
+    mapping = zh.load(zh.translation_path(stem)).code
+    used: dict[str, int] = {}
+    for c in notebook_from_source(SRC / f"{stem}.py").cells:
+        if c.cell_type == "code":
+            zh.translate_code(c.source, mapping, used)
+    unused = [k for k in mapping if k not in used]
+    assert not unused, f"{stem}: `code:` entries whose English text is not in the code any more: {unused}"
+    same = [k for k, v in mapping.items() if v == k]
+    assert not same, f"{stem}: `code:` entries translated to themselves: {same}"
+
+
+def test_code_translation_changes_text_only():
+    """translate_code replaces inside literals and comments, never in code or f-string fields;
+    code_differences catches a changed name, number or format spec."""
+    src = ('gain = 1\nprint(f"gain {gain:.3g} · {r.status}", "gain")  # gain per layer\n'
+           "d = {'gain': gain}\n")
+    out = zh.translate_code(src, {"gain": "增益", "status": "状态"})
+    assert out == ('gain = 1\nprint(f"增益 {gain:.3g} · {r.status}", "增益")  # 增益 per layer\n'
+                   "d = {'增益': gain}\n")
+    assert zh.code_differences(src, out) == []
+    assert zh.code_differences(src, out.replace("{gain:.3g}", "{gain:.2g}"))  # a format spec
+    assert zh.code_differences(src, out.replace("{r.status}", "{r.ratio}"))  # a field
+    assert zh.code_differences(src, out.replace("gain = 1", "gain = 2"))  # a number
+    assert zh.code_differences(src, out.replace('print(', 'print(1, '))  # a token more
+
+
+def test_the_code_mapping_survives_an_update(copy_of_02):
+    root, stem = copy_of_02
+    path = zh.translation_path(stem, root)
+    tr = zh.load(path)
+    tr.code = {'A: "x"': "甲：“x”", "b\\n": "乙"}
+    zh.save(tr, path)
+    assert zh.load(path).code == tr.code
 
 
 @pytest.mark.parametrize("stem", [s for s in TWINS if s not in NOT_YET_TRANSLATED])
