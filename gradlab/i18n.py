@@ -35,10 +35,11 @@ from __future__ import annotations
 
 import gettext
 import os
+import unicodedata
 from pathlib import Path
 
 __all__ = ["DOMAIN", "LANGUAGES", "LOCALE_DIR", "N_", "_", "end_sentence", "get_language", "join_clauses",
-           "join_list", "join_sentences", "ngettext", "set_language", "SENTENCE_ENDS"]
+           "join_list", "join_sentences", "ngettext", "pad", "set_language", "text_width", "SENTENCE_ENDS"]
 
 DOMAIN = "gradlab"
 LOCALE_DIR = Path(__file__).resolve().parent / "locale"
@@ -158,3 +159,28 @@ def end_sentence(text: str) -> str:
         return text
     # TRANSLATORS: a clause made a whole sentence by the language's full stop ("{sentence}。" in Chinese)
     return _("{sentence}.").format(sentence=text)
+
+
+def text_width(text) -> int:
+    """How many terminal columns ``text`` takes: a wide or full-width character (East Asian
+    width ``W`` or ``F``: Chinese characters, full-width punctuation such as ``，``) takes two,
+    a combining mark none, any other character one. ``len("梯度") == 2``, ``text_width("梯度") == 4``."""
+    return sum(0 if unicodedata.combining(ch) else 2 if unicodedata.east_asian_width(ch) in "WF" else 1
+               for ch in str(text))
+
+
+def pad(text, width: int, align: str = "<") -> str:
+    """``text`` padded with spaces to ``width`` display columns (:func:`text_width`), for tables
+    whose cells may hold Chinese: ``f"{name:<12}"`` counts characters, so a row with ``"梯度消失"``
+    would stand 4 columns out of line; ``pad(name, 12)`` does not. ``align`` is ``"<"`` (left),
+    ``">"`` (right) or ``"^"`` (centre, as ``str.format``: the odd space goes to the right);
+    text already wider than ``width`` comes back unchanged."""
+    if align not in ("<", ">", "^"):
+        raise ValueError(f"align must be '<', '>' or '^'; got {align!r}")
+    text = str(text)
+    room = max(0, int(width) - text_width(text))
+    if align == "<":
+        return text + " " * room
+    if align == ">":
+        return " " * room + text
+    return " " * (room // 2) + text + " " * (room - room // 2)
