@@ -35,11 +35,12 @@ from __future__ import annotations
 
 import gettext
 import os
+import re
 import unicodedata
 from pathlib import Path
 
 __all__ = ["DOMAIN", "LANGUAGES", "LOCALE_DIR", "N_", "_", "end_sentence", "get_language", "join_clauses",
-           "join_list", "join_sentences", "ngettext", "pad", "set_language", "text_width", "SENTENCE_ENDS"]
+           "join_list", "join_sentences", "ngettext", "pad", "pgettext", "tidy_spacing", "set_language", "text_width", "SENTENCE_ENDS"]
 
 DOMAIN = "gradlab"
 LOCALE_DIR = Path(__file__).resolve().parent / "locale"
@@ -96,6 +97,13 @@ def _(message: str) -> str:
 def ngettext(singular: str, plural: str, n: int) -> str:
     """The singular or plural form of a message for count ``n``, in the current language."""
     return _state["translation"].ngettext(singular, plural, n)
+
+
+def pgettext(context: str, message: str) -> str:
+    """``message`` in the current language, as translated in ``context`` (``msgctxt``): for a
+    word the catalog must translate two ways, such as ``"norm"`` in the clip dropdown (a vector
+    norm) and in the normalization dropdown (a layer)."""
+    return _state["translation"].pgettext(context, message)
 
 
 def N_(message: str) -> str:
@@ -184,3 +192,22 @@ def pad(text, width: int, align: str = "<") -> str:
     if align == ">":
         return " " * room + text
     return " " * (room // 2) + text + " " * (room - room // 2)
+
+
+_CJK = "\u4e00-\u9fff"
+_LATIN = "A-Za-z0-9'\"`"
+_GLUED = re.compile(rf"(?<=[{_CJK}])(?=[{_LATIN}])|(?<=[{_LATIN}])(?=[{_CJK}])")
+_SPLIT = re.compile(rf"(?<=[{_CJK}]) (?=[{_CJK}])")
+
+
+def tidy_spacing(text: str) -> str:
+    """In Chinese, the spacing of a message whose fields may be Chinese or code: one space
+    between a Chinese character and a Latin letter, digit or quote (``'hidden_1'的`` ->
+    ``'hidden_1' 的``), none between two Chinese characters (``第 1 层 的`` -> ``第 1 层的``).
+
+    A translation writes ``{first} 的信号`` once, and reads right whether ``first`` is a layer's
+    name (``'hidden_1'``) or gradlab's own ``第 1 层``. Other languages come back unchanged.
+    """
+    if get_language() != "zh":
+        return text
+    return _SPLIT.sub("", _GLUED.sub(" ", str(text)))

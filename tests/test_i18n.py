@@ -393,3 +393,14 @@ def test_chinese_tables_line_up_by_display_width():
     starts = [[i18n.text_width(ln[:m.start()]) for m in re.finditer(r"(?<=  )\S", ln)]
               for ln in (table[0], table[2])]
     assert starts[0] == starts[1], table
+
+
+def test_tidy_spacing_reads_right_for_names_and_chinese_fields():
+    gl.setup(seed=0, lang="zh")
+    assert i18n.tidy_spacing("'hidden_1'的信号是第 5 层 的 2 倍") == "'hidden_1' 的信号是第 5 层的 2 倍"
+    chinese = gl.judge([1e-4, 1e-3, 1e-2, 0.1, 1.0]).finding
+    named = gl.judge([1e-4, 1e-3, 1e-2, 0.1, 1.0], names=["'hidden_1'", "'b'", "'c'", "'d'", "'out'"]).finding
+    assert "第 1 层的信号是第 5 层的" in chinese, chinese
+    assert "'hidden_1' 的信号是 'out' 的" in named, named
+    gl.setup(seed=0, lang="en")
+    assert i18n.tidy_spacing("'a'的 b") == "'a'的 b"  # other languages: unchanged

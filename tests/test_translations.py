@@ -267,3 +267,73 @@ def test_update_carries_renamed_code_and_keeps_prose_changes_stale():
                         was="Use `gl.vjp(f)` here.", stale=True)
     zh.carry_code_changes(reworded)
     assert reworded.stale and "`gl.jacobians.vjp(f)`" in reworded.zh, "prose changed: a translator must look"
+
+
+# ----------------------------------------------------------------------------- phrasing rules
+#: "多出 3 倍" reads as 4 times as much, "大了 3 倍"/"高出 3 倍"/"增长 1.04 倍" are read both ways:
+#: a multiple is written "是……的 N 倍", "N 倍于", "变为原来的 N 倍" or "乘以 N".
+AMBIGUOUS_MULTIPLE = re.compile(
+    r"(多出|高出|大了|多了|高了|增长了?|增加了?|变化|翻了)\s*(约\s*)?(\{\w+\}|[0-9.]+|\$[^$]+\$|[a-zA-Z]|"
+    r"[一二三四五六七八九十几两数百千万]+)\s*倍")
+#: A quoted name or a repr field glued to Chinese: "'hidden_1'的信号" (GLOSSARY-zh.md: a space
+#: between Chinese and Latin text).
+GLUED = re.compile(r"(?:'[^'\s]{1,40}'|\{\w+!r\})(?=[\u4e00-\u9fff])|(?<=[\u4e00-\u9fff])(?:'[^'\s]{1,40}'|\{\w+!r\})")
+#: The verdict "healthy" is 正常 everywhere (GLOSSARY-zh.md); 健康 is not used for it.
+OTHER_VERDICT_WORD = "健康"
+PO = ROOT / "gradlab" / "locale" / "zh_CN" / "LC_MESSAGES" / "gradlab.po"
+
+
+def chinese_texts() -> list[tuple[str, str]]:
+    """(where, text) for every Chinese text: each msgstr of the catalog and each zh of a yml
+    (its code labels included)."""
+    from tools import catalog as cat
+
+    out = []
+    for m in cat.read_catalog(PO, "zh_CN"):
+        if m.id and m.string:
+            for s in (m.string if isinstance(m.string, tuple | list) else (m.string,)):
+                out.append((f"gradlab.po msgid {m.id!r}"[:90], s))
+    for stem in TWINS:
+        tr = zh.load(zh.translation_path(stem))
+        out += [(f"{stem} cell {zh.label(e.en)!r}", e.zh) for e in tr.cells]
+        out += [(f"{stem} code label {k!r}", v) for k, v in tr.code.items()]
+    return out
+
+
+def test_no_ambiguous_multiples():
+    bad = [f"{where}: {m.group(0)!r}" for where, text in chinese_texts() for m in AMBIGUOUS_MULTIPLE.finditer(text)]
+    assert not bad, "write a multiple as 是……的 N 倍 or 乘以 N:\n  " + "\n  ".join(bad)
+
+
+def test_no_quoted_name_glued_to_chinese():
+    bad = [f"{where}: {m.group(0)!r}" for where, text in chinese_texts() for m in GLUED.finditer(text)]
+    assert not bad, "a space between a quoted name and Chinese text:\n  " + "\n  ".join(bad)
+
+
+def test_one_word_for_the_healthy_verdict():
+    bad = [where for where, text in chinese_texts() if OTHER_VERDICT_WORD in text]
+    assert not bad, f"the verdict 'healthy' is 正常 (GLOSSARY-zh.md), not {OTHER_VERDICT_WORD}: {bad}"
+    from tools import catalog as cat
+
+    assert cat.read_catalog(PO, "zh_CN").get("healthy").string == "正常"
+
+
+def test_epoch_is_lun():
+    """"epoch" is 轮 (with "(epoch)" at its first use), not 轮次, 周期 or the bare English word."""
+    bad = [f"{where}: {m.group(0)!r}" for where, text in chinese_texts()
+           for m in re.finditer(r"轮次|周期|个 epoch|每个 epoch|一个 epoch", text)]
+    assert not bad, bad
+
+
+def test_the_playbook_is_named_in_chinese():
+    """"Tuning Playbook" stands only in parentheses after 调优手册 (its first use)."""
+    bad = [where for where, text in chinese_texts()
+           if re.search(r"(?<!调优手册（)(?<!Deep Learning )Tuning Playbook", text)]
+    assert not bad, bad
+
+
+def test_the_rules_catch_what_they_forbid():
+    assert AMBIGUOUS_MULTIPLE.search("稠密梯度多出 {factor} 倍") and AMBIGUOUS_MULTIPLE.search("损失高出 30 倍")
+    assert AMBIGUOUS_MULTIPLE.search("每层增长约 1.04 倍") and AMBIGUOUS_MULTIPLE.search("大了 $10^8$ 倍")
+    assert not AMBIGUOUS_MULTIPLE.search("损失是出发时的 30 倍") and not AMBIGUOUS_MULTIPLE.search("每层乘以 1.04")
+    assert GLUED.search("'hidden_1'的信号") and GLUED.search("层{name!r}的") and not GLUED.search("'hidden_1' 的信号")

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..i18n import N_, _, join_sentences
+from ..i18n import N_, _, join_sentences, tidy_spacing
 
 __all__ = [
     "CAUSES",
@@ -284,7 +284,7 @@ def judge(
 
     def verdict(status, rule, finding):
         causes = _causes(status, s, activation=activation, normalized=normalized, residual=residual, dtype=dtype)
-        return Verdict(status, finding, _advice(unit, causes[0] if causes else None, status), ratio, gain, n,
+        return Verdict(status, tidy_spacing(finding), _advice(unit, causes[0] if causes else None, status), ratio, gain, n,
                        rule, causes, float(vanish_below), float(explode_above))
 
     bad = ~np.isfinite(s)
