@@ -20,8 +20,9 @@ runs it), and that the labels the chapter's code prints are translated. Those co
 file's optional ``code:`` mapping, English text -> Chinese text::
 
     code:
-      "local derivatives: ": "局部导数："
-      "# 2*x = 6": "# 2*x = 6"
+      "local derivatives:": "各层的局部导数："
+      "layer {k}: ": "第 {k} 层："
+      "\"of\"": "\"/\""
 
 Each English text is replaced by its Chinese inside string literals and comments of the code
 cells only (Python's tokenizer says where they are; f-string fields are left alone, see
@@ -382,10 +383,9 @@ def _fstring_literals(token: str) -> list[tuple[int, int]]:
     return [(a, b) for a, b in spans if b > a]
 
 
-def _text_spans(source: str) -> list[tuple[int, int]]:
-    """Character spans of ``source`` that :func:`translate_code` may change: string literals
-    (without prefix and quotes; in an f-string only its text, see :func:`_fstring_literals`)
-    and comments."""
+def _text_spans(source: str) -> list[tuple[int, int, bool]]:
+    """Character spans of ``source`` that :func:`translate_code` may change, each with whether
+    it is the inside of an f-string: string literals (without prefix and quotes) and comments."""
     lines = source.splitlines(keepends=True)
     offsets = [0]
     for ln in lines:
@@ -396,29 +396,82 @@ def _text_spans(source: str) -> list[tuple[int, int]]:
             continue
         base = offsets[tok.start[0] - 1] + tok.start[1]
         if tok.type == tokenize.COMMENT:
-            spans.append((base, base + len(tok.string)))
-        elif "f" in _PREFIX.match(tok.string).group(0).lower():
-            spans += [(base + a, base + b) for a, b in _fstring_literals(tok.string)]
-        else:
-            prefix = _PREFIX.match(tok.string).group(0)
-            q = 3 if tok.string[len(prefix):len(prefix) + 3] in ('"""', "'''") else 1
-            spans.append((base + len(prefix) + q, base + len(tok.string) - q))
+            spans.append((base, base + len(tok.string), False))
+            continue
+        prefix = _PREFIX.match(tok.string).group(0)
+        q = 3 if tok.string[len(prefix):len(prefix) + 3] in ('"""', "'''") else 1
+        spans.append((base + len(prefix) + q, base + len(tok.string) - q, "f" in prefix.lower()))
     return spans
+
+
+def _is_literal(key: str) -> bool:
+    """A key written as a whole string literal, quotes included (``'"of"'``): it replaces exactly
+    that literal, nothing inside another one."""
+    return len(key) >= 2 and key[0] == key[-1] and key[0] in "\"'"
+
+
+def _swap_literals(source: str, whole: dict[str, str], used: dict[str, int] | None) -> str:
+    lines = source.splitlines(keepends=True)
+    offsets = [0]
+    for ln in lines:
+        offsets.append(offsets[-1] + len(ln))
+    out, last = [], 0
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.STRING and tok.string in whole:
+            a = offsets[tok.start[0] - 1] + tok.start[1]
+            out += [source[last:a], whole[tok.string]]
+            last = a + len(tok.string)
+            if used is not None:
+                used[tok.string] = used.get(tok.string, 0) + 1
+    out.append(source[last:])
+    return "".join(out)
 
 
 def translate_code(source: str, mapping: dict[str, str], used: dict[str, int] | None = None) -> str:
     """``source`` with each English text of ``mapping`` replaced by its Chinese, inside string
-    literals and comments only (longest text first, one pass); ``used`` counts the replacements."""
+    literals and comments only (longest text first, one pass); ``used`` counts the replacements.
+
+    In an f-string, an English text without ``{`` is replaced only in the text between the
+    fields (:func:`_fstring_literals`); one with fields (``"layer {k}: "`` -> ``"第 {k} 层："``)
+    is matched against the whole f-string, and its Chinese must keep those fields as written
+    (:func:`code_differences` checks that). A text written with its quotes (``'"of"'``) replaces
+    exactly that string literal, for a word too short to look for inside others.
+    """
     if not mapping:
         return source
-    pattern = re.compile("|".join(re.escape(k) for k in sorted(mapping, key=len, reverse=True)))
+    whole = {k: v for k, v in mapping.items() if _is_literal(k)}
+    if whole:
+        source = _swap_literals(source, whole, used)
+        mapping = {k: v for k, v in mapping.items() if k not in whole}
+
+    def pattern(keys):
+        keys = sorted(keys, key=len, reverse=True)
+        return re.compile("|".join(re.escape(k) for k in keys)) if keys else None
+
+    plain, fielded = pattern(k for k in mapping if "{" not in k), pattern(k for k in mapping if "{" in k)
+
+    def swap(m):
+        if used is not None:
+            used[m.group(0)] = used.get(m.group(0), 0) + 1
+        return mapping[m.group(0)]
+
     out, last = [], 0
-    for a, b in _text_spans(source):
-        def swap(m):
-            if used is not None:
-                used[m.group(0)] = used.get(m.group(0), 0) + 1
-            return mapping[m.group(0)]
-        out += [source[last:a], pattern.sub(swap, source[a:b])]
+    for a, b, is_f in _text_spans(source):
+        text = source[a:b]
+        if is_f:
+            if fielded:
+                text = fielded.sub(swap, text)
+            if plain:
+                probe = 'f"""' + text + '"""'  # to find the spans of its text between fields
+                parts, at = [], 4
+                for x, y in _fstring_literals(probe):
+                    parts += [probe[at:x], plain.sub(swap, probe[x:y])]
+                    at = y
+                parts.append(probe[at:-3])
+                text = "".join(parts)
+        elif plain:
+            text = plain.sub(swap, text)
+        out += [source[last:a], text]
         last = b
     out.append(source[last:])
     return "".join(out)
