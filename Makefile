@@ -22,12 +22,18 @@ help:
 	@echo "make lint       ruff over gradlab, tests, tools and the notebooks"
 
 # Re-installs only when requirements.txt or pyproject.toml change (seconds otherwise).
+# One line per stage; `make install PIP_QUIET=` shows pip's own progress bars too.
+PIP_QUIET ?= --quiet
 $(STAMP): requirements.txt pyproject.toml
+	@echo "[1/3] virtual environment $(VENV)"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt
+	@echo "[2/3] upgrading pip"
+	$(PY) -m pip install $(PIP_QUIET) --upgrade pip
+	@echo "[3/3] installing requirements.txt (TensorFlow is about 2.6 GB: minutes on a first install)"
+	$(PY) -m pip install $(PIP_QUIET) -r requirements.txt
 	$(PY) -m gradlab_jupyter install >/dev/null  # the pre-save hook in this env's Jupyter (-e skips data files)
 	@touch $(STAMP)
+	@echo "installed into $(VENV)"
 
 install: $(STAMP)
 

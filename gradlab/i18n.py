@@ -35,10 +35,12 @@ from __future__ import annotations
 
 import gettext
 import os
+import re
+import unicodedata
 from pathlib import Path
 
 __all__ = ["DOMAIN", "LANGUAGES", "LOCALE_DIR", "N_", "_", "end_sentence", "get_language", "join_clauses",
-           "join_list", "join_sentences", "ngettext", "set_language", "SENTENCE_ENDS"]
+           "join_list", "join_sentences", "ngettext", "pad", "pgettext", "tidy_spacing", "set_language", "text_width", "SENTENCE_ENDS"]
 
 DOMAIN = "gradlab"
 LOCALE_DIR = Path(__file__).resolve().parent / "locale"
@@ -95,6 +97,13 @@ def _(message: str) -> str:
 def ngettext(singular: str, plural: str, n: int) -> str:
     """The singular or plural form of a message for count ``n``, in the current language."""
     return _state["translation"].ngettext(singular, plural, n)
+
+
+def pgettext(context: str, message: str) -> str:
+    """``message`` in the current language, as translated in ``context`` (``msgctxt``): for a
+    word the catalog must translate two ways, such as ``"norm"`` in the clip dropdown (a vector
+    norm) and in the normalization dropdown (a layer)."""
+    return _state["translation"].pgettext(context, message)
 
 
 def N_(message: str) -> str:
@@ -158,3 +167,47 @@ def end_sentence(text: str) -> str:
         return text
     # TRANSLATORS: a clause made a whole sentence by the language's full stop ("{sentence}。" in Chinese)
     return _("{sentence}.").format(sentence=text)
+
+
+def text_width(text) -> int:
+    """How many terminal columns ``text`` takes: a wide or full-width character (East Asian
+    width ``W`` or ``F``: Chinese characters, full-width punctuation such as ``，``) takes two,
+    a combining mark none, any other character one. ``len("梯度") == 2``, ``text_width("梯度") == 4``."""
+    return sum(0 if unicodedata.combining(ch) else 2 if unicodedata.east_asian_width(ch) in "WF" else 1
+               for ch in str(text))
+
+
+def pad(text, width: int, align: str = "<") -> str:
+    """``text`` padded with spaces to ``width`` display columns (:func:`text_width`), for tables
+    whose cells may hold Chinese: ``f"{name:<12}"`` counts characters, so a row with ``"梯度消失"``
+    would stand 4 columns out of line; ``pad(name, 12)`` does not. ``align`` is ``"<"`` (left),
+    ``">"`` (right) or ``"^"`` (centre, as ``str.format``: the odd space goes to the right);
+    text already wider than ``width`` comes back unchanged."""
+    if align not in ("<", ">", "^"):
+        raise ValueError(f"align must be '<', '>' or '^'; got {align!r}")
+    text = str(text)
+    room = max(0, int(width) - text_width(text))
+    if align == "<":
+        return text + " " * room
+    if align == ">":
+        return " " * room + text
+    return " " * (room // 2) + text + " " * (room - room // 2)
+
+
+_CJK = "\u4e00-\u9fff"
+_LATIN = "A-Za-z0-9'\"`"
+_GLUED = re.compile(rf"(?<=[{_CJK}])(?=[{_LATIN}])|(?<=[{_LATIN}])(?=[{_CJK}])")
+_SPLIT = re.compile(rf"(?<=[{_CJK}]) (?=[{_CJK}])")
+
+
+def tidy_spacing(text: str) -> str:
+    """In Chinese, the spacing of a message whose fields may be Chinese or code: one space
+    between a Chinese character and a Latin letter, digit or quote (``'hidden_1'的`` ->
+    ``'hidden_1' 的``), none between two Chinese characters (``第 1 层 的`` -> ``第 1 层的``).
+
+    A translation writes ``{first} 的信号`` once, and reads right whether ``first`` is a layer's
+    name (``'hidden_1'``) or gradlab's own ``第 1 层``. Other languages come back unchanged.
+    """
+    if get_language() != "zh":
+        return text
+    return _SPLIT.sub("", _GLUED.sub(" ", str(text)))

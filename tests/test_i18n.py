@@ -15,7 +15,9 @@ memory against the committed files:
 from __future__ import annotations
 
 import ast
+import dataclasses
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -363,3 +365,42 @@ def test_every_chinese_text_draws_without_a_missing_glyph(zh_po):
         plt.close("all")
     missing = sorted({str(w.message) for w in caught if "missing from font" in str(w.message)})
     assert not missing, "glyphs missing in a Chinese figure:" + listing(missing)
+
+
+def test_pad_counts_wide_characters_as_two_columns():
+    assert i18n.text_width("梯度消失") == 8 and i18n.text_width("ratio，1") == 8 and i18n.text_width("é") == 1
+    assert i18n.pad("梯度", 6) == "梯度  " and i18n.pad("梯度", 6, ">") == "  梯度"
+    assert i18n.pad("ab", 5, "^") == " ab  " == f"{'ab':^5}"
+    assert i18n.pad("梯度消失", 3) == "梯度消失"  # wider than the column: unchanged
+    with pytest.raises(ValueError, match="align"):
+        i18n.pad("x", 3, "left")
+
+
+def test_chinese_tables_line_up_by_display_width():
+    """format_timings and format_shape_table: every row's columns start at the same display
+    column in Chinese (with len() the Chinese header would stand out of line)."""
+    from gradlab.topics.jacobians import ShapeRow, format_shape_table
+    from gradlab.topics.tracing import StepTiming, format_timings
+
+    gl.setup(seed=0, lang="zh")
+    rows = format_timings([StepTiming("eager", 0.03, 0.01, np.ones(3)),
+                           StepTiming("XLA", 0.3, 0.001, np.ones(3))]).splitlines()
+    assert i18n.text_width(rows[0]) == i18n.text_width(rows[1]) == i18n.text_width(rows[2]), rows
+    assert any(i18n.text_width(ch) == 2 for ch in rows[0]), "the header should be Chinese"
+    fields = [f.name for f in dataclasses.fields(ShapeRow)]
+    row = ShapeRow(**{f: ("(2, 3)" if f in ("target", "source") else "(2, 3, 4)") for f in fields})
+    table = format_shape_table([row]).splitlines()
+    starts = [[i18n.text_width(ln[:m.start()]) for m in re.finditer(r"(?<=  )\S", ln)]
+              for ln in (table[0], table[2])]
+    assert starts[0] == starts[1], table
+
+
+def test_tidy_spacing_reads_right_for_names_and_chinese_fields():
+    gl.setup(seed=0, lang="zh")
+    assert i18n.tidy_spacing("'hidden_1'的信号是第 5 层 的 2 倍") == "'hidden_1' 的信号是第 5 层的 2 倍"
+    chinese = gl.judge([1e-4, 1e-3, 1e-2, 0.1, 1.0]).finding
+    named = gl.judge([1e-4, 1e-3, 1e-2, 0.1, 1.0], names=["'hidden_1'", "'b'", "'c'", "'d'", "'out'"]).finding
+    assert "第 1 层的信号是第 5 层的" in chinese, chinese
+    assert "'hidden_1' 的信号是 'out' 的" in named, named
+    gl.setup(seed=0, lang="en")
+    assert i18n.tidy_spacing("'a'的 b") == "'a'的 b"  # other languages: unchanged

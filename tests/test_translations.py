@@ -139,11 +139,57 @@ def test_update_keeps_the_old_translation_and_marks_it(copy_of_02, monkeypatch):
 
 # ----------------------------------------------------------------------------- the twins' content
 @pytest.mark.parametrize("stem", TWINS)
-def test_code_cells_are_the_english_ones(stem):
+def test_code_cells_differ_from_the_english_only_in_text(stem):
+    """The twin's code is the English code: the same Python tokens, except string literals and
+    comments (its labels, translated from the yml's ``code:``), and even inside an f-string
+    only the text differs, never a field or a format spec."""
     english = [c.source for c in notebook_from_source(SRC / f"{stem}.py").cells if c.cell_type == "code"]
     twin = zh.zh_notebook(stem)
-    assert zh.english_code(twin) == english
+    chinese = zh.english_code(twin)
+    assert len(chinese) == len(english)
+    bad = [f"code cell {k}: {d}" for k, (en, cn) in enumerate(zip(english, chinese, strict=True))
+           for d in zh.code_differences(en, cn)]
+    assert not bad, f"{stem}: the twin's code differs from the English beyond its text:\n  " + "\n  ".join(bad)
     assert [c.source for c in twin.cells if c.cell_type == "code"][0].count(zh.SETUP_ZH) == 1
+
+
+@pytest.mark.parametrize("stem", TWINS)
+def test_every_code_label_is_used_and_translated(stem):
+    """Each entry of the yml's ``code:`` still finds its English text in the chapter's code
+    (an English label that changed leaves it unused: update the entry), and says something new."""
+    mapping = zh.load(zh.translation_path(stem)).code
+    used: dict[str, int] = {}
+    for c in notebook_from_source(SRC / f"{stem}.py").cells:
+        if c.cell_type == "code":
+            zh.translate_code(c.source, mapping, used)
+    unused = [k for k in mapping if k not in used]
+    assert not unused, f"{stem}: `code:` entries whose English text is not in the code any more: {unused}"
+    same = [k for k, v in mapping.items() if v == k]
+    assert not same, f"{stem}: `code:` entries translated to themselves: {same}"
+
+
+def test_code_translation_changes_text_only():
+    """translate_code replaces inside literals and comments, never in code or f-string fields;
+    code_differences catches a changed name, number or format spec."""
+    src = ('gain = 1\nprint(f"gain {gain:.3g} · {r.status}", "gain")  # gain per layer\n'
+           "d = {'gain': gain}\n")
+    out = zh.translate_code(src, {"gain": "增益", "status": "状态"})
+    assert out == ('gain = 1\nprint(f"增益 {gain:.3g} · {r.status}", "增益")  # 增益 per layer\n'
+                   "d = {'增益': gain}\n")
+    assert zh.code_differences(src, out) == []
+    assert zh.code_differences(src, out.replace("{gain:.3g}", "{gain:.2g}"))  # a format spec
+    assert zh.code_differences(src, out.replace("{r.status}", "{r.ratio}"))  # a field
+    assert zh.code_differences(src, out.replace("gain = 1", "gain = 2"))  # a number
+    assert zh.code_differences(src, out.replace('print(', 'print(1, '))  # a token more
+
+
+def test_the_code_mapping_survives_an_update(copy_of_02):
+    root, stem = copy_of_02
+    path = zh.translation_path(stem, root)
+    tr = zh.load(path)
+    tr.code = {'A: "x"': "甲：“x”", "b\\n": "乙"}
+    zh.save(tr, path)
+    assert zh.load(path).code == tr.code
 
 
 @pytest.mark.parametrize("stem", [s for s in TWINS if s not in NOT_YET_TRANSLATED])
@@ -221,3 +267,73 @@ def test_update_carries_renamed_code_and_keeps_prose_changes_stale():
                         was="Use `gl.vjp(f)` here.", stale=True)
     zh.carry_code_changes(reworded)
     assert reworded.stale and "`gl.jacobians.vjp(f)`" in reworded.zh, "prose changed: a translator must look"
+
+
+# ----------------------------------------------------------------------------- phrasing rules
+#: "多出 3 倍" reads as 4 times as much, "大了 3 倍"/"高出 3 倍"/"增长 1.04 倍" are read both ways:
+#: a multiple is written "是……的 N 倍", "N 倍于", "变为原来的 N 倍" or "乘以 N".
+AMBIGUOUS_MULTIPLE = re.compile(
+    r"(多出|高出|大了|多了|高了|增长了?|增加了?|变化|翻了)\s*(约\s*)?(\{\w+\}|[0-9.]+|\$[^$]+\$|[a-zA-Z]|"
+    r"[一二三四五六七八九十几两数百千万]+)\s*倍")
+#: A quoted name or a repr field glued to Chinese: "'hidden_1'的信号" (GLOSSARY-zh.md: a space
+#: between Chinese and Latin text).
+GLUED = re.compile(r"(?:'[^'\s]{1,40}'|\{\w+!r\})(?=[\u4e00-\u9fff])|(?<=[\u4e00-\u9fff])(?:'[^'\s]{1,40}'|\{\w+!r\})")
+#: The verdict "healthy" is 正常 everywhere (GLOSSARY-zh.md); 健康 is not used for it.
+OTHER_VERDICT_WORD = "健康"
+PO = ROOT / "gradlab" / "locale" / "zh_CN" / "LC_MESSAGES" / "gradlab.po"
+
+
+def chinese_texts() -> list[tuple[str, str]]:
+    """(where, text) for every Chinese text: each msgstr of the catalog and each zh of a yml
+    (its code labels included)."""
+    from tools import catalog as cat
+
+    out = []
+    for m in cat.read_catalog(PO, "zh_CN"):
+        if m.id and m.string:
+            for s in (m.string if isinstance(m.string, tuple | list) else (m.string,)):
+                out.append((f"gradlab.po msgid {m.id!r}"[:90], s))
+    for stem in TWINS:
+        tr = zh.load(zh.translation_path(stem))
+        out += [(f"{stem} cell {zh.label(e.en)!r}", e.zh) for e in tr.cells]
+        out += [(f"{stem} code label {k!r}", v) for k, v in tr.code.items()]
+    return out
+
+
+def test_no_ambiguous_multiples():
+    bad = [f"{where}: {m.group(0)!r}" for where, text in chinese_texts() for m in AMBIGUOUS_MULTIPLE.finditer(text)]
+    assert not bad, "write a multiple as 是……的 N 倍 or 乘以 N:\n  " + "\n  ".join(bad)
+
+
+def test_no_quoted_name_glued_to_chinese():
+    bad = [f"{where}: {m.group(0)!r}" for where, text in chinese_texts() for m in GLUED.finditer(text)]
+    assert not bad, "a space between a quoted name and Chinese text:\n  " + "\n  ".join(bad)
+
+
+def test_one_word_for_the_healthy_verdict():
+    bad = [where for where, text in chinese_texts() if OTHER_VERDICT_WORD in text]
+    assert not bad, f"the verdict 'healthy' is 正常 (GLOSSARY-zh.md), not {OTHER_VERDICT_WORD}: {bad}"
+    from tools import catalog as cat
+
+    assert cat.read_catalog(PO, "zh_CN").get("healthy").string == "正常"
+
+
+def test_epoch_is_lun():
+    """"epoch" is 轮 (with "(epoch)" at its first use), not 轮次, 周期 or the bare English word."""
+    bad = [f"{where}: {m.group(0)!r}" for where, text in chinese_texts()
+           for m in re.finditer(r"轮次|周期|个 epoch|每个 epoch|一个 epoch", text)]
+    assert not bad, bad
+
+
+def test_the_playbook_is_named_in_chinese():
+    """"Tuning Playbook" stands only in parentheses after 调优手册 (its first use)."""
+    bad = [where for where, text in chinese_texts()
+           if re.search(r"(?<!调优手册（)(?<!Deep Learning )Tuning Playbook", text)]
+    assert not bad, bad
+
+
+def test_the_rules_catch_what_they_forbid():
+    assert AMBIGUOUS_MULTIPLE.search("稠密梯度多出 {factor} 倍") and AMBIGUOUS_MULTIPLE.search("损失高出 30 倍")
+    assert AMBIGUOUS_MULTIPLE.search("每层增长约 1.04 倍") and AMBIGUOUS_MULTIPLE.search("大了 $10^8$ 倍")
+    assert not AMBIGUOUS_MULTIPLE.search("损失是出发时的 30 倍") and not AMBIGUOUS_MULTIPLE.search("每层乘以 1.04")
+    assert GLUED.search("'hidden_1'的信号") and GLUED.search("层{name!r}的") and not GLUED.search("'hidden_1' 的信号")

@@ -90,7 +90,7 @@ def update(prefixes: list[str]) -> int:
                 print(f"    {stem}: {gone} -> {came} (code renamed in the English; carried over)")
             cells.append(e)
         kept = [e for e in orphans if e.zh.strip()]
-        zh.save(zh.Translation(stem, cells, kept), path)
+        zh.save(zh.Translation(stem, cells, kept, zh.load(path).code), path)
         counts = {k: sum(s.status == k for s in states) for k in ("stale", "untranslated")}
         print(f"{stem}: {counts['stale']} stale, {counts['untranslated']} untranslated, "
               f"{len(kept)} orphaned")

@@ -16,7 +16,20 @@ per English Markdown cell, in order::
 Code cells are not in the file: the twin's code cells are the English ones, except that the
 Setup cell's ``gl.setup(seed=0)`` becomes ``gl.setup(seed=0, lang="zh")`` so that gradlab's
 own texts come out in Chinese (the language belongs to the notebook, not to the machine that
-runs it). An entry is keyed by its English text, so nothing in the English source needs an id.
+runs it), and that the labels the chapter's code prints are translated. Those come from the
+file's optional ``code:`` mapping, English text -> Chinese text::
+
+    code:
+      "local derivatives:": "各层的局部导数："
+      "layer {k}: ": "第 {k} 层："
+      "\"of\"": "\"/\""
+
+Each English text is replaced by its Chinese inside string literals and comments of the code
+cells only (Python's tokenizer says where they are; f-string fields are left alone, see
+:func:`translate_code`), so the twin's code differs from the English in nothing else, and
+``tests/test_translations.py`` checks exactly that. An entry whose English text no longer
+occurs in the chapter's code is *unused*: the test names it (the English label changed).
+An entry is keyed by its English text, so nothing in the English source needs an id.
 
 Each English Markdown cell gets one of three states (:func:`align`):
 
@@ -34,8 +47,12 @@ chapter and the cell. The translator's guide is ``chapters/zh/TRANSLATING.md``.
 
 from __future__ import annotations
 
+import ast
 import difflib
+import io
+import json
 import re
+import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -91,6 +108,8 @@ class Translation:
     chapter: str
     cells: list[Entry]
     orphans: list[Entry] = field(default_factory=list)
+    #: English text -> Chinese text, applied to the string literals and comments of the code cells
+    code: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -134,8 +153,12 @@ def load(path: Path) -> Translation:
                              stale=bool(item.get("stale"))))
         return out
 
+    code = data.get("code") or {}
+    if not isinstance(code, dict) or not all(isinstance(k, str) and k and isinstance(v, str)
+                                             for k, v in code.items()):
+        raise TranslationError(f"{path}: `code:` must map English text to Chinese text (both strings)")
     return Translation(chapter=data["chapter"], cells=entries(data["cells"], "cells"),
-                       orphans=entries(data.get("orphans"), "orphans"))
+                       orphans=entries(data.get("orphans"), "orphans"), code=dict(code))
 
 
 def _block(key: str, text: str, indent: str) -> str:
@@ -182,6 +205,11 @@ def dumps(tr: Translation) -> str:
     """The file text of ``tr`` (literal blocks, so a translator edits plain text)."""
     text = HEADER.format(stem=tr.chapter, nn=tr.chapter[:2]) + f"chapter: {tr.chapter}\ncells:\n"
     text += "\n".join(_entry_text(e) for e in tr.cells)
+    if tr.code:
+        text += ("\n# Labels printed by the code cells: English text -> Chinese, replaced inside string\n"
+                 "# literals and comments only (chapters/zh/TRANSLATING.md).\ncode:\n")
+        text += "".join(f"  {json.dumps(k, ensure_ascii=False)}: {json.dumps(v, ensure_ascii=False)}\n"
+                        for k, v in tr.code.items())
     if tr.orphans:
         text += ("\n# Translations whose English cell is gone: reuse what helps, then delete them.\n"
                  "orphans:\n" + "\n".join(_entry_text(e) for e in tr.orphans))
@@ -193,7 +221,7 @@ def save(tr: Translation, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     back = load(path)
-    if (back.cells, back.orphans) != (tr.cells, tr.orphans):  # never write what reads back differently
+    if (back.cells, back.orphans, back.code) != (tr.cells, tr.orphans, tr.code):  # never write what reads back differently
         raise TranslationError(f"{path}: the written file does not read back the same")
 
 
@@ -313,6 +341,180 @@ def carry_code_changes(e: Entry) -> list[tuple[str, str]]:
 
 
 # ----------------------------------------------------------------------------- the twin
+_PREFIX = re.compile(r"^[A-Za-z]*")
+
+
+def _fstring_literals(token: str) -> list[tuple[int, int]]:
+    """The spans of ``token`` (an f-string literal) that are text: the parts outside the
+    ``{fields}``, and string literals inside a field's expression; never a field's expression
+    or its format spec."""
+    prefix = _PREFIX.match(token).group(0)
+    quote = token[len(prefix):len(prefix) + 3]
+    quote = quote if quote in ('"""', "'''") else quote[0]
+    start, end = len(prefix) + len(quote), len(token) - len(quote)
+    spans, i, lit = [], start, start
+    while i < end:
+        ch = token[i]
+        if ch in "{}" and token[i + 1:i + 2] == ch:  # {{ or }}
+            i += 2
+            continue
+        if ch != "{":
+            i += 1
+            continue
+        spans.append((lit, i))
+        depth, j, spec = 1, i + 1, False
+        while j < end and depth:
+            c = token[j]
+            if c in "'\"" and not spec:  # a string inside the expression: its text is text
+                q = token[j:j + 3] if token[j:j + 3] in ('"""', "'''") else c
+                k = token.find(q, j + len(q))
+                spans.append((j + len(q), k))
+                j = k + len(q)
+                continue
+            if c in "{[(":
+                depth += 1
+            elif c in "}])":
+                depth -= 1
+            elif c == ":" and depth == 1:
+                spec = True
+            j += 1
+        i = lit = j
+    spans.append((lit, end))
+    return [(a, b) for a, b in spans if b > a]
+
+
+def _text_spans(source: str) -> list[tuple[int, int, bool]]:
+    """Character spans of ``source`` that :func:`translate_code` may change, each with whether
+    it is the inside of an f-string: string literals (without prefix and quotes) and comments."""
+    lines = source.splitlines(keepends=True)
+    offsets = [0]
+    for ln in lines:
+        offsets.append(offsets[-1] + len(ln))
+    spans = []
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type not in (tokenize.STRING, tokenize.COMMENT):
+            continue
+        base = offsets[tok.start[0] - 1] + tok.start[1]
+        if tok.type == tokenize.COMMENT:
+            spans.append((base, base + len(tok.string), False))
+            continue
+        prefix = _PREFIX.match(tok.string).group(0)
+        q = 3 if tok.string[len(prefix):len(prefix) + 3] in ('"""', "'''") else 1
+        spans.append((base + len(prefix) + q, base + len(tok.string) - q, "f" in prefix.lower()))
+    return spans
+
+
+def _is_literal(key: str) -> bool:
+    """A key written as a whole string literal, quotes included (``'"of"'``): it replaces exactly
+    that literal, nothing inside another one."""
+    return len(key) >= 2 and key[0] == key[-1] and key[0] in "\"'"
+
+
+def _swap_literals(source: str, whole: dict[str, str], used: dict[str, int] | None) -> str:
+    lines = source.splitlines(keepends=True)
+    offsets = [0]
+    for ln in lines:
+        offsets.append(offsets[-1] + len(ln))
+    out, last = [], 0
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.STRING and tok.string in whole:
+            a = offsets[tok.start[0] - 1] + tok.start[1]
+            out += [source[last:a], whole[tok.string]]
+            last = a + len(tok.string)
+            if used is not None:
+                used[tok.string] = used.get(tok.string, 0) + 1
+    out.append(source[last:])
+    return "".join(out)
+
+
+def translate_code(source: str, mapping: dict[str, str], used: dict[str, int] | None = None) -> str:
+    """``source`` with each English text of ``mapping`` replaced by its Chinese, inside string
+    literals and comments only (longest text first, one pass); ``used`` counts the replacements.
+
+    In an f-string, an English text without ``{`` is replaced only in the text between the
+    fields (:func:`_fstring_literals`); one with fields (``"layer {k}: "`` -> ``"第 {k} 层："``)
+    is matched against the whole f-string, and its Chinese must keep those fields as written
+    (:func:`code_differences` checks that). A text written with its quotes (``'"of"'``) replaces
+    exactly that string literal, for a word too short to look for inside others.
+    """
+    if not mapping:
+        return source
+    whole = {k: v for k, v in mapping.items() if _is_literal(k)}
+    if whole:
+        source = _swap_literals(source, whole, used)
+        mapping = {k: v for k, v in mapping.items() if k not in whole}
+
+    def pattern(keys):
+        keys = sorted(keys, key=len, reverse=True)
+        return re.compile("|".join(re.escape(k) for k in keys)) if keys else None
+
+    plain, fielded = pattern(k for k in mapping if "{" not in k), pattern(k for k in mapping if "{" in k)
+
+    def swap(m):
+        if used is not None:
+            used[m.group(0)] = used.get(m.group(0), 0) + 1
+        return mapping[m.group(0)]
+
+    out, last = [], 0
+    for a, b, is_f in _text_spans(source):
+        text = source[a:b]
+        if is_f:
+            if fielded:
+                text = fielded.sub(swap, text)
+            if plain:
+                probe = 'f"""' + text + '"""'  # to find the spans of its text between fields
+                parts, at = [], 4
+                for x, y in _fstring_literals(probe):
+                    parts += [probe[at:x], plain.sub(swap, probe[x:y])]
+                    at = y
+                parts.append(probe[at:-3])
+                text = "".join(parts)
+        elif plain:
+            text = plain.sub(swap, text)
+        out += [source[last:a], text]
+        last = b
+    out.append(source[last:])
+    return "".join(out)
+
+
+def _blank_text(node):
+    """An AST with every string constant emptied, except in an f-string's format spec."""
+    class Blank(ast.NodeTransformer):
+        def visit_FormattedValue(self, n):
+            n.value = self.visit(n.value)
+            return n  # format_spec kept as written
+
+        def visit_Constant(self, n):
+            return ast.Constant("") if isinstance(n.value, str) else n
+
+    return ast.dump(Blank().visit(node))
+
+
+def code_differences(english: str, chinese: str) -> list[str]:
+    """How the code of ``chinese`` differs from ``english`` other than in string literals and
+    comments (an empty list when it does not): Python's tokens must be the same, except
+    STRING and COMMENT tokens, and each pair of STRING tokens must be the same expression
+    once their text is emptied (an f-string's fields and format specs stay as written)."""
+    def tokens(src):
+        return [t for t in tokenize.generate_tokens(io.StringIO(src).readline)
+                if t.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
+                                  tokenize.ENDMARKER) or t.type == tokenize.NEWLINE]
+    a, b = tokens(english), tokens(chinese)
+    if len(a) != len(b):
+        return [f"{len(a)} tokens in the English, {len(b)} in the twin"]
+    out = []
+    for x, y in zip(a, b, strict=True):
+        where = f"line {x.start[0]}"
+        if x.type != y.type:
+            out.append(f"{where}: {x.string!r} became {y.string!r}")
+        elif x.type == tokenize.STRING:
+            if _blank_text(ast.parse(x.string, mode="eval")) != _blank_text(ast.parse(y.string, mode="eval")):
+                out.append(f"{where}: {x.string!r} became {y.string!r} (beyond its text)")
+        elif x.type != tokenize.COMMENT and x.string != y.string:
+            out.append(f"{where}: {x.string!r} became {y.string!r}")
+    return out
+
+
 def chinese_title(english_title_line: str) -> str:
     """``# Summary · 总结`` -> ``# 总结`` (the title of an untranslated twin)."""
     head, sep, zh = english_title_line.partition(" · ")
@@ -364,6 +566,10 @@ def zh_notebook(stem: str, root: Path | None = None):
     if setup is None or setup.source.count(SETUP_EN) != 1:
         raise ValueError(f"{src}: the Setup cell must call {SETUP_EN} exactly once")
     setup.source = setup.source.replace(SETUP_EN, SETUP_ZH)
+    mapping = load(path).code if path.exists() else {}
+    for c in nb.cells:
+        if c.cell_type == "code":
+            c.source = translate_code(c.source, mapping)
     if counts.get("untranslated") or counts.get("stale"):
         note = nbformat.v4.new_markdown_cell(banner(stem, counts))
         note.metadata[BANNER_KEY] = True
@@ -373,7 +579,8 @@ def zh_notebook(stem: str, root: Path | None = None):
 
 
 def english_code(nb) -> list[str]:
-    """The code cells of a twin with the one edit the build makes undone (for comparisons)."""
+    """The code cells of a twin with the Setup edit undone (its labels stay translated:
+    compare with :func:`code_differences`)."""
     return [c.source.replace(SETUP_ZH, SETUP_EN, 1) if i == 0 else c.source
             for i, c in enumerate(c for c in nb.cells if c.cell_type == "code")]
 
@@ -426,5 +633,5 @@ def build_twins(stems: list[str], english: dict[str, object] | None = None,
 
 
 __all__ = ["CHAPTERS", "CellState", "Entry", "Translation", "TranslationError", "align",
-           "build_twins", "carry_code_changes", "chapter_report", "describe", "dumps", "english_code", "english_diff", "label", "load",
-           "problems", "resolve_links", "save", "translation_path", "zh_notebook"]
+           "build_twins", "carry_code_changes", "chapter_report", "code_differences", "describe", "dumps", "english_code", "english_diff", "label", "load",
+           "problems", "resolve_links", "save", "translate_code", "translation_path", "zh_notebook"]

@@ -173,7 +173,7 @@ cases = [(2, "sigmoid", "glorot_uniform"), (3, "sigmoid", "glorot_uniform"), (5,
          (50, "sigmoid", "large_normal"), (50, "relu", "he_normal")]
 for depth, act, init in cases:
     r = engine.report(depth, act, init)
-    print(f"depth {depth:2d} {act:8s} {init:15s} gain {r.gain:.3f}  ratio {r.ratio:.2g}  → {r.status}")
+    print(f"depth {depth:2d} {act:8s} {init:15s} gain {r.gain:.3f}  ratio {r.ratio:.2g}  → {gl.reports.verdict.status_word(r.status)}")
 
 # %% [markdown]
 # Sigmoid at depth 2 loses a factor of about 5 once: healthy. At depth 3 the loss has
@@ -291,7 +291,7 @@ lab.snapshot()
 
 # %%
 lab.set(depth=20, activation="tanh", initializer="large_normal")
-print(f"gain {lab.report.gain:.3f} · ratio {lab.report.ratio:.3g} → {lab.report.status}")
+print(f"gain {lab.report.gain:.3f} · ratio {lab.report.ratio:.3g} → {gl.reports.verdict.status_word(lab.report.status)}")
 lab.snapshot()
 
 # %% [markdown]
@@ -302,7 +302,7 @@ lab.snapshot()
 
 # %%
 lab.set(depth=100, activation="relu", initializer="he_normal")
-print(f"gain {lab.report.gain:.3f} · ratio {lab.report.ratio:.3g} → {lab.report.status}")
+print(f"gain {lab.report.gain:.3f} · ratio {lab.report.ratio:.3g} → {gl.reports.verdict.status_word(lab.report.status)}")
 lab.snapshot()
 
 # %% [markdown]
@@ -332,7 +332,7 @@ for act, init in [("sigmoid", "glorot_uniform"), ("tanh", "glorot_uniform"), ("r
                   ("tanh", "large_normal")]:
     r = engine.report(30, act, init)
     predicted, measured = gl.engines.mlp.predicted_gain(r, engine, act, init)
-    print(f"{act:10s} {init:15s} {predicted:9.3f} {measured:9.3f}  {r.status}")
+    print(f"{act:10s} {init:15s} {predicted:9.3f} {measured:9.3f}  {gl.reports.verdict.status_word(r.status)}")
 
 # %% [markdown]
 # The formula predicts the measured gain within a few percent: vanishing and exploding are
@@ -445,7 +445,7 @@ xs, ys = gl.models.mlp.make_data(batch_size=256, input_dim=16, seed=1)
 ys = tf.reduce_sum(xs[:, :4], axis=1, keepdims=True)  # a target the network can learn
 deep_sigmoid = gl.models.mlp.build_mlp(12, width=32, activation="sigmoid", input_dim=16, seed=0)
 hist = gl.train.steps.train_mlp(deep_sigmoid, xs, ys, optimizer=keras.optimizers.SGD(0.1), steps=40)
-print("status at the first and last step:", hist.statuses[0], "→", hist.statuses[-1])
+print("status at the first and last step:", gl.reports.verdict.status_word(hist.statuses[0]), "→", gl.reports.verdict.status_word(hist.statuses[-1]))
 print("loss first → last:", f"{hist.losses[0]:.3f} → {hist.losses[-1]:.3f}",
       "· variance of the target:", f"{float(tf.math.reduce_variance(ys)):.3f}")
 print("layer-1 signal / layer-12 signal at the last step:",
@@ -542,7 +542,7 @@ lab.snapshot()
 # %%
 lab.set(depth=30, activation="tanh", initializer="large_normal", clip_mode="global_norm", clip_norm=1.0)
 r = lab.report
-print(f"gain {r.gain:.3g} → {r.status}")
+print(f"gain {r.gain:.3g} → {gl.reports.verdict.status_word(r.status)}")
 print("largest weight-gradient norm before / after clipping:",
       f"{r.weight_norms.max():.3g} / {r.clipped_weight_norms.max():.3g}")
 lab.snapshot()
@@ -593,8 +593,8 @@ gl.plots.plot_losses({"no clipping": hist_plain.losses, "global_norm ≤ 1": his
 inits = ["small_normal", "glorot_uniform", "he_normal", "lecun_normal", "orthogonal", "large_normal"]
 print(f"{'':10s}" + "".join(f"{i:>15s}" for i in inits))
 for act in ["sigmoid", "tanh", "relu", "selu"]:
-    row = [f"{r.status} {r.gain:.2f}" for r in (engine.report(50, act, init) for init in inits)]
-    print(f"{act:10s}" + "".join(f"{s:>15s}" for s in row))
+    row = [f"{gl.reports.verdict.status_word(r.status)} {r.gain:.2f}" for r in (engine.report(50, act, init) for init in inits)]
+    print(f"{act:10s}" + "".join(gl.i18n.pad(s, 15, ">") for s in row))
 
 # %% [markdown]
 # Each entry is the verdict and the gain per layer. No initializer saves sigmoid at depth 50:
@@ -719,7 +719,7 @@ r = engine.report(50, "relu", "glorot_uniform")
 print("weight-gradient ratio, layer 1 / layer 50:", f"{r.weight_norms[0] / r.weight_norms[-1]:.3g}")  # ~1: looks fine
 print("signal ratio,          layer 1 / layer 50:", f"{r.ratio:.3g}")  # ~1e-8: vanishing
 print("forward std, layer 1 / layer 50    :", f"{r.activation_stds[0] / r.activation_stds[-1]:.3g}")  # ~1e8
-print("diagnosis:", r.status)
+print("diagnosis:", gl.reports.verdict.status_word(r.status))
 gl.plots.plot_report(r, title="relu + glorot_uniform, depth 50")
 
 # %% [markdown]
@@ -889,7 +889,7 @@ for act, init, what in [("linear", "orthogonal", "an orthogonal matrix keeps eve
                         ("relu", "zeros", "all-zero weights: z = 0, and relu'(0) = 0 in TensorFlow"),
                         ("linear", "large_normal", "a factor of about 8 per layer: 8**60 overflows")]:
     r = engine.report(60, act, init)
-    print(f"{act:6s} + {init:12s} gain {r.gain:.4g}  layer-1 signal {r.signal_norms[0]:.3g} → {r.status:10s} ({what})")
+    print(f"{act:6s} + {init:12s} gain {r.gain:.4g}  layer-1 signal {r.signal_norms[0]:.3g} → {gl.i18n.pad(gl.reports.verdict.status_word(r.status), 10)} ({what})")
 
 # %% [markdown]
 # `linear` with `orthogonal` preserves the signal exactly (gain 1): a linear network

@@ -587,7 +587,7 @@ print("problems left :", step1.problem_kinds)  # ('vanishing',)
 engine = capstone_explorer.engine
 for init in gl.models.mlp.INITIALIZERS:
     r = engine.report(8, "sigmoid", init)
-    print(f"{init:16s} {r.status:9s} gain per layer {r.gain:.3g}")
+    print(f"{init:16s} {gl.i18n.pad(gl.reports.verdict.status_word(r.status), 9)} gain per layer {r.gain:.3g}")
 
 # %% [markdown]
 # None is healthy: with sigmoid, every initializer loses signal layer after layer.

@@ -140,7 +140,8 @@ print(f"{'ratio step 1 / step T':>22} {'32 units, 8 inputs':>22} {'64 units, 1 i
 for steps in (50, 200):
     for cell in gl.models.rnn.CELLS:
         a, b = (engines[k].report(cell, steps) for k in engines)
-        print(f"{cell:>12} {steps:>3} steps {a.ratio:>10.2g} {a.status:>11} {b.ratio:>10.2g} {b.status:>11}")
+        sa, sb = (gl.i18n.pad(gl.reports.verdict.status_word(v.status), 11, ">") for v in (a, b))
+        print(f"{cell:>12} {steps:>3} steps {a.ratio:>10.2g} {sa} {b.ratio:>10.2g} {sb}")
 
 # %% [markdown]
 # At initialization **every** cell vanishes, and the GRU vanishes fastest: over 200 steps its
@@ -355,8 +356,8 @@ print(f"{'cell':>10} {'learned it':>10} | ratio step 1 / step T, init -> trained
 for cell, (losses, before, after) in results.items():
     learned = "yes" if after[50].loss < 0.05 else "no"  # test MSE against the baseline of 0.167
     print(f"{cell:>10} {learned:>10} | 50 steps: {before[50].ratio:.2g} -> {ratio_range(after[50].ratio)} "
-          f"({after[50].status}); 200 steps: {before[200].ratio:.2g} -> {ratio_range(after[200].ratio)} "
-          f"({after[200].status})")
+          f"({gl.reports.verdict.status_word(after[50].status)}); 200 steps: {before[200].ratio:.2g} -> {ratio_range(after[200].ratio)} "
+          f"({gl.reports.verdict.status_word(after[200].status)})")
 lstm_last = results["lstm"][0][-50:]
 print(f"LSTM, last 50 training losses: the largest is more than 2 times the smallest: "
       f"{lstm_last.max() > 2 * lstm_last.min()}")
@@ -394,7 +395,7 @@ for cell in ("gru", "lstm"):
                           learning_rate=0.01, clip=1.0)
     after = gl.time_report(model, x50, last_two(x50), compiled=True)
     learned = "yes" if losses[-50:].mean() < 0.01 else "no"
-    print(f"{cell:>6} {learned:>20} | {before.ratio:.2g} -> {ratio_range(after.ratio)} ({after.status})")
+    print(f"{cell:>6} {learned:>20} | {before.ratio:.2g} -> {ratio_range(after.ratio)} ({gl.reports.verdict.status_word(after.status)})")
 
 # %% [markdown]
 # Both cells learn the control task (a last-50 training loss below 0.01), and their gradient
@@ -542,7 +543,7 @@ print("clipnorm == tf.clip_by_norm per weight   :",
 no_clip = engine.report("simple_rnn", 100, "orthogonal", 1.0)
 with_clip = engine.report("simple_rnn", 100, "orthogonal", 1.0, clip=("global_norm", 0.01))
 print("per-step norms identical:", np.array_equal(no_clip.time_step_norms, with_clip.time_step_norms))
-print("ratio step 1 / step 100 :", f"{no_clip.ratio:.3g}", "→", with_clip.status)
+print("ratio step 1 / step 100 :", f"{no_clip.ratio:.3g}", "→", gl.reports.verdict.status_word(with_clip.status))
 print("weight-gradient norms   :", np.round(no_clip.weight_norms, 3), "→",
       np.round(with_clip.clipped_weight_norms, 5))
 

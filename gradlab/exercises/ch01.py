@@ -22,6 +22,7 @@ import numpy as np
 from .._env import quiet_import_tensorflow
 from ..engines.mlp import MLPGradientEngine
 from ..i18n import N_, _
+from ..reports.verdict import status_word
 from .checks import CheckResult, as_int_answer, check_arrays, describe_error
 
 tf = quiet_import_tensorflow()
@@ -76,7 +77,7 @@ def check_vanishing_depth(answer) -> CheckResult:
     if r.status != "vanishing":
         return CheckResult(name, False, _(
             "at depth {depth} the verdict is {status!r} ({numbers}): the gain is below 0.95, but the total ratio is "
-            "not yet below 0.1. Go deeper.").format(depth=depth, status=r.status, numbers=numbers_))
+            "not yet below 0.1. Go deeper.").format(depth=depth, status=status_word(r.status), numbers=numbers_))
     return CheckResult(name, False, _(
         "depth {depth} is vanishing ({numbers}), but a shallower network already is: find the smallest depth (try "
         "the ones below it one by one).").format(depth=depth, numbers=numbers_))

@@ -24,6 +24,7 @@ from ..core import mean_squared_error
 from ..engines.mlp import MLPGradientEngine
 from ..i18n import _, join_list, join_sentences
 from ..models.mlp import ACTIVATIONS, INITIALIZERS, NORMS, build_mlp, make_data
+from ..reports.verdict import status_word
 from .checks import CheckResult, as_number_answer, clean_message, describe_error
 
 tf = quiet_import_tensorflow()
@@ -120,7 +121,7 @@ def check_deep_fix(my_fix) -> CheckResult:
     if r.status != "healthy":
         return CheckResult(name, False, _("finite now, but the verdict is {status} ({nums}): the gradient "
                                           "changes too much from layer 100 to layer 1").format(
-                                              status=r.status, nums=nums), details=r)
+                                              status=status_word(r.status), nums=nums), details=r)
     return CheckResult(name, True, _("healthy: {nums}").format(nums=nums), details=r)
 
 

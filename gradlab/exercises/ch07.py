@@ -23,6 +23,7 @@ from ..engines.rnn import TimeGradientEngine
 from ..i18n import _, join_sentences
 from ..models.rnn import build_rnn, make_sequence_data
 from ..reports.time import time_report
+from ..reports.verdict import status_word
 from .checks import CheckResult, as_int_answer, check_array, describe_error
 
 tf = quiet_import_tensorflow()
@@ -134,10 +135,10 @@ def check_longest_healthy(answer) -> CheckResult:
         return CheckResult(name, True, _(
             "{steps} steps: {nums}; at {next} the ratio is {next_ratio} and the verdict {status}: the per-step rule "
             "(gain < 0.95, ratio < 0.1)").format(steps=steps, nums=nums, next=steps + 1,
-                                                 next_ratio=f"{nxt.ratio:.3g}", status=nxt.status))
+                                                 next_ratio=f"{nxt.ratio:.3g}", status=status_word(nxt.status)))
     if r.status != "healthy":
         return CheckResult(name, False, _("at {steps} steps the verdict is already {status} ({nums}): try "
-                                          "fewer").format(steps=steps, status=r.status, nums=nums))
+                                          "fewer").format(steps=steps, status=status_word(r.status), nums=nums))
     return CheckResult(name, False, _("{steps} steps is healthy ({nums}), but so is {next}: try more").format(
         steps=steps, nums=nums, next=steps + 1))
 

@@ -10,7 +10,7 @@ import dataclasses
 
 import numpy as np
 
-from ..i18n import _, ngettext
+from ..i18n import _, ngettext, pad
 from .verdict import Verdict, status_word
 
 __all__ = ["PROBLEM_KINDS", "LayerStats", "Problem", "StepReport", "VariableStats"]
@@ -188,7 +188,7 @@ class StepReport:
             w = max(5, *(len(layer.name) for layer in self.layers))
             k = max(4, *(len(layer.kind) for layer in self.layers))
             layer_h, kind_h, std_h, signal_h = _("layer"), _("kind"), _("output std"), _("signal")
-            lines.append(f"  {layer_h:<{w}}  {kind_h:<{k}}  {std_h:>10}  {signal_h:>9}  {grad_header:>18}")
+            lines.append(f"  {pad(layer_h, w)}  {pad(kind_h, k)}  {pad(std_h, 10, '>')}  {pad(signal_h, 9, '>')}  {pad(grad_header, 18, '>')}")
             for layer in self.layers:
                 std = _fmt(layer.output_std) if layer.output_finite else "NaN/inf"
                 wg = _fmt(layer.weight_grad) if layer.has_weights else ""
@@ -201,7 +201,7 @@ class StepReport:
             if self.status == "n/a" and self.message:
                 lines.append(f"  ({self.message})")
             variable_h, norm_h = _("variable"), _("gradient norm")
-            lines.append(f"  {variable_h:<{w}}  {norm_h:>13}")
+            lines.append(f"  {pad(variable_h, w)}  {pad(norm_h, 13, '>')}")
             for v in self.variables:
                 g = "None" if v.grad_norm is None else _fmt(v.grad_norm)
                 lines.append(f"  {v.path:<{w}}  {g:>13}")

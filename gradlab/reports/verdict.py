@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..i18n import N_, _, join_sentences
+from ..i18n import N_, _, join_sentences, tidy_spacing
 
 __all__ = [
     "CAUSES",
@@ -385,7 +385,8 @@ def judge(
     status, rule, finding = (_degenerate(s, labels, unit, f) or _vanishing(s, ratio, gain, unit, f, vanish_below)
                              or _exploding(ratio, gain, unit, f, explode_above) or _no_rule(ratio, gain, unit, f))
     causes = _causes(status, s, activation=activation, normalized=normalized, residual=residual, dtype=dtype)
-    return Verdict(status, finding, _advice(unit, causes[0] if causes else None, status), ratio, gain, s.size,
+    return Verdict(status, tidy_spacing(finding), _advice(unit, causes[0] if causes else None, status), ratio,
+                   gain, s.size,
                    rule, causes, float(vanish_below), float(explode_above))
 
 
@@ -412,7 +413,8 @@ def uneven(verdict: Verdict, layers: Sequence[str] = ()) -> Verdict:
     causes = verdict.causes if "normalization" in verdict.causes else ("normalization", *verdict.causes)
     return dataclasses.replace(
         verdict, status="uneven", causes=causes,
-        finding=join_sentences(verdict.finding, reason.format(layers=shown, status=status_word(verdict.status))),
+        finding=tidy_spacing(join_sentences(verdict.finding, reason.format(layers=shown,
+                                                                           status=status_word(verdict.status)))),
         advice=_advice("layer", "normalization", "uneven"))
 
 

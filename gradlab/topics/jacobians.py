@@ -28,7 +28,7 @@ import numpy as np
 
 from .._env import quiet_import_tensorflow
 from .._validate import check_int as _check_int
-from ..i18n import N_, _
+from ..i18n import N_, _, pad, text_width
 
 tf = quiet_import_tensorflow()
 
@@ -367,8 +367,8 @@ def format_shape_table(rows: Sequence[ShapeRow]) -> str:
     cells = [head] + [
         (str(r.target), str(r.source), r.gradient, r.jacobian, r.batch_jacobian) for r in rows
     ]
-    widths = [max(len(c[i]) for c in cells) for i in range(len(head))]
-    lines = ["  ".join(c[i].ljust(widths[i]) for i in range(len(head))).rstrip() for c in cells]
+    widths = [max(text_width(c[i]) for c in cells) for i in range(len(head))]
+    lines = ["  ".join(pad(c[i], widths[i]) for i in range(len(head))).rstrip() for c in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 

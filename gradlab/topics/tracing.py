@@ -26,7 +26,7 @@ import numpy as np
 from .. import core
 from .._env import quiet_import_tensorflow
 from .._validate import check_int
-from ..i18n import _, ngettext
+from ..i18n import _, ngettext, pad
 
 tf = quiet_import_tensorflow()
 
@@ -231,10 +231,10 @@ def format_timings(timings: Sequence[StepTiming], baseline: str | None = None) -
     width = max(8, *(len(n) for n in names))
     mode_h, first_h, steady_h, speedup_h, ratio_h = (_("mode"), _("first call"), _("steady step"), _("speed-up"),
                                                      _("first/steady"))
-    rows = [f"{mode_h:<{width}}  {first_h:>11}  {steady_h:>11}  {speedup_h:>8}  {ratio_h:>12}"]
+    rows = [f"{pad(mode_h, width)}  {pad(first_h, 11, '>')}  {pad(steady_h, 11, '>')}  {pad(speedup_h, 8, '>')}  {pad(ratio_h, 12, '>')}"]
     for t in timings:
         rows.append(
-            f"{t.name:<{width}}  {t.first_ms:>8.3g} ms  {t.steady_ms:>8.3g} ms  "
+            f"{pad(t.name, width)}  {t.first_ms:>8.3g} ms  {t.steady_ms:>8.3g} ms  "
             f"{base.steady_s / t.steady_s:>7.3g}x  {t.first_s / t.steady_s:>11.3g}x"
         )
     return "\n".join(rows)

@@ -33,7 +33,7 @@ from .. import core
 from .._env import LOGICAL_CPUS_ENV, quiet_import_tensorflow
 from .._validate import check_choice, check_int, check_positive
 from ..core import split_batch
-from ..i18n import _
+from ..i18n import _, pad
 from ..topics.tracing import error_summary
 from .steps import make_train_step
 
@@ -422,9 +422,9 @@ class FitComparison:
 
     def __str__(self) -> str:
         if self.error:
-            return _("{label} fails: {error}").format(label=f"{self.label:<34}", error=self.error)
+            return _("{label} fails: {error}").format(label=pad(self.label, 34), error=self.error)
         return _("{label} max |w_one_device - w_distributed| = {difference}  (weight norm {norm})").format(
-            label=f"{self.label:<34}", difference=rounding_bound(self.max_abs_difference), norm=f"{self.weight_norm:.3g}")
+            label=pad(self.label, 34), difference=rounding_bound(self.max_abs_difference), norm=f"{self.weight_norm:.3g}")
 
 
 def compare_fit(strategy, x, y, optimizer: Callable, *, label: str = "", make_model: Callable | None = None,
@@ -579,12 +579,12 @@ class MultiWorkerRun:
 
     def __str__(self) -> str:
         run_h, replicas_h, losses_h, norms_h = _("run"), _("replicas"), _("losses per step"), _("grad norms")
-        rows = [f"{run_h:<22} {replicas_h:>8}  {losses_h:<28} {norms_h}"]
+        rows = [f"{pad(run_h, 22)} {pad(replicas_h, 8, '>')}  {pad(losses_h, 28)} {norms_h}"]
         named = [(_("worker {i}").format(i=i), r) for i, r in enumerate(self.workers)]
         for name, r in [*named, (_("one process"), self.reference)]:
             losses = ", ".join(f"{v:.4g}" for v in r["losses"])
             norms = ", ".join(f"{v:.4g}" for v in r["grad_norms"])
-            rows.append(f"{name:<22} {r['replicas']:>8}  {losses:<28} {norms}")
+            rows.append(f"{pad(name, 22)} {r['replicas']:>8}  {losses:<28} {norms}")
         rows.append(_("workers hold identical weights: {agree}; max |w_worker - w_one_process| = {difference}").format(
             agree=self.workers_agree, difference=rounding_bound(self.max_abs_difference)))
         return "\n".join(rows)

@@ -43,7 +43,7 @@ except ImportError:  # pragma: no cover - then a saved explorer keeps its displa
         return False
 
 from ..core import CLIP_MODES
-from ..i18n import _
+from ..i18n import _, pgettext
 from ..plots.gradients import STATUS_COLORS
 
 __all__ = ["ClipControls", "Explorer", "FigureView", "Snapshot", "css", "rerun_note", "status_html"]
@@ -317,11 +317,17 @@ class Explorer(widgets.VBox):
         return f"{type(self).__name__}({self._text()})"
 
 
-def _options(values) -> list:
+def _options(values, label=_) -> list:
     """Dropdown options: the values themselves, or ``(translated label, value)`` where a catalog
     translates them (so ``ex.clip_mode.options`` reads ``["off", "value", ...]`` in English)."""
-    labels = [_(v) for v in values]
+    labels = [label(v) for v in values]
     return list(values) if labels == list(values) else list(zip(labels, values, strict=True))
+
+
+def _clip_label(mode: str) -> str:
+    """A clip mode as the dropdown and the status line show it (itself in English)."""
+    return {"value": pgettext("clip mode", "value"), "norm": pgettext("clip mode", "norm"),
+            "global_norm": pgettext("clip mode", "global_norm")}.get(mode, _(mode))
 
 
 class ClipControls:
@@ -330,7 +336,7 @@ class ClipControls:
     def clip_controls(self, clip) -> None:
         """Create ``self.clip_mode`` (off, value, norm, global_norm) and ``self.clip_norm``."""
         self.clip_mode = self.control("clip_mode", widgets.Dropdown(
-            options=_options(("off", *CLIP_MODES)),
+            options=_options(("off", *CLIP_MODES), _clip_label),
             value="off" if clip is None else clip[0], description=_("clip")),
             css_name=f"{self._clip_prefix()}clip-mode")
         self.clip_norm = self.control("clip_norm", widgets.FloatLogSlider(
@@ -352,7 +358,7 @@ class ClipControls:
         """``clip off`` or ``clip global_norm ≤ 0.01``, as the status line shows it."""
         if self.clip is None:
             return _("clip off")
-        return _("clip {mode} ≤ {threshold}").format(mode=self.clip[0], threshold=f"{self.clip[1]:.3g}")
+        return _("clip {mode} ≤ {threshold}").format(mode=_clip_label(self.clip[0]), threshold=f"{self.clip[1]:.3g}")
 
     def _sync_clip(self) -> None:
         disabled = self.clip_mode.value == "off"

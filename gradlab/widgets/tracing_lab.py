@@ -15,7 +15,7 @@ from .base import Explorer, css
 __all__ = ["TracingLab"]
 
 MODES = ("python float", "tensor")
-#: The toggle buttons' labels (the status line keeps the mode's code name).
+#: The toggle buttons' and the status line's labels (the code name in English).
 MODE_LABELS = {"python float": N_("python float"), "tensor": N_("tensor")}
 
 
@@ -110,7 +110,7 @@ class TracingLab(Explorer):
     def summary(self) -> str:
         """The status without timings: ``python float · value 0.3 → traces: 4``."""
         return _("{mode} · value {value} → traces: {traces}").format(
-            mode=self.mode.value, value=f"{self.value.value:.3g}", traces=self.traces)
+            mode=_(MODE_LABELS[self.mode.value]), value=f"{self.value.value:.3g}", traces=self.traces)
 
     @property
     def status_text(self) -> str:
