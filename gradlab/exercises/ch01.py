@@ -8,7 +8,7 @@ Each exercise cell shows the task and one call:
 * exercise 3: :func:`check_last_zero_layer`, the last layer of a depth-100 sigmoid network
   whose gradient signal underflowed to exactly 0.
 
-Every check returns a :class:`~gradlab.exercises.checks.CheckResult` and never raises on a wrong
+Every check returns a :class:`~gradlab.exercises.feedback.CheckResult` and never raises on a wrong
 answer: a typical mistake (a flat tensor, ``tf.clip_by_global_norm``'s ``(list, norm)``
 tuple, a 0-based layer index, ...) gets feedback that says what is wrong and hints at why.
 """
@@ -22,7 +22,9 @@ import numpy as np
 from .._env import quiet_import_tensorflow
 from ..engines.mlp import MLPGradientEngine
 from ..i18n import N_, _
-from .checks import CheckResult, as_int_answer, check_arrays, describe_error
+from .answers import as_int_answer
+from .compare import check_arrays
+from .feedback import CheckResult, describe_error
 
 tf = quiet_import_tensorflow()
 

@@ -9,7 +9,7 @@ Each exercise cell shows the task and one call:
 * exercise 3: :func:`check_scaled_step`, a custom Keras 3 training step under
   ``mixed_float16`` that scales the loss with ``LossScaleOptimizer.scale_loss``.
 
-Every check returns a :class:`~gradlab.exercises.checks.CheckResult` and never raises on a wrong answer.
+Every check returns a :class:`~gradlab.exercises.feedback.CheckResult` and never raises on a wrong answer.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from ..core import mean_squared_error
 from ..engines.mlp import MLPGradientEngine
 from ..i18n import _, join_list, join_sentences
 from ..models.mlp import ACTIVATIONS, INITIALIZERS, NORMS, build_mlp, make_data
-from .checks import CheckResult, as_number_answer, clean_message, describe_error
+from .answers import as_number_answer
+from .feedback import CheckResult, clean_message, describe_error
 
 tf = quiet_import_tensorflow()
 import keras  # noqa: E402

@@ -10,7 +10,7 @@ Each exercise cell shows the task and one call:
 * exercise 5: :func:`check_safe_log`, a logarithm with finite gradients everywhere (the double where);
 * exercise 6: :func:`check_bce_from_logits`, a binary cross-entropy from logits that stays finite.
 
-Every check returns a :class:`~gradlab.exercises.checks.CheckResult` and never raises on a wrong answer;
+Every check returns a :class:`~gradlab.exercises.feedback.CheckResult` and never raises on a wrong answer;
 the feedback names what is wrong (``None``, NaN, a wrong value, a deleted layer).
 """
 
@@ -24,7 +24,8 @@ import numpy as np
 
 from .._env import quiet_import_tensorflow
 from ..i18n import _, join_sentences
-from .checks import CheckResult, as_number_answer, call_answer, describe_error
+from .answers import as_number_answer
+from .feedback import CheckResult, call_answer, describe_error
 
 tf = quiet_import_tensorflow()
 

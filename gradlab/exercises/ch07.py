@@ -6,7 +6,7 @@
 * exercise 3: :func:`check_clipped_step`, a custom training step that clips by the global
   norm, compared with Keras's ``global_clipnorm``.
 
-Every check returns a :class:`~gradlab.exercises.checks.CheckResult` and never raises on a wrong
+Every check returns a :class:`~gradlab.exercises.feedback.CheckResult` and never raises on a wrong
 answer; typical mistakes (norms per example, the latest step first, float32 norms that
 underflow, per-tensor clipping) get feedback that says what is wrong.
 """
@@ -23,7 +23,9 @@ from ..engines.rnn import TimeGradientEngine
 from ..i18n import _, join_sentences
 from ..models.rnn import build_rnn, make_sequence_data
 from ..reports.time import time_report
-from .checks import CheckResult, as_int_answer, check_array, describe_error
+from .answers import as_int_answer
+from .compare import check_array
+from .feedback import CheckResult, describe_error
 
 tf = quiet_import_tensorflow()
 import keras  # noqa: E402

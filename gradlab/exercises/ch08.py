@@ -5,7 +5,7 @@
 * exercise 2: :func:`check_clip_summed`, the gradient to apply from each replica's gradient
   list, clipped to a global norm the way one device would clip it.
 
-Every check returns a :class:`~gradlab.exercises.checks.CheckResult` and never raises on a wrong answer.
+Every check returns a :class:`~gradlab.exercises.feedback.CheckResult` and never raises on a wrong answer.
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ import numpy as np
 from .._env import quiet_import_tensorflow
 from ..core import true_global_norm
 from ..i18n import _
-from .checks import CheckResult, call_answer, check_array, check_arrays, is_float_number
+from .answers import is_float_number
+from .compare import check_array, check_arrays
+from .feedback import CheckResult, call_answer
 
 tf = quiet_import_tensorflow()
 

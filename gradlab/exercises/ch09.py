@@ -5,7 +5,7 @@
 * exercise 3: :func:`check_clip_threshold`, the Tuning Playbook's clip threshold for a run;
 * exercise 4: :func:`check_flat_pre_ln`, the embedding that makes pre-LN's per-block norms flat.
 
-Every check returns a :class:`~gradlab.exercises.checks.CheckResult` and never raises on a wrong answer;
+Every check returns a :class:`~gradlab.exercises.feedback.CheckResult` and never raises on a wrong answer;
 typical mistakes get feedback that says what is wrong.
 """
 
@@ -20,7 +20,9 @@ from .._env import quiet_import_tensorflow
 from ..i18n import _
 from ..models.transformer import block_paths, build_transformer, markov_tokens
 from ..reports.transformer import block_gradient_report
-from .checks import CheckResult, as_number_answer, check_array, describe_error
+from .answers import as_number_answer
+from .compare import check_array
+from .feedback import CheckResult, describe_error
 
 tf = quiet_import_tensorflow()
 import keras  # noqa: E402

@@ -10,7 +10,7 @@
 * exercise 5: :func:`check_accumulate`, the mean of k micro-batch gradients, equal to the
   gradient of the whole batch.
 
-Every check returns a :class:`~gradlab.exercises.checks.CheckResult` and never raises on a wrong answer.
+Every check returns a :class:`~gradlab.exercises.feedback.CheckResult` and never raises on a wrong answer.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ import numpy as np
 from .._env import quiet_import_tensorflow
 from ..i18n import _, end_sentence, join_sentences
 from ..topics.gradcheck import check_gradient
-from .checks import CheckResult, call_answer, check_array, check_arrays
+from .compare import check_array, check_arrays
+from .feedback import CheckResult, call_answer
 
 tf = quiet_import_tensorflow()
 import keras  # noqa: E402
