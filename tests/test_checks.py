@@ -363,6 +363,20 @@ def test_check_trains_passes_a_working_setup():
     assert "first below it at step" in r.feedback and "no None gradients" in r.feedback
 
 
+def test_check_trains_shows_progress_step_k_of_n(capsys):
+    """A Progress bar counts every step (issue 27: chapter 04's capstone runs 10-34 s); off in tests by default."""
+    r = training.check_trains("fit", _model(), *_data(), optimizer=keras.optimizers.SGD(0.05), steps=40, below=5.0,
+                              progress=True)
+    assert r, r.feedback
+    out = capsys.readouterr().out
+    frames = out.split("\r")
+    assert [f.rsplit("▏ ", 1)[1].split()[0] for f in frames if "▏ " in f][-1] == "40/40"
+    assert sum("/40" in f for f in frames) >= 41, out  # one redraw per step, plus the start and the close
+    assert frames[-1].startswith("training 40 steps ▕") and out.endswith("\n")
+    training.check_trains("fit", _model(), *_data(), optimizer=keras.optimizers.SGD(0.05), steps=5, below=5.0)
+    assert capsys.readouterr().out == ""
+
+
 def test_check_trains_none_instead_of_a_model():
     _fails(training.check_trains("fit", None, *_data(), optimizer=keras.optimizers.SGD(0.05), steps=5, below=0.5),
            "got None instead of a model")

@@ -14,6 +14,7 @@ import numpy as np
 
 from .._env import quiet_import_tensorflow
 from ..i18n import _, join_list, join_sentences
+from ..progress import Progress
 from ..train.steps import train_steps
 from .feedback import CheckResult, describe_error
 
@@ -92,7 +93,7 @@ FINAL_WINDOW = 10  # check_trains judges the mean loss of this many last steps
 
 def check_trains(name: str, model, x, y, *, optimizer, steps: int, below: float,
                  loss_fn: Callable | None = None, clip_global_norm: float | None = None,
-                 require_variables: Sequence[str] = ()) -> CheckResult:
+                 require_variables: Sequence[str] = (), progress: bool | None = None) -> CheckResult:
     """Train ``model`` for ``steps`` steps and check that it really trains (chapter 04).
 
     Passes when the **final** loss, the mean loss of the last 10 steps (of all steps when
@@ -104,14 +105,41 @@ def check_trains(name: str, model, x, y, *, optimizer, steps: int, below: float,
     failed: the variables without a gradient or missing, the step where the loss or the
     gradients went NaN/inf, or the final and best losses. The model is trained in place with
     :func:`gradlab.train_steps` (one tape per step on the batch ``(x, y)``, mean squared error
-    unless ``loss_fn`` is given, global-norm clipping when ``clip_global_norm`` is set).
+    unless ``loss_fn`` is given, global-norm clipping when ``clip_global_norm`` is set), with a
+    :class:`gradlab.progress.Progress` bar, step k of ``steps`` (``progress=None``: on in a
+    notebook).
+
+    A pipeline of named stages: the arguments, the model and optimizer, the run, the
+    variables, divergence, then the final loss.
     """
+    _check_trains_arguments(below, require_variables)
+    problem = _refuse_model(name, model, optimizer)
+    if problem is not None:
+        return problem
+    try:
+        with Progress(steps, _("training {steps} steps").format(steps=steps), enabled=progress) as bar:
+            run = train_steps(model, x, y, optimizer=optimizer, steps=steps, loss_fn=loss_fn,
+                              clip_global_norm=clip_global_norm, stop_on_none=True, progress=bar)
+    except Exception as err:  # noqa: BLE001 - any failure to train is feedback
+        return CheckResult(name, False, _("could not train: {error}").format(error=describe_error(err)))
+    for stage in (_none_feedback(run), _variables_feedback(model, require_variables), _diverged_feedback(run)):
+        if stage is not None:
+            return CheckResult(name, False, stage)
+    return _final_loss_result(name, run, steps=steps, below=below, require_variables=require_variables)
+
+
+def _check_trains_arguments(below, require_variables) -> None:
+    """The exercise author's arguments: a ValueError, not feedback."""
     if isinstance(below, bool) or not isinstance(below, (int, float, np.integer, np.floating)) or not below > 0:
         raise ValueError(f"below must be a number > 0; got {below!r}")
     if isinstance(require_variables, (str, bytes)) or not isinstance(require_variables, Sequence) or not all(
             isinstance(r, str) and r for r in require_variables):
         raise ValueError("require_variables must be a list or tuple of non-empty strings (parts of variable "
                          f"paths such as 'standardize/scale'); got {require_variables!r}")
+
+
+def _refuse_model(name: str, model, optimizer) -> CheckResult | None:
+    """Feedback when the learner's model or optimizer is not one (None, another type)."""
     if model is None:
         return CheckResult(name, False, _("got None instead of a model: did your function forget to return it?"))
     if not isinstance(model, keras.Model):
@@ -120,64 +148,68 @@ def check_trains(name: str, model, x, y, *, optimizer, steps: int, below: float,
         return CheckResult(name, False,
                            _("expected a keras optimizer such as keras.optimizers.SGD(0.05), got {kind}").format(
                                kind=type(optimizer).__name__))
-    try:
-        run = train_steps(model, x, y, optimizer=optimizer, steps=steps, loss_fn=loss_fn,
-                          clip_global_norm=clip_global_norm, stop_on_none=True)
-    except Exception as err:  # noqa: BLE001 - any failure to train is feedback
-        return CheckResult(name, False, _("could not train: {error}").format(error=describe_error(err)))
-    if run.none_gradients:
-        return CheckResult(name, False,
-                           _("no gradient (None) for {names}: these variables never train. Find what disconnects "
-                             "them from the loss (chapter 02's None gallery).").format(
-                                 names=", ".join(run.none_gradients)))
+    return None
+
+
+def _none_feedback(run) -> str | None:
+    if not run.none_gradients:
+        return None
+    return _("no gradient (None) for {names}: these variables never train. Find what disconnects them from the loss "
+             "(chapter 02's None gallery).").format(names=", ".join(run.none_gradients))
+
+
+def _variables_feedback(model, require_variables: Sequence[str]) -> str | None:
+    """Feedback when a required variable is missing: renamed (another layer name) or removed."""
     paths = [getattr(v, "path", v.name) for v in model.trainable_variables]
     missing = [r for r in require_variables if not any(r in p for p in paths)]
+    if not missing:
+        return None
     renamed = [m for m in missing if "/" in m and any(p.endswith("/" + m.rsplit("/", 1)[1]) for p in paths)]
-    if missing and len(renamed) == len(missing):
+    if len(renamed) == len(missing):
         layers = sorted({m.rsplit("/", 1)[0] for m in missing})
-        return CheckResult(name, False,
-                           _("the model has variables like {names} under another layer name: keep the layer's name "
-                             "{layers} (the check finds the variables by their path, such as {path}).").format(
-                                 names=join_list(repr(m.rsplit("/", 1)[1]) for m in missing),
-                                 layers=join_list(repr(x) for x in layers), path=repr(missing[0])))
-    if missing:
-        return CheckResult(name, False,
-                           _("the model has no trainable variable {names}: removing (or freezing) that layer is not "
-                             "a fix. Keep it and repair it so that its variables get a gradient.").format(
-                                 names=" / ".join(repr(m) for m in missing)))
-    if run.stopped_at is not None:
-        last = run.losses[-1]
-        if not np.isfinite(last):
-            text = _("at step {step} the loss is {value}: training diverged. Lower the learning rate, clip the global "
-                     "norm, or fix the initializer.").format(step=run.stopped_at, value=last)
-        else:
-            text = _("at step {step} the gradient norm is {value}: training diverged. Lower the learning rate, clip "
-                     "the global norm, or fix the initializer.").format(step=run.stopped_at, value=run.global_norms[-1])
-        return CheckResult(name, False, text)
+        return _("the model has variables like {names} under another layer name: keep the layer's name {layers} (the "
+                 "check finds the variables by their path, such as {path}).").format(
+                     names=join_list(repr(m.rsplit("/", 1)[1]) for m in missing),
+                     layers=join_list(repr(x) for x in layers), path=repr(missing[0]))
+    return _("the model has no trainable variable {names}: removing (or freezing) that layer is not a fix. Keep it "
+             "and repair it so that its variables get a gradient.").format(names=" / ".join(repr(m) for m in missing))
+
+
+def _diverged_feedback(run) -> str | None:
+    if run.stopped_at is None:
+        return None
+    if not np.isfinite(run.losses[-1]):
+        return _("at step {step} the loss is {value}: training diverged. Lower the learning rate, clip the global "
+                 "norm, or fix the initializer.").format(step=run.stopped_at, value=run.losses[-1])
+    return _("at step {step} the gradient norm is {value}: training diverged. Lower the learning rate, clip the "
+             "global norm, or fix the initializer.").format(step=run.stopped_at, value=run.global_norms[-1])
+
+
+def _final_loss_result(name: str, run, *, steps: int, below: float, require_variables) -> CheckResult:
+    """Pass when the mean of the last ``FINAL_WINDOW`` losses is below ``below``; else say how it missed."""
     window = run.losses[-FINAL_WINDOW:]
     final = float(np.mean(window))
     final_text = _("the final loss (mean of the last {k} steps) is {value}").format(k=len(window), value=f"{final:.3g}")
     hit = run.first_below(below)
-    if not final < below:
-        best = min(run.losses)
-        if hit is not None and run.losses[-1] <= min(window) and run.losses[-1] < window[0]:
-            advice = " " + _("The loss first went below {below} at step {hit} and is still falling: it gets there too "
-                             "late. Make each step count for more (momentum, or a larger rate with clipping) or train "
-                             "longer.").format(below=f"{below:g}", hit=hit)
-        elif hit is not None:
-            advice = " " + _("The loss dipped below {below} at step {hit} but did not stay there (last step {last}): "
-                             "it jumps around instead of settling. Shorter steps (a lower learning rate, clipping) "
-                             "settle it.").format(below=f"{below:g}", hit=hit, last=f"{run.losses[-1]:.3g}")
-        else:
-            advice = " " + _("Look for vanishing gradients, and a learning rate that is too small (the loss falls "
-                             "slowly) or too large for the clipping (it stalls or jumps).")
-        summary = _("after {steps} steps {final} (best single step {best}), not below {below}.").format(
-            steps=steps, final=final_text, best=f"{best:.3g}", below=f"{below:g}")
-        return CheckResult(name, False, join_sentences(summary, advice),
-                           details={"kind": "not below", "run": run, "summary": summary})
-    return CheckResult(name, True,
-                       (_("{final} < {below} (first below it at step {hit} of {steps}); every gradient finite; no "
-                          "None gradients; {names} present and trained") if require_variables else
-                        _("{final} < {below} (first below it at step {hit} of {steps}); every gradient finite; no "
-                          "None gradients")).format(final=final_text, below=f"{below:g}", hit=hit, steps=steps,
-                                                    names=", ".join(require_variables)))
+    if final < below:
+        return CheckResult(name, True,
+                           (_("{final} < {below} (first below it at step {hit} of {steps}); every gradient finite; no "
+                              "None gradients; {names} present and trained") if require_variables else
+                            _("{final} < {below} (first below it at step {hit} of {steps}); every gradient finite; no "
+                              "None gradients")).format(final=final_text, below=f"{below:g}", hit=hit, steps=steps,
+                                                        names=", ".join(require_variables)))
+    if hit is not None and run.losses[-1] <= min(window) and run.losses[-1] < window[0]:
+        advice = _("The loss first went below {below} at step {hit} and is still falling: it gets there too late. "
+                   "Make each step count for more (momentum, or a larger rate with clipping) or train "
+                   "longer.").format(below=f"{below:g}", hit=hit)
+    elif hit is not None:
+        advice = _("The loss dipped below {below} at step {hit} but did not stay there (last step {last}): it jumps "
+                   "around instead of settling. Shorter steps (a lower learning rate, clipping) settle it.").format(
+                       below=f"{below:g}", hit=hit, last=f"{run.losses[-1]:.3g}")
+    else:
+        advice = _("Look for vanishing gradients, and a learning rate that is too small (the loss falls slowly) or "
+                   "too large for the clipping (it stalls or jumps).")
+    summary = _("after {steps} steps {final} (best single step {best}), not below {below}.").format(
+        steps=steps, final=final_text, best=f"{min(run.losses):.3g}", below=f"{below:g}")
+    return CheckResult(name, False, join_sentences(summary, advice),
+                       details={"kind": "not below", "run": run, "summary": summary})

@@ -25,6 +25,7 @@ from .. import core
 from .._env import quiet_import_tensorflow
 from .._validate import check_int, check_positive
 from ..i18n import _, join_list
+from ..progress import Progress
 from ..reports.gradients import dense_signal_pass
 from ..reports.verdict import judge
 
@@ -113,7 +114,7 @@ def train_steps(
     stop_on_nonfinite: bool = True,
     stop_on_none: bool = False,
     monitor_signals: bool = False,
-    progress: bool = False,
+    progress: bool | Progress = False,
     progress_every: int | None = None,
 ) -> TrainingRun:
     """Train ``model`` on the batch ``(x, y)`` for ``steps`` steps, watching every step (chapter 04).
@@ -136,6 +137,9 @@ def train_steps(
     (which lowers its scale) instead of stopping the run. Each step's loss (before its update)
     and global gradient norm (before clipping, float64, unscaled) are recorded.
 
+    ``progress=True`` prints a line every ``progress_every`` steps; a :class:`gradlab.progress.Progress`
+    is updated once per step instead (the caller owns and closes it).
+
     The steps run as one ``tf.function``; with ``monitor_signals`` they run eagerly through
     :func:`gradlab.reports.gradients.dense_signal_pass` and record every hidden Dense layer's signal norm
     (Dense models only). The model is trained in place; build a fresh optimizer for each model.
@@ -145,6 +149,7 @@ def train_steps(
     optimizer = core.fit_optimizer(model, optimizer)
     steps = check_int("steps", steps, 1, 100_000)
     clip = core.check_clip(clip)
+    bar, progress = (progress, False) if isinstance(progress, Progress) else (None, progress)
     if clip_global_norm is not None:
         clip_global_norm = check_positive("clip_global_norm", clip_global_norm)
         if clip is not None:
@@ -221,6 +226,8 @@ def train_steps(
         losses.append(float(value.numpy()))
         norms.append(float(gnorm.numpy()))
         finite = math.isfinite(losses[-1]) and (math.isfinite(norms[-1]) or scaled)
+        if bar is not None:
+            bar.update()
         if progress and (i % every == 0 or i == steps or not finite):
             print(_progress_line(i, steps, losses[-1], norms[-1]))
         if stop_on_nonfinite and not finite:
