@@ -537,3 +537,21 @@ def test_checks_is_a_facade_over_the_four_modules():
         assert obj.__module__.rsplit(".", 1)[1] in homes, (name, obj.__module__)
         assert getattr(homes[obj.__module__.rsplit(".", 1)[1]], name) is obj
     assert gl.exercises.checks.check_array is compare.check_array
+
+
+def test_a_float32_answer_off_by_more_than_rounding_is_not_blamed_on_float32():
+    """Issue 29: a norm typed in as 5.83 (sqrt(34) = 5.83095...) is off by 1.6e-4, 1300 float32 ulps."""
+    exact = np.array([3.0, 4.0]) * (2 / np.sqrt(34.0))
+    typed = np.float32([3.0, 4.0]) * np.float32(2 / 5.83)
+    r = compare.check_array("clipped", typed, exact, rtol=1e-5, atol=0.0)
+    _fails(r, "values differ")
+    assert "float32" not in r.feedback and "float64" not in r.feedback, r.feedback
+    assert "1.0002×" in r.feedback and " 1×" not in r.feedback, r.feedback  # 5.83095 / 5.83 = 1.00016, not "1×"
+
+
+def test_a_factor_near_one_is_printed_with_the_digits_that_tell_it_from_one():
+    r = compare.check_arrays("g", [EXPECTED * 1.0003, EXPECTED[0] * 1.0003], [EXPECTED, EXPECTED[0]])
+    _fails(r, "1.0003×")
+    assert "1×" not in r.feedback.replace("1.0003×", ""), r.feedback
+    _fails(compare.check_array("s", 2.0006, 2.0, rtol=1e-6), "values differ")
+    assert " 1×" not in compare.check_array("s", 2.0006, 2.0, rtol=1e-6).feedback

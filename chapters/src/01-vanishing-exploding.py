@@ -1117,7 +1117,8 @@ ch01.check_vanishing_depth(first_vanishing_depth)
 # over all tensors and, if it exceeds `t`, multiply every gradient by `t / global_norm`;
 # otherwise return the gradients unchanged. Return a list with one tensor per gradient. The
 # check calls it on `ch01.CLIP_TEST_GRADS` (global norm 5.83) with a threshold below the
-# global norm (2) and one above it (10).
+# global norm (2) and one above it (10), then on two gradient sets it does not show you, so
+# compute the norm from the gradients you are given.
 
 # %%
 def my_clip_by_global_norm(grads, t):
@@ -1167,12 +1168,15 @@ def my_clip_by_global_norm(grads, t):
 ch01.check_clip_by_global_norm(my_clip_by_global_norm)
 
 # %% [markdown]
-# Common mistakes get specific feedback: clipping each tensor on its own, returning the
-# `(list, norm)` pair as `tf.clip_by_global_norm` does, and scaling below the threshold too:
+# Common mistakes get specific feedback: clipping each tensor on its own, calling
+# `tf.clip_by_global_norm` itself, returning the `(list, norm)` pair as it does, and scaling
+# below the threshold too:
 
 # %% tags=["solution"]
 print(ch01.check_clip_by_global_norm(lambda grads, t: [tf.clip_by_norm(g, t) for g in grads]))
 print(ch01.check_clip_by_global_norm(lambda grads, t: tf.clip_by_global_norm(grads, t)))
+print(ch01.check_clip_by_global_norm(
+    lambda grads, t: (my_clip_by_global_norm(grads, t), tf.linalg.global_norm(grads))))
 print(ch01.check_clip_by_global_norm(
     lambda grads, t: [g * t / tf.linalg.global_norm(grads) for g in grads]))
 

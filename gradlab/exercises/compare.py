@@ -36,6 +36,9 @@ Hint = tuple[Any, str]
 
 #: dtypes whose rounding a float64 reference can tell apart
 _LOW_PRECISION = ("float16", "bfloat16", "float32")
+#: the relative gap that rounding in each dtype can explain (about 16 units in the last place:
+#: a few rounded operations); a larger gap is a wrong value, not float32 rounding
+_ROUNDING_RTOL = {"float16": 16 * 2.0 ** -11, "bfloat16": 16 * 2.0 ** -8, "float32": 16 * 2.0 ** -24}
 
 
 # ----------------------------------------------------------------------------- describing answers
@@ -169,7 +172,10 @@ def _ratio_text(r: float, single: bool = False, *, across: bool = False, explain
     telling factors (-1, a whole number, 1/n) are mentioned. ``across`` words it for all items
     of a list; ``explain=False`` states the factor without guessing its cause.
     """
-    factor = f"{r:.4g}"
+    digits = 4
+    while f"{r:.{digits}g}" in ("1", "-1") and digits < 12:
+        digits += 1  # a factor near 1 is shown with the digits that tell it from 1 (never "1×")
+    factor = f"{r:.{digits}g}"
     if abs(r + 1.0) < 1e-3:
         kind = "sign"
     elif abs(r) >= 2 and abs(r - round(r)) < 1e-3 * abs(r):
@@ -276,7 +282,7 @@ def _check_array(name: str, got, exp: np.ndarray, *, rtol: float, atol: float, h
         while f"{got_v:.{digits}g}" == f"{exp_v:.{digits}g}" and digits < 17:
             digits += 1  # show enough digits that the two numbers look different
         hint = _hint_sentences(hints, arr)
-        if low_precision and np.allclose(arr, exp, rtol=1e-3, atol=max(atol, 1e-6)):
+        if low_precision and np.allclose(arr, exp, rtol=_ROUNDING_RTOL[low_precision], atol=max(atol, 1e-6)):
             rounded = " " + _("The answer is {dtype}: rounding in {dtype} explains a gap this small, and this check "
                               "needs more digits. Compute in float64 (Python floats, NumPy or tf.float64).").format(
                 dtype=low_precision)
