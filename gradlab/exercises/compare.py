@@ -165,6 +165,19 @@ def _common_ratio(arrs: Sequence[np.ndarray], exps: Sequence[np.ndarray]) -> flo
     return r if np.allclose(a, r * e, rtol=1e-3, atol=1e-12) else None
 
 
+def _uniform_factor(arr: np.ndarray, exp: np.ndarray, tol: float) -> bool:
+    """Whether several values are one factor r != 1 times the expected ones, to within ``tol``.
+
+    Rounding scatters its errors; one factor shared by every element (beyond what rounding can
+    explain) is a wrong or rounded constant, such as a norm typed in as 5.83.
+    """
+    nonzero = np.abs(exp) > 0
+    if arr.size < 2 or nonzero.sum() < 2:
+        return False
+    r = float(np.median(arr[nonzero] / exp[nonzero]))
+    return abs(r - 1.0) > tol and bool(np.all(np.abs(arr - r * exp) <= tol * np.abs(exp) + 1e-300))
+
+
 def _ratio_text(r: float, single: bool = False, *, across: bool = False, explain: bool = True) -> str:
     """What a common factor between the answer and the expected values suggests (one sentence).
 
@@ -282,7 +295,8 @@ def _check_array(name: str, got, exp: np.ndarray, *, rtol: float, atol: float, h
         while f"{got_v:.{digits}g}" == f"{exp_v:.{digits}g}" and digits < 17:
             digits += 1  # show enough digits that the two numbers look different
         hint = _hint_sentences(hints, arr)
-        if low_precision and np.allclose(arr, exp, rtol=_ROUNDING_RTOL[low_precision], atol=max(atol, 1e-6)):
+        if (low_precision and np.allclose(arr, exp, rtol=1e-3, atol=max(atol, 1e-6))
+                and not _uniform_factor(arr, exp, _ROUNDING_RTOL[low_precision])):
             rounded = " " + _("The answer is {dtype}: rounding in {dtype} explains a gap this small, and this check "
                               "needs more digits. Compute in float64 (Python floats, NumPy or tf.float64).").format(
                 dtype=low_precision)
