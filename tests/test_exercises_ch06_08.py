@@ -350,3 +350,30 @@ def test_ch08_ex2_right_answer_passes():
 ])
 def test_ch08_ex2_wrong_answers_are_feedback(fn, needle):
     _fails(ch08.check_clip_summed(fn), needle)
+
+
+# ----------------------------------------------------------------------------- third review (issue 29)
+def test_ch07_ex2_a_report_or_the_list_of_healthy_lengths_is_named():
+    engine = ch07._engine()
+    report = engine.report(ch07.HEALTHY_CELL, 5, ch07.HEALTHY_INITIALIZER, ch07.HEALTHY_SCALE)
+    r = ch07.check_longest_healthy(report)
+    assert not r and "got a TimeReport" in r.feedback and "number of steps itself" in r.feedback, r.feedback
+    r = ch07.check_longest_healthy(np.arange(2, 10))
+    assert not r and "max(...)" in r.feedback, r.feedback
+
+
+def _summed(r):
+    return [a + b for a, b in zip(*r, strict=True)]
+
+
+@pytest.mark.parametrize("wrong, needle", [
+    (lambda r, c: [2 * g for g in tf.clip_by_global_norm(_summed(r), c)[0]], "times 2, the number of replicas"),
+    (lambda r, c: [tf.clip_by_value(g, -c, c) for g in _summed(r)], "tf.clip_by_value"),
+    (lambda r, c: tf.clip_by_global_norm(list(r[0]), c)[0], "replica 0's gradients"),
+    (lambda r, c: [-g for g in tf.clip_by_global_norm(_summed(r), c)[0]], "wrong sign"),
+    (lambda r, c: tf.clip_by_global_norm(r, c)[0], "add them variable by variable first"),
+])
+def test_ch08_ex2_typical_wrong_answers_name_their_cause(wrong, needle):
+    r = ch08.check_clip_summed(wrong)
+    assert not r and needle in r.feedback, r.feedback
+    assert "a sum is taken where a mean was wanted" not in r.feedback

@@ -120,7 +120,11 @@ def check_step_norms(fn) -> CheckResult:
 def check_longest_healthy(answer) -> CheckResult:
     """Exercise 2: the most steps at which the explorer's LSTM (orthogonal, input ×1) is still healthy."""
     name = _("longest healthy LSTM sequence")
-    steps, problem = as_int_answer(name, answer, _("a number of steps"))
+    if isinstance(getattr(answer, "status", None), str) and hasattr(answer, "ratio"):
+        return CheckResult(name, False, _("got a {kind}: answer with the number of steps itself, the largest t "
+                                          "whose report is healthy").format(kind=type(answer).__name__))
+    steps, problem = as_int_answer(name, answer, _("a number of steps"), several_hint=_(
+        "If these are the healthy lengths, the answer is the largest of them: max(...)"))
     if problem is not None:
         return problem
     engine = _engine()
