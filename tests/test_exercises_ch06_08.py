@@ -377,3 +377,28 @@ def test_ch08_ex2_typical_wrong_answers_name_their_cause(wrong, needle):
     r = ch08.check_clip_summed(wrong)
     assert not r and needle in r.feedback, r.feedback
     assert "a sum is taken where a mean was wanted" not in r.feedback
+
+
+def _third_review_step(clip=lambda g: tf.clip_by_global_norm(g, 1.0)[0], times=1, sign=1.0):
+    def step(model, opt, x, y):
+        for _ in range(times):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(model(x) - y))
+            grads = clip(tape.gradient(loss, model.trainable_weights))
+            opt.apply_gradients(zip([sign * g for g in grads], model.trainable_weights, strict=True))
+    return step
+
+
+@pytest.mark.parametrize("step, needle", [
+    (_third_review_step(lambda g: tf.clip_by_global_norm(g, 0.5)[0]), "0.5× as long as the clipped one"),
+    (_third_review_step(sign=-1.0), "goes the wrong way"),
+    (_third_review_step(times=2), "took 2 steps in one call"),
+])
+def test_ch07_ex3_a_step_of_the_wrong_length_sign_or_count_is_named(step, needle):
+    r = ch07.check_clipped_step(step)
+    assert not r and needle in r.feedback, r.feedback
+    assert "match neither" not in r.feedback
+
+
+def test_ch07_ex3_the_right_step_passes():
+    assert ch07.check_clipped_step(_third_review_step())

@@ -196,6 +196,29 @@ def _own_clipping(optimizer) -> str | None:
     return None
 
 
+def _scaled_step_feedback(got, fresh, steps_taken: int) -> str:
+    """What a step along the right direction with the wrong length says: element-wise clipping,
+    a sign, applying twice, or another threshold or learning rate."""
+    if all(np.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(got, _reference_weights(clipvalue=CLIP_THRESHOLD),
+                                                                     strict=True)):
+        return _("you clipped each element to ±{c} (clipvalue, tf.clip_by_value), which changes the step's "
+                 "direction: clip the global norm, tf.clip_by_global_norm").format(c=CLIP_THRESHOLD)
+    if steps_taken > 1:
+        return _("the optimizer took {n} steps in one call: apply the clipped gradients once").format(n=steps_taken)
+    move = np.concatenate([(a - b).ravel() for a, b in zip(got, fresh, strict=True)]).astype(np.float64)
+    right = np.concatenate([(a - b).ravel() for a, b in zip(_reference_weights(global_clipnorm=CLIP_THRESHOLD), fresh,
+                                                            strict=True)]).astype(np.float64)
+    factor = float(move @ right / (right @ right))
+    if not np.allclose(move, factor * right, rtol=1e-3, atol=1e-7):
+        return ""
+    if factor < 0:
+        return _("the step goes the wrong way ({f}× the clipped step): apply the gradients themselves, the "
+                 "optimizer subtracts them").format(f=f"{factor:.3g}")
+    return _("the step points the right way but is {f}× as long as the clipped one: clip to global norm {c} "
+             "(CLIP_THRESHOLD) and let the optimizer passed in apply it, with its learning rate").format(
+                 f=f"{factor:.3g}", c=CLIP_THRESHOLD)
+
+
 def check_clipped_step(fn) -> CheckResult:
     """Exercise 3: ``fn(model, optimizer, x, y)`` takes one step clipped to global norm :data:`CLIP_THRESHOLD`.
 
@@ -270,5 +293,8 @@ def check_clipped_step(fn) -> CheckResult:
         return CheckResult(name, False, _("that is an unclipped step: clip the gradients with "
                                           "tf.clip_by_global_norm(grads, {c}) before applying them").format(
                                               c=CLIP_THRESHOLD))
+    scaled = _scaled_step_feedback(got, fresh, steps_taken)
+    if scaled:
+        return CheckResult(name, False, scaled)
     return CheckResult(name, False, _("the weights match neither a clipped nor an unclipped SGD step: use the loss "
                                       "mean((model(x) - y)**2) and apply the gradients once"))
