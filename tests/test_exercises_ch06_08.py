@@ -111,7 +111,7 @@ def test_ch06_ex2_right_answer_passes():
 
 @pytest.mark.parametrize(("combine", "needle"), [
     (lambda a, b: a + 0.0 * b, "all zeros"),  # every variable has a gradient, aux's is 0
-    (lambda a, b: tf.concat([a, b], -1), "not head(h) + aux(h)"),  # shape (32, 2)
+    (lambda a, b: tf.concat([a, b], -1), "side by side"),  # shape (32, 2): named as a concatenation
     (lambda a, b: a + tf.stop_gradient(b), "no gradient for"),
     (lambda a, b: a, "no gradient for"),
 ])
@@ -402,3 +402,46 @@ def test_ch07_ex3_a_step_of_the_wrong_length_sign_or_count_is_named(step, needle
 
 def test_ch07_ex3_the_right_step_passes():
     assert ch07.check_clipped_step(_third_review_step())
+
+
+class _ThirdReviewHeads(keras.Model):
+    """TwoHeads of chapter 06 with the output written by ``combine(self, h)``."""
+
+    def __init__(self, combine):
+        super().__init__()
+        self.combine = combine
+        self.body = keras.layers.Dense(8, activation="relu", name="body")
+        self.head = keras.layers.Dense(1, name="head")
+        self.aux = keras.layers.Dense(1, name="aux")
+
+    def build(self, input_shape):
+        self.body.build(input_shape)
+        self.head.build((None, 8))
+        self.aux.build((None, 8))
+
+    def call(self, inputs):
+        return self.combine(self, self.body(inputs))
+
+
+@pytest.mark.parametrize("combine, needle", [
+    (lambda m, h: m.head(h) * m.aux(h), "their product"),
+    (lambda m, h: m.head(h) - m.aux(h), "their difference"),
+    (lambda m, h: (m.head(h) + m.aux(h)) / 2, "the mean of head(h) and aux(h)"),
+    (lambda m, h: tf.concat([m.head(h), m.aux(h)], -1), "side by side"),
+    (lambda m, h: (m.head(h), m.aux(h)), "tuple of 2 outputs"),
+    (lambda m, h: m.head(h) + tf.stop_gradient(m.aux(h)), "tf.stop_gradient"),
+])
+def test_ch06_ex2_typical_wrong_outputs_name_their_cause(combine, needle):
+    model = _ThirdReviewHeads(combine)
+    model.build((None, 4))
+    r = ch06.check_uses_every_layer(model, tf.random.stateless_normal([16, 4], seed=[1, 2]))
+    assert not r and needle in r.feedback, r.feedback
+
+
+def test_ch06_ex2_the_sum_passes_and_the_class_is_named():
+    model = _ThirdReviewHeads(lambda m, h: m.head(h) + m.aux(h))
+    model.build((None, 4))
+    x = tf.random.stateless_normal([16, 4], seed=[1, 2])
+    assert ch06.check_uses_every_layer(model, x)
+    r = ch06.check_uses_every_layer(_ThirdReviewHeads, x)
+    assert not r and "the class _ThirdReviewHeads itself" in r.feedback, r.feedback
