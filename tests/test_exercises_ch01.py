@@ -81,7 +81,8 @@ def test_ex2_test_gradients_have_the_stated_norm():
     "wrong, fragments",
     [
         (lambda grads, t: None, ["returned None"]),
-        (lambda grads, t: tf.clip_by_global_norm(grads, t), ["pair (list, norm)", "only the list"]),
+        (lambda grads, t: tf.clip_by_global_norm(grads, t), ["calls tf.clip_by_global_norm", "by hand"]),
+        (lambda grads, t: (right_clip(grads, t), tf.linalg.global_norm(grads)), ["pair (list, norm)", "only the list"]),
         (lambda grads, t: tf.concat([tf.reshape(g, [-1]) for g in right_clip(grads, t)], 0),
          ["one flat tensor of 6 values", "one tensor per gradient"]),
         (lambda grads, t: right_clip(grads, t)[0], ["one tensor of shape (2,)"]),
@@ -91,7 +92,7 @@ def test_ex2_test_gradients_have_the_stated_norm():
          ["scaled the gradients up", "t=10", "unchanged"]),
         (lambda grads, t: right_clip(grads, t)[:1], ["returned 1 items, expected 2"]),
         (lambda grads, t: [g * t / tf.reduce_sum([tf.reduce_sum(g * g) for g in grads]) for g in grads],
-         ["values differ", "square root"]),
+         ["multiplied every gradient by 0.05882", "square root"]),
         (lambda grads, t: [g * (t / 0) for g in grads], ["raised ZeroDivisionError"]),
         (lambda grads, t: "clipped", ["returned a str"]),
         ("not a function", ["expected a function"]),
@@ -166,3 +167,42 @@ def test_ex2_wrong_values_feedback_has_no_double_full_stop():
     r = ch01.check_clip_by_global_norm(no_sqrt)
     _fails_with(r, "square root")
     assert ".." not in r.feedback
+
+
+# ----------------------------------------------------------------------------- third review (issue 29)
+def _forbidden_by_name(grads, t):
+    return tf.clip_by_global_norm(grads, t)[0]
+
+
+def _forbidden_hidden(grads, t):
+    clip = getattr(tf, "clip_by_" + "global_norm")  # not in the source: the call monitor sees it
+    return clip(grads, t)[0]
+
+
+@pytest.mark.parametrize("fn", [_forbidden_by_name, _forbidden_hidden])
+def test_ex2_calling_tf_clip_by_global_norm_is_rejected(fn):
+    _fails_with(ch01.check_clip_by_global_norm(fn), "calls tf.clip_by_global_norm", "by hand")
+
+
+def test_ex2_the_monitor_puts_tf_clip_by_global_norm_back():
+    original = tf.clip_by_global_norm
+    ch01.check_clip_by_global_norm(_forbidden_hidden)
+    assert tf.clip_by_global_norm is original
+
+
+def test_ex2_a_norm_fixed_from_the_shown_gradients_is_rejected():
+    shown = float(np.sqrt(sum(np.sum(np.square(g)) for g in ch01.CLIP_TEST_GRADS)))
+    r = ch01.check_clip_by_global_norm(lambda grads, t: [g * min(1.0, t / shown) for g in grads])
+    _fails_with(r, "another gradient set", "5.831", "global norm of CLIP_TEST_GRADS")
+
+
+def test_ex2_a_rounded_norm_is_called_rounded_not_float32():
+    r = ch01.check_clip_by_global_norm(lambda grads, t: [g * min(1.0, t / 5.83) for g in grads])
+    _fails_with(r, "t / 5.83", "5.830952", "rounded or typed-in")
+    assert "float32" not in r.feedback and "1×" not in r.feedback
+
+
+def test_ex1_an_array_of_depths_gets_exercise_1s_hint_not_exercise_3s():
+    r = ch01.check_vanishing_depth(np.arange(20, 60))
+    _fails_with(r, "smallest", "min(depths)")
+    assert "layer number" not in r.feedback and "np.nonzero" not in r.feedback

@@ -42,8 +42,8 @@ def test_ex1_right_answers_in_any_spelling(answer):
     ({"norm": "group"}, "is not one of"),
     ({"norm": 3}, "must be a name"),
     ({"learning_rate": 0.1}, "unknown key"),
-    (None, "expected a dict"),
-    ([("norm", "layer")], "expected a dict"),
+    (None, "assign a dict"),
+    ([("norm", "layer")], "write it as a dict"),
 ])
 def test_ex1_wrong_answers_are_feedback(answer, needle):
     _fails(ch05.check_deep_fix(answer), needle)
@@ -135,3 +135,32 @@ def test_ex3_right_answers_eager_and_in_tf_function():
 ])
 def test_ex3_wrong_answers_name_their_cause(step, needle):
     _fails(ch05.check_scaled_step(step), needle)
+
+
+# ----------------------------------------------------------------------------- third review (issue 29)
+@pytest.mark.parametrize("answer, needle, absent", [
+    (None, "got None: assign a dict", "NoneType"),
+    ("layer", "{'norm': 'layer'}", "got str"),
+    ([("norm", "layer")], "list of pairs", "got list"),
+])
+def test_ex1_answers_that_are_not_a_dict_say_how_to_write_one(answer, needle, absent):
+    r = ch05.check_deep_fix(answer)
+    assert not r and needle in r.feedback and absent not in r.feedback, r.feedback
+
+
+def test_ex1_a_keras_layer_class_is_read_as_its_name():
+    import keras
+
+    assert ch05.check_deep_fix({"norm": keras.layers.LayerNormalization})
+    assert ch05.check_deep_fix({"norm": keras.layers.LayerNormalization()})
+
+
+def test_ex1_he_uniform_is_named_as_the_same_variance():
+    r = ch05.check_deep_fix({"initializer": "he_uniform"})
+    assert not r and "same variance as he_normal" in r.feedback, r.feedback
+
+
+@pytest.mark.parametrize("fix", [{"initializer": "glorot_uniform"}, {"activation": "tanh"}])
+def test_ex1_a_finite_but_exploding_stack_without_a_norm_names_the_missing_norm(fix):
+    r = ch05.check_deep_fix(fix)
+    assert not r and "exploding" in r.feedback and "Normalize the input of each block" in r.feedback, r.feedback

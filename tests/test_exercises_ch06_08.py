@@ -111,7 +111,7 @@ def test_ch06_ex2_right_answer_passes():
 
 @pytest.mark.parametrize(("combine", "needle"), [
     (lambda a, b: a + 0.0 * b, "all zeros"),  # every variable has a gradient, aux's is 0
-    (lambda a, b: tf.concat([a, b], -1), "not head(h) + aux(h)"),  # shape (32, 2)
+    (lambda a, b: tf.concat([a, b], -1), "side by side"),  # shape (32, 2): named as a concatenation
     (lambda a, b: a + tf.stop_gradient(b), "no gradient for"),
     (lambda a, b: a, "no gradient for"),
 ])
@@ -350,3 +350,98 @@ def test_ch08_ex2_right_answer_passes():
 ])
 def test_ch08_ex2_wrong_answers_are_feedback(fn, needle):
     _fails(ch08.check_clip_summed(fn), needle)
+
+
+# ----------------------------------------------------------------------------- third review (issue 29)
+def test_ch07_ex2_a_report_or_the_list_of_healthy_lengths_is_named():
+    engine = ch07._engine()
+    report = engine.report(ch07.HEALTHY_CELL, 5, ch07.HEALTHY_INITIALIZER, ch07.HEALTHY_SCALE)
+    r = ch07.check_longest_healthy(report)
+    assert not r and "got a TimeReport" in r.feedback and "number of steps itself" in r.feedback, r.feedback
+    r = ch07.check_longest_healthy(np.arange(2, 10))
+    assert not r and "max(...)" in r.feedback, r.feedback
+
+
+def _summed(r):
+    return [a + b for a, b in zip(*r, strict=True)]
+
+
+@pytest.mark.parametrize("wrong, needle", [
+    (lambda r, c: [2 * g for g in tf.clip_by_global_norm(_summed(r), c)[0]], "times 2, the number of replicas"),
+    (lambda r, c: [tf.clip_by_value(g, -c, c) for g in _summed(r)], "tf.clip_by_value"),
+    (lambda r, c: tf.clip_by_global_norm(list(r[0]), c)[0], "replica 0's gradients"),
+    (lambda r, c: [-g for g in tf.clip_by_global_norm(_summed(r), c)[0]], "wrong sign"),
+    (lambda r, c: tf.clip_by_global_norm(r, c)[0], "add them variable by variable first"),
+])
+def test_ch08_ex2_typical_wrong_answers_name_their_cause(wrong, needle):
+    r = ch08.check_clip_summed(wrong)
+    assert not r and needle in r.feedback, r.feedback
+    assert "a sum is taken where a mean was wanted" not in r.feedback
+
+
+def _third_review_step(clip=lambda g: tf.clip_by_global_norm(g, 1.0)[0], times=1, sign=1.0):
+    def step(model, opt, x, y):
+        for _ in range(times):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(model(x) - y))
+            grads = clip(tape.gradient(loss, model.trainable_weights))
+            opt.apply_gradients(zip([sign * g for g in grads], model.trainable_weights, strict=True))
+    return step
+
+
+@pytest.mark.parametrize("step, needle", [
+    (_third_review_step(lambda g: tf.clip_by_global_norm(g, 0.5)[0]), "0.5× as long as the clipped one"),
+    (_third_review_step(sign=-1.0), "goes the wrong way"),
+    (_third_review_step(times=2), "took 2 steps in one call"),
+])
+def test_ch07_ex3_a_step_of_the_wrong_length_sign_or_count_is_named(step, needle):
+    r = ch07.check_clipped_step(step)
+    assert not r and needle in r.feedback, r.feedback
+    assert "match neither" not in r.feedback
+
+
+def test_ch07_ex3_the_right_step_passes():
+    assert ch07.check_clipped_step(_third_review_step())
+
+
+class _ThirdReviewHeads(keras.Model):
+    """TwoHeads of chapter 06 with the output written by ``combine(self, h)``."""
+
+    def __init__(self, combine):
+        super().__init__()
+        self.combine = combine
+        self.body = keras.layers.Dense(8, activation="relu", name="body")
+        self.head = keras.layers.Dense(1, name="head")
+        self.aux = keras.layers.Dense(1, name="aux")
+
+    def build(self, input_shape):
+        self.body.build(input_shape)
+        self.head.build((None, 8))
+        self.aux.build((None, 8))
+
+    def call(self, inputs):
+        return self.combine(self, self.body(inputs))
+
+
+@pytest.mark.parametrize("combine, needle", [
+    (lambda m, h: m.head(h) * m.aux(h), "their product"),
+    (lambda m, h: m.head(h) - m.aux(h), "their difference"),
+    (lambda m, h: (m.head(h) + m.aux(h)) / 2, "the mean of head(h) and aux(h)"),
+    (lambda m, h: tf.concat([m.head(h), m.aux(h)], -1), "side by side"),
+    (lambda m, h: (m.head(h), m.aux(h)), "tuple of 2 outputs"),
+    (lambda m, h: m.head(h) + tf.stop_gradient(m.aux(h)), "tf.stop_gradient"),
+])
+def test_ch06_ex2_typical_wrong_outputs_name_their_cause(combine, needle):
+    model = _ThirdReviewHeads(combine)
+    model.build((None, 4))
+    r = ch06.check_uses_every_layer(model, tf.random.stateless_normal([16, 4], seed=[1, 2]))
+    assert not r and needle in r.feedback, r.feedback
+
+
+def test_ch06_ex2_the_sum_passes_and_the_class_is_named():
+    model = _ThirdReviewHeads(lambda m, h: m.head(h) + m.aux(h))
+    model.build((None, 4))
+    x = tf.random.stateless_normal([16, 4], seed=[1, 2])
+    assert ch06.check_uses_every_layer(model, x)
+    r = ch06.check_uses_every_layer(_ThirdReviewHeads, x)
+    assert not r and "the class _ThirdReviewHeads itself" in r.feedback, r.feedback

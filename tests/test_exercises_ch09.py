@@ -154,3 +154,31 @@ def test_block_norms_from_probabilities_gets_the_logits_hint():
 
     result = ch09.check_block_norms(probabilities)
     assert not result.ok and "from_logits=True" in result.feedback, result.feedback
+
+
+# ----------------------------------------------------------------------------- third review (issue 29)
+def _schedule(target=3e-3, steps=20):
+    return keras.optimizers.schedules.CosineDecay(0.0, decay_steps=180, alpha=1.0, warmup_target=target,
+                                                  warmup_steps=steps)
+
+
+@pytest.mark.parametrize("steps", [300, 1000])
+def test_ex2_a_warmup_longer_than_the_run_names_warmup_steps_not_the_target(steps):
+    r = ch09.check_warmup_schedule(_schedule(steps=steps))
+    assert not r and "still rising at step 199" in r.feedback and "warmup_steps" in r.feedback, r.feedback
+    assert "check warmup_target" not in r.feedback
+
+
+def test_ex2_a_short_warmup_names_warmup_steps():
+    r = ch09.check_warmup_schedule(_schedule(steps=10))
+    assert not r and "at step 10, not at step 20: check warmup_steps" in r.feedback, r.feedback
+
+
+def test_ex2_the_right_ramp_length_with_a_wrong_top_names_warmup_target():
+    r = ch09.check_warmup_schedule(_schedule(target=1e-3))
+    assert not r and "ends at step 20 as it should" in r.feedback and "check warmup_target" in r.feedback, r.feedback
+
+
+def test_ex2_both_wrong_names_both():
+    r = ch09.check_warmup_schedule(_schedule(target=6e-3, steps=10))
+    assert not r and "warmup_steps" in r.feedback and "warmup_target" in r.feedback, r.feedback

@@ -202,3 +202,70 @@ def test_gradient_penalty_names_a_missing_watch_and_a_numpy_penalty():
 
     r = ch10.check_gradient_penalty(in_numpy)
     assert not r and "not a tensor" in r.feedback
+
+
+# ----------------------------------------------------------------------------- third review (issue 29)
+def test_ex1_slash_2_times_h_is_named_as_precedence_not_a_mean():
+    r = ch10.check_central_difference(lambda f, x, h: (f(x + h) - f(x - h)) / 2 * h)
+    assert not r and "/ (2 * h)" in r.feedback and "left to right" in r.feedback, r.feedback
+    assert "a mean where a sum" not in r.feedback
+
+
+def _numpy_cube(x):
+    return x.numpy() ** 3
+
+
+def _constant_cube(x):
+    return tf.constant(x.numpy() ** 3)
+
+
+@pytest.mark.parametrize("cube", [_numpy_cube, _constant_cube])
+def test_ex2_a_numpy_forward_pass_is_named_not_the_backward_pass(cube):
+    r = ch10.check_cube_gradient(cube)
+    assert not r and "left TensorFlow" in r.feedback and "forward pass" in r.feedback, r.feedback
+    assert "says the backward pass is wrong" not in r.feedback
+
+
+def test_ex4_lambda_multiplied_in_is_named_not_a_sum():
+    r = ch10.check_gradient_penalty(lambda critic, x: 10.0 * ch10.penalty_reference(critic, x)[0])
+    assert not r and "λ" in r.feedback and "10×" in r.feedback, r.feedback
+    assert "sum" not in r.feedback
+
+
+def test_ex4_a_sum_over_the_batch_is_still_named_a_sum():
+    critic, x = ch10.critic_and_batch()
+    r = ch10.check_gradient_penalty(lambda critic, x: int(x.shape[0]) * ch10.penalty_reference(critic, x)[0])
+    assert not r and "a sum over the examples" in r.feedback, r.feedback
+
+
+def test_ex4_the_chapters_penalty_and_grads_pair_is_named():
+    r = ch10.check_gradient_penalty(ch10.penalty_reference)
+    assert not r and "pair (penalty, gradients)" in r.feedback, r.feedback
+    assert "None at" not in r.feedback
+
+
+def _whole_batch(model, x, y, k):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(y - model(x)))
+    return tape.gradient(loss, model.trainable_variables)
+
+
+def _micro_batches(model, x, y, k):
+    total = None
+    for xb, yb in zip(tf.split(x, k), tf.split(y, k), strict=True):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(yb - model(xb)))
+        g = tape.gradient(loss, model.trainable_variables)
+        total = g if total is None else [a + b for a, b in zip(total, g, strict=True)]
+    return [t / k for t in total]
+
+
+def test_ex5_the_whole_batch_at_once_is_rejected():
+    r = ch10.check_accumulate(_whole_batch)
+    assert not r and "whole batch of 12 at once" in r.feedback, r.feedback
+
+
+def test_ex5_micro_batches_pass_eagerly_and_in_tf_function():
+    assert ch10.check_accumulate(_micro_batches)
+    assert ch10.check_accumulate(tf.function(_micro_batches))
+    assert not ch10.check_accumulate(tf.function(_whole_batch))

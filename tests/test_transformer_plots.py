@@ -55,3 +55,36 @@ def test_distribution_and_spike():
     assert "33%" in fig.axes[1].get_title()                                  # 2 of 6 steps above 1.15
     spike = P.plot_spike(curve([3, 3, 6, 3, 3], [1, 1, 4, 1, 1]))
     assert "step 3" in spike.axes[0].get_title()
+
+
+def _visible_labels(axis):
+    lo, hi = sorted(axis.get_view_interval())
+    ticks = [(t, lab) for t, lab in zip(axis.get_majorticklocs(), axis.get_ticklabels(), strict=True)] + \
+            [(t, lab) for t, lab in zip(axis.get_minorticklocs(), axis.get_ticklabels(minor=True), strict=True)]
+    return sorted((float(t), lab.get_text()) for t, lab in ticks if lo <= t <= hi and lab.get_text())
+
+
+def test_a_short_log_range_labels_more_than_ten_to_the_zero():
+    """Issue 29: a log axis spanning 0.45 to 1.9 showed one label, 10^0; now 0.5 and 10^0 (2× and 5× ticks)."""
+    norms = np.exp(np.random.default_rng(0).normal(0.0, 0.3, 200))
+    fig = P.plot_grad_norm_distribution(curve(np.ones(200), norms), clip_norm=1.5)
+    fig.canvas.draw()
+    labels = _visible_labels(fig.axes[0].yaxis)
+    assert len(labels) >= 2 and (0.5, "0.5") in labels, labels
+
+
+def test_every_decade_of_a_long_log_range_gets_a_label():
+    norms = np.geomspace(1e-6, 1e2, 200)
+    fig = P.plot_grad_norm_distribution(curve(np.ones(200), norms), clip_norm=1.0)
+    fig.canvas.draw()
+    labels = _visible_labels(fig.axes[0].yaxis)
+    decades = {round(np.log10(t)) for t, _ in labels if np.isclose(np.log10(t), round(np.log10(t)))}
+    assert set(range(-6, 3)) <= decades, labels
+    assert all(np.isclose(np.log10(t), round(np.log10(t))) for t, _ in labels)  # no 2×/5× labels on 8 decades
+
+
+def test_the_threshold_line_is_in_the_legend():
+    fig = P.plot_grad_norm_distribution(curve(np.ones(50), np.linspace(0.5, 3.0, 50)), clip_norm=1.5)
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["clip threshold 1.5"]
+    plot = P.TransformerPlot(report([1.0, 0.5]))
+    assert any("clip threshold" in t.get_text() for t in plot.fig.legends[0].get_texts())

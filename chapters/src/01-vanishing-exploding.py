@@ -115,9 +115,9 @@ def layer_signals(model, x, y):
 # initialization, one output unit) and a batch of 128 random examples:
 
 # %%
-model = gl.models.mlp.build_mlp(6, activation="sigmoid", initializer="glorot_uniform")
+mlp6 = gl.models.mlp.build_mlp(6, activation="sigmoid", initializer="glorot_uniform")
 x, y = gl.models.mlp.make_data(batch_size=128, input_dim=64, seed=0)
-zs, signals = layer_signals(model, x, y)
+zs, signals = layer_signals(mlp6, x, y)
 signal_norms = [float(tf.norm(tf.cast(s, tf.float64))) for s in signals]
 print("signal norms, layer 1..6:", [f"{v:.3g}" for v in signal_norms])
 
@@ -134,7 +134,7 @@ print("signal norms, layer 1..6:", [f"{v:.3g}" for v in signal_norms])
 # float64, and adds the weight-gradient norms, the forward spread and a verdict:
 
 # %%
-report = gl.gradient_report(model, x, y)
+report = gl.gradient_report(mlp6, x, y)
 print(report)
 print("largest relative difference from the hand-made tape:",
       f"{np.max(np.abs(report.signal_norms - signal_norms) / signal_norms):.1e}")
@@ -164,7 +164,13 @@ print("geometric mean   :", f"{np.prod(factors) ** (1 / len(factors)):.4g}", "= 
 # | *healthy* | otherwise |
 #
 # The first rule catches a large total change, the second a steady shrinking (or growth)
-# layer after layer once it adds up to 10×. The borderline cases:
+# layer after layer once it adds up to 10×.
+#
+# From here on the chapter also uses `engine.report(depth, activation, initializer)`, the
+# explorer's fast engine: the same report as `gl.gradient_report`, but only for the chapter's
+# `gl.models.mlp.build_mlp` networks (width 64) on its batch of 128, computed fast enough to
+# sweep 100 depths. For your own model and data use `gl.gradient_report(model, x, y)`; to
+# sweep the chapter's networks use `engine.report`. The borderline cases:
 
 # %%
 engine = gl.engines.mlp.MLPGradientEngine()   # fast reports for gl.models.mlp.build_mlp networks (width 64, batch 128)
@@ -203,7 +209,9 @@ gl.plots.plot_activations(z, curves)
 #
 # At depth 50 the product of sigmoid factors is about $10^{-31}$. float32 can hold such a
 # number (its smallest *normal* number is $2^{-126} \approx 1.2\times10^{-38}$), but not its
-# square, and a norm squares the elements.
+# square, and a norm squares the elements. Below the smallest normal number lie the
+# **subnormal** numbers, down to about $1.4\times10^{-45}$ with fewer and fewer significant
+# bits; TensorFlow's CPU kernels **flush** them to 0 (the optional part shows how).
 
 # %% [markdown]
 # The depth-50 sigmoid network, with the tape from above. Its layer-1 signal is tiny but
@@ -597,7 +605,21 @@ for act in ["sigmoid", "tanh", "relu", "selu"]:
     print(f"{act:10s}" + "".join(gl.i18n.pad(s, 15, ">") for s in row))
 
 # %% [markdown]
-# Each entry is the verdict and the gain per layer. No initializer saves sigmoid at depth 50:
+# Each entry is the verdict and the gain per layer. The two `nan` gains are not failed
+# computations. ReLU with `small_normal`: the signal is exactly 0 in every layer, so the
+# ratio is $0/0$ (vanishing). ReLU with `large_normal`: the signal grows by about 2 per layer
+# towards the input, passes float32's largest number ($3.4\times10^{38}$) and becomes inf,
+# then NaN (non-finite):
+
+# %%
+for init in ("small_normal", "large_normal"):
+    r = engine.report(50, "relu", init)
+    print(f"relu + {init:12s}: {int(np.sum(r.signal_norms == 0)):2d} layers exactly 0, "
+          f"{int(np.sum(~np.isfinite(r.signal_norms))):2d} not finite, largest finite signal "
+          f"{np.max(r.signal_norms[np.isfinite(r.signal_norms)]):.3g} → gain {r.gain}, {gl.reports.verdict.status_word(r.status)}")
+
+# %% [markdown]
+# No initializer saves sigmoid at depth 50:
 # its derivative is at most 0.25 (gains of 0.23 to 0.31; even the 8× too large weights of
 # `large_normal` reach only 0.89). For ReLU the initializer decides everything: Glorot's,
 # LeCun's and orthogonal's variance is half of what ReLU needs (a gain of about 0.7,
@@ -682,6 +704,9 @@ for act in ["relu", "leaky_relu"]:
 #   LeCun for SELU. Glorot's variance is a compromise between the forward (fan_in) and
 #   backward (fan_out) conditions. ReLU's derivative **is** zero for negative inputs; Leaky
 #   ReLU's is not.
+#
+# **Next:** the [exercises](#Exercises) (they need only the core path), then, if you want
+# more, the optional part below.
 
 # %% [markdown]
 # ## Going further · 深入（选读）
@@ -1029,12 +1054,44 @@ gl.plots.plot_losses({"Adam": plain, "Adam + global_clipnorm=1": with_clip}, yla
 # nothing changes. This is why Adam is commonly paired with `global_clipnorm`.
 
 # %% [markdown]
-# Does Adam then undo global-norm clipping, as the first cell suggests? For gradients well
-# above its $\epsilon$ it nearly does; the core path's 10-layer sigmoid network has layer-1
-# gradient elements of about $10^{-8}$, *below* Keras's default $\epsilon = 10^{-7}$, where
-# Adam's step $m/(\sqrt{v} + \epsilon) \approx m/\epsilon$ is proportional to the gradient,
-# as for SGD. Twenty steps with and without `tf.clip_by_global_norm(grads, 0.1)`, and how far
-# each layer's kernel moved with clipping, as a fraction of how far it moved without:
+# Does Adam then undo global-norm clipping, as the first cell suggests? Keras's Adam folds
+# its bias correction into the learning rate, $\alpha_t = \alpha\sqrt{1-\beta_2^t}/(1-\beta_1^t)$,
+# and adds $\epsilon$ to the uncorrected $\sqrt{v}$; in terms of the corrected moments its
+# step is $\alpha\,\hat m/(\sqrt{\hat v} + \hat\epsilon)$ with
+# $\hat\epsilon = \epsilon/\sqrt{1-\beta_2^t}$: $3.2\times10^{-6}$ at step 1, $7.1\times10^{-7}$
+# at step 20, and $\epsilon$ itself only after thousands of steps. For gradients well above
+# $\hat\epsilon$ Adam nearly undoes a rescale; below it the step is about
+# $\alpha\,\hat m/\hat\epsilon$, proportional to the gradient, as for SGD. One Adam step on one
+# weight, as a fraction of the learning rate, against $g/(g + \hat\epsilon)$ (eagerly and in
+# `tf.function`):
+
+# %%
+def adam_step_fraction(g, steps, function):
+    w, opt = tf.Variable([0.0]), keras.optimizers.Adam(1e-3)
+
+    def step():
+        opt.apply_gradients([(tf.constant([g]), w)])
+
+    step = tf.function(step) if function else step
+    for _ in range(steps):
+        before = float(w[0])
+        step()
+    return (before - float(w[0])) / 1e-3
+
+
+for t in (1, 20):
+    eps_hat = 1e-7 / np.sqrt(1 - 0.999 ** t)
+    print(f"step {t:2d}: ε/√(1−β₂ᵗ) = {eps_hat:.2g}")
+    for g in (1e-8, 1e-7, eps_hat, 1e-4):
+        print(f"    g {g:7.2g}: step / lr {adam_step_fraction(g, t, False):.4f} eager, "
+              f"{adam_step_fraction(g, t, True):.4f} tf.function" + (f", g/(g + ε̂) {g / (g + eps_hat):.4f}" if t == 1 else ""))
+
+# %% [markdown]
+# At step 1 the fraction is exactly $g/(g+\hat\epsilon)$: half a full step at $g = \hat\epsilon$,
+# 0.3 % at $10^{-8}$. The core path's 10-layer sigmoid network has layer-1 gradient elements of
+# about $10^{-8}$, far *below* $\hat\epsilon$ in the first steps, where Adam behaves like SGD.
+# Twenty steps with and without `tf.clip_by_global_norm(grads, 0.1)`, and how far each
+# layer's kernel moved with clipping, as a fraction of how far it moved without:
 
 # %%
 def kernel_moves(optimizer, clip, steps=20):
@@ -1065,11 +1122,11 @@ for name, make in [("SGD(0.1)", lambda: keras.optimizers.SGD(0.1)),
 # %% [markdown]
 # With SGD every layer moves far less with clipping: layers 2 to 10 0.3 % to 1 % as far,
 # layer 1 8 %. Adam with the default $\epsilon$ also moves layer 1 far less (0.11): its
-# gradient sits below $\epsilon$, while layer 10, whose gradient is large, moves 0.88 as far. With $\epsilon = 10^{-12}$ Adam moves every
+# gradient sits below $\hat\epsilon$, while layer 10, whose gradient is large, moves 0.88 as far. With $\epsilon = 10^{-12}$ Adam moves every
 # layer about as far with clipping as without (0.9 to 1.1; not exactly 1, because the clip
 # factor changes from step to step). So a global rescale never changes which layers learn
 # slowly; it shortens the steps of SGD-like optimizers, and Adam's for gradients below its
-# $\epsilon$.
+# $\hat\epsilon = \epsilon/\sqrt{1-\beta_2^t}$.
 
 # %% [markdown]
 # ### Two more entries of the initialization table
@@ -1117,7 +1174,8 @@ ch01.check_vanishing_depth(first_vanishing_depth)
 # over all tensors and, if it exceeds `t`, multiply every gradient by `t / global_norm`;
 # otherwise return the gradients unchanged. Return a list with one tensor per gradient. The
 # check calls it on `ch01.CLIP_TEST_GRADS` (global norm 5.83) with a threshold below the
-# global norm (2) and one above it (10).
+# global norm (2) and one above it (10), then on two gradient sets it does not show you, so
+# compute the norm from the gradients you are given.
 
 # %%
 def my_clip_by_global_norm(grads, t):
@@ -1167,12 +1225,15 @@ def my_clip_by_global_norm(grads, t):
 ch01.check_clip_by_global_norm(my_clip_by_global_norm)
 
 # %% [markdown]
-# Common mistakes get specific feedback: clipping each tensor on its own, returning the
-# `(list, norm)` pair as `tf.clip_by_global_norm` does, and scaling below the threshold too:
+# Common mistakes get specific feedback: clipping each tensor on its own, calling
+# `tf.clip_by_global_norm` itself, returning the `(list, norm)` pair as it does, and scaling
+# below the threshold too:
 
 # %% tags=["solution"]
 print(ch01.check_clip_by_global_norm(lambda grads, t: [tf.clip_by_norm(g, t) for g in grads]))
 print(ch01.check_clip_by_global_norm(lambda grads, t: tf.clip_by_global_norm(grads, t)))
+print(ch01.check_clip_by_global_norm(
+    lambda grads, t: (my_clip_by_global_norm(grads, t), tf.linalg.global_norm(grads))))
 print(ch01.check_clip_by_global_norm(
     lambda grads, t: [g * t / tf.linalg.global_norm(grads) for g in grads]))
 

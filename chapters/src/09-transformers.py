@@ -60,9 +60,10 @@ print(inspect.getsource(TransformerBlock.call))
 # and is what GPT-2 and most models since use. Everything else is Keras's defaults (Glorot
 # kernels, zero biases, LayerNorm γ = 1 and β = 0, and an `Embedding` drawn from
 # U(−0.05, 0.05)) except LayerNorm's ε: $10^{-6}$ here, because Keras's default $10^{-3}$ is
-# larger than the variance of that embedding ($0.029^2 \approx 8 \cdot 10^{-4}$), and the first
-# LayerNorm would then bring its input to about 0.7 rms instead of 1. Block `i`'s variables
-# live under `block_{i}/`:
+# larger than the variance of that embedding ($0.029^2 \approx 8 \cdot 10^{-4}$). The first
+# LayerNorm sees token plus position embedding, variance about $1.7 \cdot 10^{-3}$, and with
+# $\varepsilon = 10^{-3}$ would bring it to $\sqrt{1.7/(1.7 + 1)} \approx 0.79$ rms instead
+# of 1 (measured below, once there is a batch). Block `i`'s variables live under `block_{i}/`:
 
 # %%
 pre = gl.build_transformer(6, norm_position="pre")      # d_model 64, 4 heads, FFN 256, 64 tokens
@@ -88,8 +89,10 @@ print("build_transformer:  query == key?", np.array_equal(att.query_dense.kernel
 
 # %% [markdown]
 # The data are token sequences from a fixed Markov chain over 64 tokens in which every token
-# has 4 possible successors, and the target is the next token. A model that knows nothing
-# has loss $\ln 64 = 4.16$; one that has learned the chain gets down to $\ln 4 = 1.39$.
+# draws 4 successors, and the target is the next token. A model that knows nothing has loss
+# $\ln 64 = 4.16$. The successors are drawn with replacement, so some tokens have fewer than
+# 4 distinct ones (one of them twice as likely), and a model that has learned the chain gets
+# down to the chain's entropy, a little below $\ln 4 = 1.39$ (computed two cells down).
 
 # %%
 x, y = gl.markov_tokens(batch_size=8, seq_len=32, vocab_size=64)
@@ -97,6 +100,56 @@ print("x[0, :10]:", x[0, :10])
 print("y[0, :10]:", y[0, :10], " (x shifted by one)")
 loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 print(f"loss at initialization: {float(loss_fn(y, pre(x))):.3f}   # ln 64 = {np.log(64):.3f}")
+
+# %% [markdown]
+# The initial loss is above $\ln 64$ because the untrained logits are not all equal. The loss
+# is $\log\sum_j e^{z_j} - z_y$; with logits spread around their mean, the log-sum-exp
+# exceeds $\ln 64$ by about half their variance across the vocabulary, while the target's
+# logit is about as high as any other (it knows nothing yet). A zero output layer would start
+# at exactly $\ln 64$:
+
+# %%
+z = tf.cast(pre(x), tf.float64)
+lse = tf.reduce_logsumexp(z, axis=-1)
+z_y = tf.gather(z, y, batch_dims=2)
+spread = tf.math.reduce_std(z, axis=-1)
+print(f"logits' std across the 64 tokens: {float(tf.reduce_mean(spread)):.3f}; "
+      f"half their variance: {float(tf.reduce_mean(spread ** 2)) / 2:.3f}")
+print(f"log-sum-exp − ln 64: {float(tf.reduce_mean(lse)) - np.log(64):.3f}; mean target logit − mean logit: "
+      f"{float(tf.reduce_mean(z_y - tf.reduce_mean(z, axis=-1))):.3f}")
+print(f"loss = ln 64 + {float(tf.reduce_mean(lse)) - np.log(64):.3f} − ({float(tf.reduce_mean(z_y)):.3f}) "
+      f"= {float(tf.reduce_mean(lse - z_y)):.3f}")
+
+# %% [markdown]
+# The floor of the loss is the entropy of the next token given the current one, averaged over
+# how often each token occurs. Counted on 128,000 transitions of the same chain:
+
+# %%
+xl, yl = gl.markov_tokens(batch_size=4000, seq_len=32, vocab_size=64, seed=1)
+counts = np.zeros((64, 64))
+np.add.at(counts, (xl.ravel(), yl.ravel()), 1)
+p_next = counts / counts.sum(axis=1, keepdims=True)   # P(next | current)
+with np.errstate(divide="ignore", invalid="ignore"):
+    entropy = -np.sum(np.where(p_next > 0, p_next * np.log(p_next), 0.0), axis=1)
+weight = counts.sum(axis=1) / counts.sum()             # how often each token is the current one
+print("tokens with fewer than 4 distinct successors:", int(np.sum((counts > 0).sum(axis=1) < 4)), "of 64")
+print(f"loss floor: {np.sum(weight * entropy):.3f}   # ln 4 = {np.log(4):.3f}")
+
+# %% [markdown]
+# And the LayerNorm ε of the model description, on this batch's residual stream (eagerly, in
+# `tf.function` and under XLA):
+
+# %%
+stream = pre.get_layer("embedding")(x)   # token + position embedding: what block 1's first LayerNorm sees
+print(f"stream variance: {float(tf.reduce_mean(tf.math.reduce_variance(tf.cast(stream, tf.float64), -1))):.2g}")
+for eps in (1e-3, 1e-6):
+    norm = keras.layers.LayerNormalization(epsilon=eps)
+
+    def rms(s, norm=norm):
+        return tf.sqrt(tf.reduce_mean(tf.square(norm(s))))
+
+    print(f"epsilon {eps:g}: rms after LayerNorm {float(rms(stream)):.3f} eager, "
+          f"{float(tf.function(rms)(stream)):.3f} tf.function, {float(tf.function(rms, jit_compile=True)(stream)):.3f} XLA")
 
 # %% [markdown]
 # ## The gradient of each block at initialization · 初始化时每个块的梯度
@@ -109,8 +162,9 @@ def block_norms(model, x, y):
     with tf.GradientTape() as tape:
         loss = loss_fn(y, model(x))
     grads = tape.gradient(loss, model.trainable_variables)
+    blocks = {v.path.split("/")[0] for v in model.trainable_variables if v.path.startswith("block_")}
     norms = []
-    for i in range(6):
+    for i in range(len(blocks)):   # one entry per block_<i>/ prefix, however many blocks
         squares = [tf.reduce_sum(tf.square(tf.cast(g, tf.float64)))
                    for v, g in zip(model.trainable_variables, grads) if v.path.startswith(f"block_{i}/")]
         norms.append(float(tf.sqrt(tf.add_n(squares))))
@@ -366,7 +420,7 @@ print("the same as gl.train.warmup.warmup_schedule:",
 # Step 0 has learning rate 0: the first update leaves the weights unchanged (Adam's moments
 # still take in that gradient). Now train both stacks at a learning rate of 3e-3, with 25
 # warmup steps and without. A run *learns* when its loss ends below 2.7, well on its way from
-# 4.16 to the chain's floor of 1.39, and *stalls* when it ends above 3.8, near 3.98, the loss
+# 4.16 to the chain's floor of 1.33, and *stalls* when it ends above 3.8, near 3.98, the loss
 # of a model that knows only how often each token occurs:
 
 # %%
@@ -503,6 +557,22 @@ model.fit(xs, ys, batch_size=16, epochs=2, verbose=0, callbacks=[logger])
 print("logged at batches", logger.steps, "for layers", list(logger.history))
 print("TensorBoard log directory:", log_dir)
 print("to see it, run in a terminal in this folder:  tensorboard --logdir", log_dir)
+
+# %% [markdown]
+# What `probe=(x, y)` measures: after each batch, one tape on that fixed probe batch (here the
+# first 16 sequences), in inference mode (`training=False`: no dropout, BatchNorm's moving
+# statistics), with the weights as they stand. Its curve shows how the gradient on one fixed
+# batch changes as the model trains, not the gradient `fit` applied to each training batch
+# (for that, train with `gl.GradNormTrainStep`). The last logged entry is exactly such a tape:
+
+# %%
+with tf.GradientTape() as tape:
+    probe_loss = loss_fn(ys[:16], model(xs[:16], training=False))
+probe_grads = tape.gradient(probe_loss, model.trainable_variables)
+probe_block_1 = np.sqrt(sum(float(tf.reduce_sum(tf.square(tf.cast(g, tf.float64))))
+                            for v, g in zip(model.trainable_variables, probe_grads) if v.path.startswith("block_1/")))
+print(f"last logged block_1 norm {logger.history['block_1'][-1]:.5g}; tape on the probe batch, training=False: "
+      f"{probe_block_1:.5g}")
 
 # %% [markdown]
 # From a custom loop, call `logger.log_gradients(model, grads, step)` with the gradients your

@@ -438,13 +438,37 @@ for name, g in (("no clipping", batch), ("batch clipped", batch_clipped), ("per-
           f"with example 7 {cosine(f, outlier):5.2f}")
 
 # %% [markdown]
-# Clipping the batch gradient shrinks it but keeps its direction, which example 7 sets.
-# Clipping each example caps example 7's share at C/B like everyone else's, and the step
-# points where the other 31 examples point. What it changes: the result is no longer the
-# gradient of the loss (it is biased towards the typical example), every example moves the
-# weights by at most C/B, which is what lets calibrated noise hide any single example, and it
-# needs the per-example gradients, with their cost above. The noise step, with a stateless
-# seed (σ = 1):
+# Clipping the batch gradient barely changes it here: its norm, 10.278, is just above C, the
+# median example's norm (10.202), and it keeps its direction, which example 7 sets. Clipping
+# each example caps example 7's share of the gradient at C/B like everyone else's, and the
+# step points where the other 31 examples point. What it changes: the result is no longer
+# the gradient of the loss (it is biased towards the typical example), every example moves
+# the weights by at most lr·C/B in an SGD step of learning rate lr (its share of the
+# gradient is at most C/B), which is what lets calibrated noise hide any single example, and
+# it needs the per-example gradients, with their cost above. Example 7's move in one SGD step
+# of its share alone, eagerly and in `tf.function`:
+
+# %%
+lr = 0.1
+share_7 = [tf.cast(g[7], tf.float64) * scale[7] / B for g in grads]   # example 7's part of the DP-SGD gradient
+
+
+def move_of(share, step_fn):
+    weights = [tf.Variable(tf.zeros_like(s)) for s in share]
+    step_fn(keras.optimizers.SGD(lr), share, weights)
+    return float(tf.norm(flat(weights)))
+
+
+def sgd_step(opt, share, weights):
+    opt.apply_gradients(zip(share, weights))
+
+
+print(f"C = {C:.5g}, B = {B}; example 7's share has norm {float(tf.norm(flat(share_7))):.5g} = C/B = {C / B:.5g}")
+print(f"one SGD step (lr {lr:g}) moves the weights by {move_of(share_7, sgd_step):.5g} eagerly, "
+      f"{move_of(share_7, tf.function(sgd_step)):.5g} in tf.function; lr·C/B = {lr * C / B:.5g}")
+
+# %% [markdown]
+# The noise step, with a stateless seed (σ = 1):
 
 # %%
 sigma = 1.0
@@ -655,8 +679,7 @@ print(f"plain step {min(t_plain) * 1e3:.2f} ms, with the gradient penalty {min(t
 # allocated before it. That counts every tensor (activations kept for the backward pass,
 # gradients, temporaries, XLA's buffers), not Python objects and not memory the allocator
 # reserved but did not use. The function's docstring says it "currently only supports GPU
-# and TPU. If called on a CPU device, an exception will be raised" (`tensorflow/python/framework/config.py`,
-# line 603 in TF 2.21). `measure_peak` reads the device `"CPU:0"` unless told otherwise, so on a
+# and TPU. If called on a CPU device, an exception will be raised" [[1]](#References-for-measuring-memory). `measure_peak` reads the device `"CPU:0"` unless told otherwise, so on a
 # GPU machine pass `device="GPU:0"` to measure where the layers run (not measured here: no GPU
 # was at hand). On the CPU, measured: without `TF_CPU_ALLOCATOR_USE_BFC=true` the
 # exception comes ("Allocator stats not available for device 'CPU:0'"); with it, the
@@ -740,15 +763,11 @@ for name in ("every layer", "all 16"):
 # plain stack the two save nothing when TensorFlow runs the graph on two threads here, and
 # about a quarter when the process is pinned to one core, whose plain peak is higher; either
 # way they peak about twice as high as segments of 4.) These are the threads in
-# TensorFlow's tracker: "`recompute_grad` does not save memory"
-# ([tensorflow#36981](https://github.com/tensorflow/tensorflow/issues/36981): every block of a
-# DenseNet wrapped, TF 2.1, on a GPU; a fix for TF 2 was merged in May 2020,
-# [tensorflow#39042](https://github.com/tensorflow/tensorflow/pull/39042), whose author adds
-# that you still have to split the model into segments yourself to see a saving); "a layer's
-# ReLU is recomputed anyway, wrap a *sequence* of layers, but not too many" (Allen Lavoie in
-# [tensorflow#11171](https://github.com/tensorflow/tensorflow/issues/11171)); and "how do I
-# even tell whether it saves anything" ([tensorflow#57205](https://github.com/tensorflow/tensorflow/issues/57205)):
-# measure, as above. The price is one extra forward pass of the recomputed part, in work;
+# TensorFlow's tracker: "`recompute_grad` does not save memory" [[2]](#References-for-measuring-memory) (every block of a
+# DenseNet wrapped, TF 2.1, on a GPU; a fix for TF 2 was merged in May 2020 [[3]](#References-for-measuring-memory), whose
+# author adds that you still have to split the model into segments yourself to see a saving);
+# "a layer's ReLU is recomputed anyway, wrap a *sequence* of layers, but not too many"
+# [[4]](#References-for-measuring-memory); and "how do I even tell whether it saves anything" [[5]](#References-for-measuring-memory): measure, as above. The price is one extra forward pass of the recomputed part, in work;
 # the times printed above are too noisy on a shared CPU to show it reliably.
 #
 # With `jit_compile=True` XLA plans the buffers itself, and its plan for the plain stack
@@ -820,7 +839,7 @@ gl.core.restore(saved)
 # independent forward and backward passes, and TensorFlow's executor may run them at the same
 # time, holding their activations together. A `tf.while_loop` with `parallel_iterations=1`
 # runs them in order (autograph turns `for i in tf.range(k)` into a `tf.while_loop` with its
-# default of 10, `tensorflow/python/ops/while_loop.py` line 260, unless the loop body calls
+# default of 10 [[6]](#References-for-measuring-memory), unless the loop body calls
 # `tf.autograph.experimental.set_loop_options(parallel_iterations=1)`). Measured for the
 # stack, without recompute_grad:
 
@@ -859,6 +878,21 @@ print("the unrolled loop in tf.function needs more than the sequential one:",
       acc["4 x 512, unrolled in tf.function"].peak_bytes > 1.2 * in_order)
 same = max(float(tf.reduce_max(tf.abs(a - b))) for a, b in zip(sequential_accumulation(x_deep, 4), four))
 print("and the while_loop gives the same gradient (1e-6):", same < 1e-6)
+
+# %% [markdown]
+# #### References for measuring memory
+#
+# 1. The docstring of `tf.config.experimental.get_memory_info`,
+#    `tensorflow/python/framework/config.py`, line 603 in TF 2.21.
+# 2. [tensorflow#36981](https://github.com/tensorflow/tensorflow/issues/36981), "recompute_grad
+#    does not save memory".
+# 3. [tensorflow#39042](https://github.com/tensorflow/tensorflow/pull/39042), the fix for TF 2
+#    (merged May 2020).
+# 4. Allen Lavoie in [tensorflow#11171](https://github.com/tensorflow/tensorflow/issues/11171).
+# 5. [tensorflow#57205](https://github.com/tensorflow/tensorflow/issues/57205), how to tell
+#    whether recompute_grad saves memory.
+# 6. `tf.while_loop`'s `parallel_iterations=10`, `tensorflow/python/ops/while_loop.py`,
+#    line 260 in TF 2.21.
 
 # %% [markdown]
 # ## Summary

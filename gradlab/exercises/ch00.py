@@ -16,7 +16,8 @@ import numpy as np
 from .._env import quiet_import_tensorflow
 from ..core import mean_squared_error
 from ..i18n import N_, _, join_sentences
-from .checks import CheckResult, check_array, check_arrays, describe_error
+from .compare import check_array, check_arrays
+from .feedback import CheckResult, describe_error
 
 tf = quiet_import_tensorflow()
 

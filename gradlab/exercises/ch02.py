@@ -7,7 +7,7 @@ Each exercise cell shows the task and one call:
 * exercise 3: :func:`check_jacobian_row`, one row of a Jacobian from one ``output_gradients`` call;
 * exercise 4: :func:`check_batch_jacobian_safe`, is ``batch_jacobian`` right for a function?
 
-Every check returns a :class:`~gradlab.exercises.checks.CheckResult` and never raises on a wrong
+Every check returns a :class:`~gradlab.exercises.feedback.CheckResult` and never raises on a wrong
 answer: the typical slips (an unwatched constant, ``gradient`` instead of ``jacobian``, the
 source's list of ``None`` s, the wrong row, a string instead of a bool) get feedback that says
 what is wrong and hints at why.
@@ -22,7 +22,8 @@ import numpy as np
 from .._env import quiet_import_tensorflow
 from ..i18n import _
 from ..topics.jacobians import cross_example_max, jacobian
-from .checks import CheckResult, check_array
+from .compare import check_array
+from .feedback import CheckResult
 
 tf = quiet_import_tensorflow()
 

@@ -7,7 +7,7 @@ Each exercise cell shows the task and one call:
 * exercise 3: :func:`check_clipped_step`, a training step with SGD(0.05) and global-norm
   clipping at 1.0, judged by how far the weights really move.
 
-Every check returns a :class:`~gradlab.exercises.checks.CheckResult` and never raises on a wrong
+Every check returns a :class:`~gradlab.exercises.feedback.CheckResult` and never raises on a wrong
 answer. Exercise 2 accepts a number written as a string (and says so); exercise 3 tells the
 intended fix from a coincidence such as ``SGD(0.1)`` with a clip of 0.5, whose product is
 the same 0.05.
@@ -25,7 +25,7 @@ from .._env import quiet_import_tensorflow
 from ..core import mean_squared_error, true_global_norm
 from ..i18n import _
 from ..topics.tracing import TraceCounter
-from .checks import CheckResult, describe_error
+from .feedback import CheckResult, describe_error
 
 tf = quiet_import_tensorflow()
 

@@ -2,7 +2,7 @@
 
 The capstone asks for a model, an optimizer and an optional clipping threshold that train a
 small regression problem to a final loss below 0.1 within 200 steps. :func:`check_capstone`
-runs :func:`gradlab.check_trains` on it and, when the loss simply ends too high, adds advice
+runs :func:`gradlab.exercises.training.check_trains` on it and, when the loss simply ends too high, adds advice
 that fits what the run did: a loss still falling but too slowly (steps too short: with every
 step clipped, each moves the weights by exactly learning rate × clip), or a loss that jumps
 around (steps too long). That advice is as specific with clipping as without it.
@@ -19,7 +19,8 @@ import numpy as np
 from .._env import quiet_import_tensorflow
 from ..i18n import _, join_sentences
 from ..train.steps import train_steps
-from .checks import CheckResult, check_trains, describe_error, step_length_advice
+from .feedback import CheckResult, describe_error
+from .training import check_trains, step_length_advice
 
 tf = quiet_import_tensorflow()
 
@@ -47,9 +48,9 @@ def check_capstone(make_model: Callable, make_optimizer: Callable, clip: float |
     """The capstone's self-check: build a fresh model and optimizer, train, judge (chapter 04).
 
     ``make_model()`` and ``make_optimizer()`` are the learner's functions; ``clip`` is ``None``
-    or a global-norm threshold. Passes when :func:`gradlab.check_trains` passes on the capstone
+    or a global-norm threshold. Passes when :func:`gradlab.exercises.training.check_trains` passes on the capstone
     data with ``require_variables=REQUIRED``. When the final loss stays above ``below`` for
-    another reason than NaN or ``None``, :func:`gradlab.exercises.checks.step_length_advice` is appended.
+    another reason than NaN or ``None``, :func:`gradlab.exercises.training.step_length_advice` is appended.
     """
     name = _("capstone")
     import keras

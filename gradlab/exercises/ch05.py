@@ -9,7 +9,7 @@ Each exercise cell shows the task and one call:
 * exercise 3: :func:`check_scaled_step`, a custom Keras 3 training step under
   ``mixed_float16`` that scales the loss with ``LossScaleOptimizer.scale_loss``.
 
-Every check returns a :class:`~gradlab.exercises.checks.CheckResult` and never raises on a wrong answer.
+Every check returns a :class:`~gradlab.exercises.feedback.CheckResult` and never raises on a wrong answer.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from ..engines.mlp import MLPGradientEngine
 from ..i18n import _, join_list, join_sentences
 from ..models.mlp import ACTIVATIONS, INITIALIZERS, NORMS, build_mlp, make_data
 from ..reports.verdict import status_word
-from .checks import CheckResult, as_number_answer, clean_message, describe_error
+from .answers import as_number_answer
+from .feedback import CheckResult, clean_message, describe_error
 
 tf = quiet_import_tensorflow()
 import keras  # noqa: E402
@@ -68,6 +69,27 @@ def _choice(key: str, value, allowed) -> tuple[str | None, str | None]:
     return spelled, None
 
 
+def _not_a_dict(answer) -> str:
+    """Feedback for an exercise-1 answer that is not a dict (None, a bare name, a list of pairs)."""
+    if answer is None:
+        return _("got None: assign a dict of the settings you change, such as {example}").format(
+            example="{'norm': 'layer'}")
+    if isinstance(answer, str):
+        return _("got the string {value!r}: put it in a dict under the setting it belongs to, such as "
+                 "{example}").format(value=answer, example=f"{{'norm': {answer!r}}}")
+    if isinstance(answer, (list, tuple)) and all(isinstance(p, (list, tuple)) and len(p) == 2 for p in answer):
+        return _("got a {kind} of pairs: write it as a dict, such as {example}").format(
+            kind=type(answer).__name__, example="{'norm': 'layer'}")
+    return _("expected a dict such as {example}, got {kind}").format(example="{'norm': ...}",
+                                                                   kind=type(answer).__name__)
+
+
+def _layer_name(value):
+    """A Keras layer class or instance (LayerNormalization) read as the name the engine knows."""
+    cls = value if isinstance(value, type) else type(value) if isinstance(value, keras.layers.Layer) else None
+    return cls.__name__ if cls is not None else value
+
+
 def check_deep_fix(my_fix) -> CheckResult:
     """Exercise 1: ``my_fix`` is a dict of changes to :data:`EX1_BASE` (``norm``, ``initializer``,
     ``activation``) that keeps ``residual=True`` and depth 100 and makes the report finite and healthy.
@@ -78,8 +100,7 @@ def check_deep_fix(my_fix) -> CheckResult:
     """
     name = _("a trainable 100-layer residual network")
     if not isinstance(my_fix, dict):
-        return CheckResult(name, False, _("expected a dict such as {example}, got {kind}").format(
-            example="{'norm': ...}", kind=type(my_fix).__name__))
+        return CheckResult(name, False, _not_a_dict(my_fix))
     residual = my_fix.get("residual", True)
     depth = my_fix.get("depth", 100)
     if residual is not True or isinstance(depth, bool) or depth != 100:
@@ -98,7 +119,7 @@ def check_deep_fix(my_fix) -> CheckResult:
     for key, allowed in (("norm", tuple(NORMS)), ("initializer", tuple(INITIALIZERS)),
                          ("activation", tuple(ACTIVATIONS))):
         if key in my_fix:
-            value, problem = _choice(key, my_fix[key], allowed)
+            value, problem = _choice(key, _layer_name(my_fix[key]), allowed)
             if problem:
                 return CheckResult(name, False, problem)
             settings[key] = value
@@ -111,6 +132,9 @@ def check_deep_fix(my_fix) -> CheckResult:
     if r.status == "non-finite":
         bad = int(np.sum(~np.isfinite(r.signal_norms)))
         text = _("still non-finite: {bad} of 100 layers have a NaN/inf gradient.").format(bad=bad)
+        if settings["initializer"] == "he_uniform" and settings["activation"] == "relu":
+            text = join_sentences(text, _("he_uniform draws with the same variance as he_normal, 2 / fan_in, so "
+                                          "it changes nothing here."))
         if settings["norm"] == "none":
             text = join_sentences(text, _(
                 "Without normalization every block adds its own branch to h, so the variance of h grows "
@@ -119,9 +143,13 @@ def check_deep_fix(my_fix) -> CheckResult:
                 "starts small works too.)"))
         return CheckResult(name, False, text, details=r)
     if r.status != "healthy":
-        return CheckResult(name, False, _("finite now, but the verdict is {status} ({nums}): the gradient "
-                                          "changes too much from layer 100 to layer 1").format(
-                                              status=status_word(r.status), nums=nums), details=r)
+        text = _("finite now, but the verdict is {status} ({nums}): the gradient changes too much from layer 100 to "
+                 "layer 1.").format(status=status_word(r.status), nums=nums)
+        if settings["norm"] == "none":
+            text = join_sentences(text, _(
+                "A smaller initial variance or another activation only slows the growth: without normalization "
+                "every block still adds its branch's variance to h. Normalize the input of each block."))
+        return CheckResult(name, False, text, details=r)
     return CheckResult(name, True, _("healthy: {nums}").format(nums=nums), details=r)
 
 

@@ -10,7 +10,7 @@ Each exercise cell shows the task and one call:
 * exercise 5: :func:`check_safe_log`, a logarithm with finite gradients everywhere (the double where);
 * exercise 6: :func:`check_bce_from_logits`, a binary cross-entropy from logits that stays finite.
 
-Every check returns a :class:`~gradlab.exercises.checks.CheckResult` and never raises on a wrong answer;
+Every check returns a :class:`~gradlab.exercises.feedback.CheckResult` and never raises on a wrong answer;
 the feedback names what is wrong (``None``, NaN, a wrong value, a deleted layer).
 """
 
@@ -24,7 +24,8 @@ import numpy as np
 
 from .._env import quiet_import_tensorflow
 from ..i18n import _, join_sentences
-from .checks import CheckResult, as_number_answer, call_answer, describe_error
+from .answers import as_number_answer
+from .feedback import CheckResult, call_answer, describe_error
 
 tf = quiet_import_tensorflow()
 
@@ -155,14 +156,37 @@ def check_round_ste(round_ste: Callable) -> CheckResult:
 
 
 # ----------------------------------------------------------------------------- exercise 2
+def _combination_feedback(got: np.ndarray, head: np.ndarray, aux: np.ndarray) -> str:
+    """Which other combination of the two heads the output is (product, difference, mean, concatenation)."""
+    candidates = [
+        (head * aux, _("the output is head(h) * aux(h), their product: return their sum")),
+        (head - aux, _("the output is head(h) - aux(h), their difference: return their sum")),
+        (aux - head, _("the output is aux(h) - head(h), their difference: return their sum")),
+        ((head + aux) / 2, _("the output is the mean of head(h) and aux(h): return their sum")),
+        (np.concatenate([head, aux], axis=-1), _("the output puts head(h) and aux(h) side by side (concatenated, "
+                                                 "one column each): return their sum, one column")),
+    ]
+    for value, text in candidates:
+        if value.shape == got.shape and np.allclose(got, value, rtol=1e-5, atol=1e-6):
+            return text
+    return ""
+
+
 def check_uses_every_layer(model, x, layer_names: tuple[str, ...] = ("body", "head", "aux")) -> CheckResult:
     """Exercise 2: every trainable variable of ``model`` gets a gradient, and no layer is missing."""
     name = _("every layer gets a gradient")
     if model is None:
         return CheckResult(name, False, _("got None instead of a model"))
+    if isinstance(model, type):
+        return CheckResult(name, False, _("got the class {kind} itself: create the model, {kind}(), build it, and "
+                                          "pass that").format(kind=model.__name__))
     try:
         with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(tf.square(model(x)))
+            out = model(x)
+            if isinstance(out, (tuple, list)):
+                return CheckResult(name, False, _("the model returns a {kind} of {n} outputs: return one tensor, "
+                                                  "head(h) + aux(h)").format(kind=type(out).__name__, n=len(out)))
+            loss = tf.reduce_mean(tf.square(out))
         variables = list(model.trainable_variables)
         grads = tape.gradient(loss, variables)
     except Exception as err:  # noqa: BLE001
@@ -175,7 +199,8 @@ def check_uses_every_layer(model, x, layer_names: tuple[str, ...] = ("body", "he
     none = [p for p, g in zip(paths, grads, strict=True) if g is None]
     if none:
         return CheckResult(name, False, _("still no gradient for {names}: its layer does not take part in computing "
-                                          "the output").format(names=", ".join(none)))
+                                          "the output, or its output passes through tf.stop_gradient").format(
+                                              names=", ".join(none)))
     zero = [p for p, g in zip(paths, grads, strict=True) if not np.any(tf.convert_to_tensor(g).numpy())]
     if zero:
         return CheckResult(name, False, _("the gradient of {names} is all zeros: the layer is called but its output "
@@ -191,6 +216,9 @@ def check_uses_every_layer(model, x, layer_names: tuple[str, ...] = ("body", "he
         except Exception as err:  # noqa: BLE001
             return CheckResult(name, False, _("calling the layers raised {error}").format(error=describe_error(err)))
         if got.shape != want.shape or not np.allclose(got, want, rtol=1e-5, atol=1e-6):
+            known = _combination_feedback(got, head(h).numpy(), aux(h).numpy())
+            if known:
+                return CheckResult(name, False, known)
             return CheckResult(name, False, _("every variable gets a gradient, but the output (shape {got}) is not "
                                               "head(h) + aux(h) (shape {want}): return their sum").format(
                                                   got=got.shape, want=want.shape))

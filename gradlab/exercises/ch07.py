@@ -6,7 +6,7 @@
 * exercise 3: :func:`check_clipped_step`, a custom training step that clips by the global
   norm, compared with Keras's ``global_clipnorm``.
 
-Every check returns a :class:`~gradlab.exercises.checks.CheckResult` and never raises on a wrong
+Every check returns a :class:`~gradlab.exercises.feedback.CheckResult` and never raises on a wrong
 answer; typical mistakes (norms per example, the latest step first, float32 norms that
 underflow, per-tensor clipping) get feedback that says what is wrong.
 """
@@ -24,7 +24,9 @@ from ..i18n import _, join_sentences
 from ..models.rnn import build_rnn, make_sequence_data
 from ..reports.time import time_report
 from ..reports.verdict import status_word
-from .checks import CheckResult, as_int_answer, check_array, describe_error
+from .answers import as_int_answer
+from .compare import check_array
+from .feedback import CheckResult, describe_error
 
 tf = quiet_import_tensorflow()
 import keras  # noqa: E402
@@ -119,7 +121,11 @@ def check_step_norms(fn) -> CheckResult:
 def check_longest_healthy(answer) -> CheckResult:
     """Exercise 2: the most steps at which the explorer's LSTM (orthogonal, input ×1) is still healthy."""
     name = _("longest healthy LSTM sequence")
-    steps, problem = as_int_answer(name, answer, _("a number of steps"))
+    if isinstance(getattr(answer, "status", None), str) and hasattr(answer, "ratio"):
+        return CheckResult(name, False, _("got a {kind}: answer with the number of steps itself, the largest t "
+                                          "whose report is healthy").format(kind=type(answer).__name__))
+    steps, problem = as_int_answer(name, answer, _("a number of steps"), several_hint=_(
+        "If these are the healthy lengths, the answer is the largest of them: max(...)"))
     if problem is not None:
         return problem
     engine = _engine()
@@ -189,6 +195,29 @@ def _own_clipping(optimizer) -> str | None:
         if getattr(optimizer, option, None) is not None:
             return option
     return None
+
+
+def _scaled_step_feedback(got, fresh, steps_taken: int) -> str:
+    """What a step along the right direction with the wrong length says: element-wise clipping,
+    a sign, applying twice, or another threshold or learning rate."""
+    if all(np.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(got, _reference_weights(clipvalue=CLIP_THRESHOLD),
+                                                                     strict=True)):
+        return _("you clipped each element to ±{c} (clipvalue, tf.clip_by_value), which changes the step's "
+                 "direction: clip the global norm, tf.clip_by_global_norm").format(c=CLIP_THRESHOLD)
+    if steps_taken > 1:
+        return _("the optimizer took {n} steps in one call: apply the clipped gradients once").format(n=steps_taken)
+    move = np.concatenate([(a - b).ravel() for a, b in zip(got, fresh, strict=True)]).astype(np.float64)
+    right = np.concatenate([(a - b).ravel() for a, b in zip(_reference_weights(global_clipnorm=CLIP_THRESHOLD), fresh,
+                                                            strict=True)]).astype(np.float64)
+    factor = float(move @ right / (right @ right))
+    if not np.allclose(move, factor * right, rtol=1e-3, atol=1e-7):
+        return ""
+    if factor < 0:
+        return _("the step goes the wrong way ({f}× the clipped step): apply the gradients themselves, the "
+                 "optimizer subtracts them").format(f=f"{factor:.3g}")
+    return _("the step points the right way but is {f}× as long as the clipped one: clip to global norm {c} "
+             "(CLIP_THRESHOLD) and let the optimizer passed in apply it, with its learning rate").format(
+                 f=f"{factor:.3g}", c=CLIP_THRESHOLD)
 
 
 def check_clipped_step(fn) -> CheckResult:
@@ -265,5 +294,8 @@ def check_clipped_step(fn) -> CheckResult:
         return CheckResult(name, False, _("that is an unclipped step: clip the gradients with "
                                           "tf.clip_by_global_norm(grads, {c}) before applying them").format(
                                               c=CLIP_THRESHOLD))
+    scaled = _scaled_step_feedback(got, fresh, steps_taken)
+    if scaled:
+        return CheckResult(name, False, scaled)
     return CheckResult(name, False, _("the weights match neither a clipped nor an unclipped SGD step: use the loss "
                                       "mean((model(x) - y)**2) and apply the gradients once"))

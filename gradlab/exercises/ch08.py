@@ -5,7 +5,7 @@
 * exercise 2: :func:`check_clip_summed`, the gradient to apply from each replica's gradient
   list, clipped to a global norm the way one device would clip it.
 
-Every check returns a :class:`~gradlab.exercises.checks.CheckResult` and never raises on a wrong answer.
+Every check returns a :class:`~gradlab.exercises.feedback.CheckResult` and never raises on a wrong answer.
 """
 
 from __future__ import annotations
@@ -16,8 +16,10 @@ import numpy as np
 
 from .._env import quiet_import_tensorflow
 from ..core import true_global_norm
-from ..i18n import _
-from .checks import CheckResult, call_answer, check_array, check_arrays, is_float_number
+from ..i18n import _, end_sentence, join_sentences
+from .answers import is_float_number
+from .compare import check_array, check_arrays
+from .feedback import CheckResult, call_answer
 
 tf = quiet_import_tensorflow()
 
@@ -131,6 +133,10 @@ def _check_clip_summed_at(name: str, clip_summed: Callable, replica_grads, clip_
     norm = true_global_norm(summed)
     value, problem = call_answer(name, clip_summed, [list(r) for r in replica_grads], clip_norm, what="clip_summed")
     if problem is not None:
+        if "shape" in problem.feedback.lower():
+            return CheckResult(name, False, join_sentences(end_sentence(problem.feedback), _(
+                "replica_grads holds one list per replica: add them variable by variable first (zip(*replica_grads)), "
+                "then clip the one summed list.")))
         return problem
     if value is None:
         return CheckResult(name, False, _("clip_summed returned None: did you forget the return statement?"))
@@ -172,6 +178,18 @@ def _check_clip_summed_at(name: str, clip_summed: Callable, replica_grads, clip_
                 "clip_norm the mean is not clipped where the sum is.").format(c=f"{clip_norm:g}")),
             (mean, _("with clip_norm {c} you returned the mean over the replicas: the all-reduce adds them (each "
                      "replica's loss is already divided by the global batch size)").format(c=f"{clip_norm:g}")),
+            ([len(replica_grads) * e for e in expected], _(
+                "with clip_norm {c} you returned the clipped sum times {n}, the number of replicas: clip the sum "
+                "once and apply it as it is").format(c=f"{clip_norm:g}", n=len(replica_grads))),
+            ([tf.clip_by_value(a, -clip_norm, clip_norm) for a in summed], _(
+                "with clip_norm {c} you clipped each element to ±{c} (tf.clip_by_value), which changes the "
+                "direction: clip the global norm of the sum, tf.clip_by_global_norm").format(c=f"{clip_norm:g}")),
+            (tf.clip_by_global_norm(list(replica_grads[0]), clip_norm)[0], _(
+                "with clip_norm {c} you returned replica 0's gradients clipped, without the other replicas: add "
+                "every replica's gradients first, variable by variable").format(c=f"{clip_norm:g}")),
+            ([-e for e in expected], _(
+                "with clip_norm {c} every value has the wrong sign: the list to apply is the gradient itself; the "
+                "optimizer subtracts it").format(c=f"{clip_norm:g}")),
         ]
         for candidate, text in candidates:
             try:

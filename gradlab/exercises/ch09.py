@@ -5,7 +5,7 @@
 * exercise 3: :func:`check_clip_threshold`, the Tuning Playbook's clip threshold for a run;
 * exercise 4: :func:`check_flat_pre_ln`, the embedding that makes pre-LN's per-block norms flat.
 
-Every check returns a :class:`~gradlab.exercises.checks.CheckResult` and never raises on a wrong answer;
+Every check returns a :class:`~gradlab.exercises.feedback.CheckResult` and never raises on a wrong answer;
 typical mistakes get feedback that says what is wrong.
 """
 
@@ -20,7 +20,9 @@ from .._env import quiet_import_tensorflow
 from ..i18n import _
 from ..models.transformer import block_paths, build_transformer, markov_tokens
 from ..reports.transformer import block_gradient_report
-from .checks import CheckResult, as_number_answer, check_array, describe_error
+from .answers import as_number_answer
+from .compare import check_array
+from .feedback import CheckResult, describe_error
 
 tf = quiet_import_tensorflow()
 import keras  # noqa: E402
@@ -192,16 +194,39 @@ def check_warmup_schedule(schedule) -> CheckResult:
     if np.allclose(got[: warm + 1], want[: warm + 1], rtol=1e-5, atol=1e-9) and got[-1] < 0.5 * lr:
         return CheckResult(name, False, _("the warmup is right, but afterwards the rate decays towards 0: "
                                           "alpha=1.0 keeps it constant after the warmup"))
-    if not np.isclose(got.max(), lr, rtol=1e-3):
-        return CheckResult(name, False, _("the rate rises to {top}, expected a peak of {lr}: check "
-                                          "warmup_target").format(top=f"{got.max():.3g}", lr=f"{lr:g}"))
-    peak = int(np.argmax(got >= lr * (1 - 1e-6))) if np.any(got >= lr * (1 - 1e-6)) else -1
-    if peak > 0 and peak != warm:
-        return CheckResult(name, False, _("the rate reaches {lr} at step {peak}, not at step {warm}: check "
-                                          "warmup_steps").format(lr=f"{lr:g}", peak=peak, warm=warm))
+    ramp = _ramp_feedback(got, lr, warm)
+    if ramp:
+        return CheckResult(name, False, ramp)
     step = int(np.argmax(~np.isclose(got, want, rtol=1e-5, atol=1e-9)))
     return CheckResult(name, False, _("at step {step} the rate is {got}, expected {want}").format(
         step=step, got=f"{got[step]:.3g}", want=f"{want[step]:.3g}"))
+
+
+def _ramp_feedback(got: np.ndarray, lr: float, warm: int) -> str:
+    """Which setting a wrong ramp points at: its length (warmup_steps), its top (warmup_target), or both.
+
+    The ramp ends where the rate stops rising; it should end at step ``warm`` at ``lr``.
+    """
+    rising = np.diff(got) > 1e-9 * lr
+    end = int(np.argmin(rising)) if not rising.all() else got.size - 1
+    top = float(got[end])
+    right_top, right_end = bool(np.isclose(top, lr, rtol=1e-3)), end == warm
+    numbers = dict(lr=f"{lr:g}", end=end, warm=warm, top=f"{top:.3g}", last=got.size - 1)
+    if right_top and right_end:
+        return ""
+    if right_top:
+        return _("the rate reaches {lr} at step {end}, not at step {warm}: check warmup_steps").format(**numbers)
+    if right_end:
+        return _("the ramp ends at step {warm} as it should, but at {top}, expected a peak of {lr}: check "
+                 "warmup_target").format(**numbers)
+    if end == got.size - 1 and np.isclose(got[1] - got[0], lr / warm, rtol=1e-3):
+        return _("the rate rises at the right pace ({lr} / {warm} per step) but is still rising at step {last} "
+                 "({top}): the warmup lasts longer than {warm} steps. Check warmup_steps").format(**numbers)
+    if end == got.size - 1:
+        return _("the rate is still rising at step {last} ({top}): the warmup lasts longer than {warm} steps. Check "
+                 "warmup_steps (the ramp's length), then warmup_target (its top, {lr})").format(**numbers)
+    return _("the ramp ends at step {end} at {top}, expected step {warm} at {lr}: check warmup_steps (the ramp's "
+             "length) and warmup_target (its top)").format(**numbers)
 
 
 # ----------------------------------------------------------------------------- exercise 3

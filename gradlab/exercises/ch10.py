@@ -10,7 +10,7 @@
 * exercise 5: :func:`check_accumulate`, the mean of k micro-batch gradients, equal to the
   gradient of the whole batch.
 
-Every check returns a :class:`~gradlab.exercises.checks.CheckResult` and never raises on a wrong answer.
+Every check returns a :class:`~gradlab.exercises.feedback.CheckResult` and never raises on a wrong answer.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ import numpy as np
 from .._env import quiet_import_tensorflow
 from ..i18n import _, end_sentence, join_sentences
 from ..topics.gradcheck import check_gradient
-from .checks import CheckResult, call_answer, check_array, check_arrays
+from .compare import check_array, check_arrays
+from .feedback import CheckResult, call_answer
 
 tf = quiet_import_tensorflow()
 import keras  # noqa: E402
@@ -77,6 +78,9 @@ def check_central_difference(central_difference: Callable) -> CheckResult:
         hints = [(forward, _("that is the forward difference (f(x + h) - f(x)) / h, whose error falls only as h; "
                              "step to both sides")),
                  (2 * expected, _("twice the expected value: divide by 2h, the distance between x - h and x + h")),
+                 (expected * h * h, _("that is the central difference times h²: `/ 2 * h` divides by 2 and then "
+                                      "multiplies by h (Python reads it left to right); write `/ (2 * h)`")),
+                 (expected * 4, _("that divides by h / 2: write `/ (2 * h)`")),
                  (expected * h, _("divide the difference by the step"))]
         if getattr(getattr(got, "dtype", None), "name", "") not in ("float16", "bfloat16", "float32"):
             # a float32 answer is close to everything near the slope: only a float64 one can be the exact one
@@ -95,7 +99,9 @@ def check_cube_gradient(cube: Callable) -> CheckResult:
     """Exercise 2: ``cube(x) = x**3`` whose gradient :func:`gradlab.check_gradient` accepts."""
     name = _("custom gradient of x³")
     x = tf.constant([-1.5, 0.5, 2.0], tf.float64)
-    out, problem = call_answer(name, cube, x, what="cube")
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        out, problem = call_answer(name, cube, x, what="cube")
     if problem is not None:
         return problem
     out, problem = _tensor_or_feedback(name, out, "cube")
@@ -105,6 +111,15 @@ def check_cube_gradient(cube: Callable) -> CheckResult:
     if not forward:
         return CheckResult(name, False, _("the forward pass must stay x³: {feedback}").format(
             feedback=forward.feedback))
+    try:
+        disconnected = not tf.is_tensor(out) or tape.gradient(out, x) is None
+    except Exception:  # noqa: BLE001 - a backward pass that raises: check_gradient reports it below
+        disconnected = False
+    if disconnected:
+        return CheckResult(name, False, _(
+            "the forward pass gives x³, but the tape sees no path from x to it: it left TensorFlow (NumPy, "
+            ".numpy(), float() or tf.constant of a NumPy value), so no gradient reaches x. The backward pass is not "
+            "the problem: keep the forward pass in TensorFlow ops (x ** 3) inside @tf.custom_gradient"))
     try:
         result = check_gradient(cube, x)
     except Exception as err:  # noqa: BLE001 - the learner's grad function failed
@@ -222,12 +237,19 @@ def check_gradient_penalty(gradient_penalty: Callable) -> CheckResult:
         got, problem = _tensor_or_feedback(name, got, "gradient_penalty")
         if problem is not None:
             return problem
+    if isinstance(got, (tuple, list)) and len(got) == 2 and isinstance(got[1], (list, tuple)):
+        return CheckResult(name, False, _("returned a pair (penalty, gradients), as the chapter's reference does: "
+                                          "return only the penalty, a scalar tensor; the check differentiates it "
+                                          "with respect to the critic's weights itself"))
     with tf.GradientTape() as t2:
         t2.watch(x)
         d = critic(x)
     g = t2.gradient(d, x).numpy().astype(np.float64)
     whole_batch = (np.linalg.norm(g) - 1.0) ** 2
     no_square = float(np.mean(np.linalg.norm(g, axis=1) - 1.0))
+    factor = _penalty_factor(got, float(expected), batch=int(x.shape[0]))
+    if factor:
+        return CheckResult(name, False, factor)
     value = check_array(name, got, float(expected), rtol=1e-4, atol=1e-6, hints=[
         (whole_batch, _("that takes one norm over the whole batch: take one norm per example (axis=1), then the "
                         "mean of (norm - 1)²")),
@@ -264,6 +286,26 @@ def check_gradient_penalty(gradient_penalty: Callable) -> CheckResult:
                                      "by double backprop").format(value=f"{float(expected):.4g}", n=len(keep)))
 
 
+def _penalty_factor(got, expected: float, *, batch: int) -> str:
+    """What a penalty that is a constant multiple of the right one says: the batch size or a λ."""
+    try:
+        value = float(np.asarray(got.numpy() if hasattr(got, "numpy") else got, dtype=np.float64).reshape(()))
+    except Exception:  # noqa: BLE001 - not one number: check_array says what it is
+        return ""
+    if not expected or not np.isfinite(value) or np.isclose(value, expected, rtol=1e-4, atol=1e-6):
+        return ""
+    r = value / expected
+    if abs(r - batch) < 1e-3 * batch:
+        return _("values differ: got {got}, {r}× the expected {want}, the batch size: a sum over the examples "
+                 "where their mean was wanted (tf.reduce_mean)").format(got=f"{value:.4g}", r=batch,
+                                                                      want=f"{expected:.4g}")
+    if r > 1.5 and abs(r - float(f"{r:.2g}")) < 1e-4 * r:  # a round weight: 2, 5, 10, 100
+        return _("values differ: got {got}, {r}× the expected {want}: the weight λ multiplied in? Return the "
+                 "penalty itself; λ belongs in the critic's loss (loss + λ · penalty)").format(
+                     got=f"{value:.4g}", r=f"{r:g}", want=f"{expected:.4g}")
+    return ""
+
+
 # ----------------------------------------------------------------------------- exercise 5
 def regression_model_and_batch():
     """Exercise 5's model (no BatchNorm) and a batch of 12 examples (seeded initializers, as in exercise 4)."""
@@ -274,15 +316,44 @@ def regression_model_and_batch():
     return model, x, y
 
 
+class _RecordedModel:
+    """The exercise's model, handed to the learner with a record of the batch size of each call.
+
+    Everything else (``trainable_variables``, ``predict``, ...) is the model's own; a call inside
+    a ``tf.function`` records the static batch size of its trace.
+    """
+
+    def __init__(self, model):
+        object.__setattr__(self, "_model", model)
+        object.__setattr__(self, "batch_sizes", [])
+
+    def __call__(self, inputs, *args, **kwargs):
+        shape = getattr(inputs, "shape", None)
+        self.batch_sizes.append(shape[0] if shape is not None and len(shape) else None)
+        return self._model(inputs, *args, **kwargs)
+
+    def __getattr__(self, attr):
+        return getattr(self._model, attr)
+
+    def __setattr__(self, attr, value):
+        setattr(self._model, attr, value)
+
+
 def check_accumulate(accumulate: Callable, k: int = 3) -> CheckResult:
     """Exercise 5: ``accumulate(model, x, y, k)`` returns the mean of the gradients of the mean
-    squared error over ``k`` equal micro-batches, one per trainable variable."""
+    squared error over ``k`` equal micro-batches, one per trainable variable.
+
+    The model the learner gets records the batch size of every call: an answer that runs the
+    whole batch at once gets the same numbers, and fails.
+    """
     name = _("gradient accumulation")
     model, x, y = regression_model_and_batch()
+    n = int(x.shape[0])
     with tf.GradientTape() as tape:
         loss = tf.reduce_mean(tf.square(y - model(x)))
     expected = [g.numpy() for g in tape.gradient(loss, model.trainable_variables)]
-    got, problem = call_answer(name, accumulate, model, x, y, k, what="accumulate")
+    recorded = _RecordedModel(model)
+    got, problem = call_answer(name, accumulate, recorded, x, y, k, what="accumulate")
     if problem is not None:
         return problem
     hints = [([g * k for g in expected], _("k times too large: divide the sum of the micro-batch gradients by k"))]
@@ -290,5 +361,11 @@ def check_accumulate(accumulate: Callable, k: int = 3) -> CheckResult:
                           what=_("one per variable"), hints=hints, rtol=1e-4, atol=1e-6)
     if not result:
         return result
+    whole = [b for b in recorded.batch_sizes if b is not None and b >= n]
+    if whole:
+        return CheckResult(name, False, _(
+            "the gradients are right, but the model was called on the whole batch of {n} at once: that is one "
+            "ordinary step, not accumulation, and it needs the memory accumulation saves. Split x and y into k = {k} "
+            "micro-batches of {m} (tf.split), take each one's gradient and average them").format(n=n, k=k, m=n // k))
     return CheckResult(name, True, _("the mean of {k} micro-batch gradients equals the gradient of the whole batch "
-                                     "of {n}").format(k=k, n=int(x.shape[0])))
+                                     "of {n}").format(k=k, n=n))

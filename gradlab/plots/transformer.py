@@ -9,8 +9,10 @@ threshold, and a loss spike with the gradient norm around it.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
-from matplotlib.ticker import NullFormatter
+from matplotlib.ticker import Formatter, LogFormatterSciNotation, LogLocator
 
 from ..i18n import _
 from .gradients import decade_limits
@@ -26,12 +28,31 @@ def _steps(curve) -> np.ndarray:
     return np.arange(1, curve.losses.size + 1)
 
 
+class _ShortRangeFormatter(Formatter):
+    """Labels the 2× and 5× ticks of a log axis only while it spans fewer than two decades.
+
+    On a short range (0.3 to 3) a log axis has one decade tick, 10^0, and nothing else to read
+    a value from; on a long one these labels would crowd the decades.
+    """
+
+    def __call__(self, x, pos=None) -> str:
+        lo, hi = sorted(self.axis.get_view_interval())
+        if not (x > 0 and lo > 0 and math.log10(hi / lo) < 2):
+            return ""
+        exponent = math.floor(math.log10(x) + 1e-9)
+        coefficient = round(x / 10 ** exponent)
+        return f"${coefficient}\\times10^{{{exponent}}}$" if exponent not in (0, 1, -1) else f"{x:g}"
+
+
 def _plain_log(*axes) -> None:
-    """Log axes with labels at the decades only (minor labels overlap on a short range)."""
+    """Log axes with a label at every decade shown (up to 30), and at 2× and 5× on a short range."""
     for ax in axes:
         for axis in (ax.xaxis, ax.yaxis):
             if axis.get_scale() == "log":
-                axis.set_minor_formatter(NullFormatter())
+                axis.set_major_locator(LogLocator(base=10, numticks=30))
+                axis.set_major_formatter(LogFormatterSciNotation())
+                axis.set_minor_locator(LogLocator(base=10, subs=(2.0, 5.0), numticks=30))
+                axis.set_minor_formatter(_ShortRangeFormatter())
 
 
 def _limits(values, pad: float = 1.15) -> tuple[float, float]:
@@ -79,9 +100,12 @@ class TransformerPlot(LivePlot):
         self.hint = self.loss_ax.text(0.5, 0.5, "", transform=self.loss_ax.transAxes, ha="center",
                                       va="center", fontsize=8, color="0.4", wrap=True)
         self.title = ax.set_title("", fontsize=9, loc="left")
-        self.fig.legend([legend_handle(a) for a in (self.blocks, self.ffn, self.loss_warm, self.loss_plain)],
+        self.fig.legend([legend_handle(a) for a in (self.blocks, self.ffn, self.loss_warm, self.loss_plain,
+                                                    self.clip_line)],
                         [_("all of the block's variables"), _("second FFN kernel"), _("with warmup"),
-                         _("without warmup")], loc="lower center", ncol=2, fontsize=8, frameon=False)
+                         _("without warmup"), _("clip threshold (dotted)")], loc="lower center", ncol=3, fontsize=8,
+                        frameon=False)
+        _plain_log(self.ax, self.norm_ax)
         self.animate(self.blocks, self.ffn, self.loss_warm, self.loss_plain, self.norm_warm, self.norm_plain,
                      self.clip_line, self.hint, self.title)
         if report is not None:
@@ -205,7 +229,9 @@ def plot_grad_norm_distribution(curve, *, clip_norm: float, figsize=(9.0, 3.2)):
     norms = norms[np.isfinite(norms)]
     fig, (ax, hax) = new_figure(figsize, ncols=2, width_ratios=[1.6, 1])
     ax.plot(np.arange(1, norms.size + 1), norms, lw=0.9, color="#0969da")
-    ax.axhline(clip_norm, color="#cf222e", ls=":", lw=1.4)
+    ax.axhline(clip_norm, color="#cf222e", ls=":", lw=1.4,
+               label=_("clip threshold {value}").format(value=f"{clip_norm:.3g}"))
+    ax.legend(fontsize=8, loc="upper right")
     ax.set_yscale("log")
     ax.set_xlabel(_("training step"))
     ax.set_ylabel(_("gradient norm before clipping (log scale)"))

@@ -108,7 +108,7 @@ def train_steps(
     stop_on_nonfinite: bool = True,
     stop_on_none: bool = False,
     monitor_signals: bool = False,
-    progress: bool | None = None,
+    progress: bool | Progress | None = None,
 ) -> TrainingRun:
     """Train ``model`` on the batch ``(x, y)`` for ``steps`` steps, watching every step (chapter 04).
 
@@ -131,6 +131,9 @@ def train_steps(
     the run. Each step's loss (before its update) and global gradient norm (before clipping,
     float64, unscaled) are recorded. ``progress`` (``None``: on in a notebook) shows a bar
     ``step k/n`` (:class:`gradlab.progress.Progress`).
+
+    A :class:`gradlab.progress.Progress` given as ``progress`` is updated once per step instead
+    (the caller owns and closes it: a self-check that trains shows its own bar).
 
     The steps run as one ``tf.function``; with ``monitor_signals`` they run eagerly through
     :func:`gradlab.reports.gradients.dense_signal_pass` and record every hidden Dense layer's signal norm
@@ -167,7 +170,7 @@ class _Run:
     clip: tuple | None
     variables: list
     stop_on_nonfinite: bool
-    progress: bool
+    progress: bool | Progress
 
     @property
     def scaled(self) -> bool:
@@ -183,7 +186,7 @@ def _setup_run(model, x, y, *, optimizer, steps, loss, sample_weight, clip, flag
     clip = core.check_clip(clip)
     for flag_name, flag in flags.items():
         _check_flag(flag_name, flag)
-    progress = check_progress(progress)
+    progress = progress if isinstance(progress, Progress) else check_progress(progress)
     x, y = core.coerce_batch(model, x, y)
     sw = core.coerce_sample_weight(sample_weight, y)
     if not model.built:
@@ -253,7 +256,8 @@ def _run_loop(run: _Run, step):
     signals: list[np.ndarray] = []
     stopped = None
     scaled = run.scaled
-    bar = Progress(run.steps, _("training steps"), enabled=run.progress)
+    own = not isinstance(run.progress, Progress)
+    bar = Progress(run.steps, _("training steps"), enabled=run.progress) if own else run.progress
     for i in range(1, run.steps + 1):
         value, gnorm, signal = step()
         if signal is not None:
@@ -264,9 +268,11 @@ def _run_loop(run: _Run, step):
         finite = math.isfinite(losses[-1]) and (math.isfinite(norms[-1]) or scaled)
         if run.stop_on_nonfinite and not finite:
             stopped = i
-            bar.close(_("stopped at step {step}: the loss or a gradient is not finite").format(step=i))
+            if own:
+                bar.close(_("stopped at step {step}: the loss or a gradient is not finite").format(step=i))
             break
-    bar.close()
+    if own:
+        bar.close()
     return losses, norms, signals, stopped
 
 
