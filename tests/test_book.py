@@ -142,3 +142,46 @@ def test_status_lines_are_the_kernels(grid, texts, engine, lang):
         i18n.set_language("en")
     words = texts[lang]["catalog"]["status_words"]
     assert (words["vanishing"] == "梯度消失") == (lang == "zh")
+
+
+LOOKUPS = ["GradientExplorer05", "TimeExplorer", "TransformerExplorer"]
+
+
+@pytest.fixture(scope="module")
+def lookup_engines():
+    from tools.book import grids
+    from tools.book.engines import gl
+
+    gl.setup(seed=0)
+    return {g: grids.make_engine(g) for g in LOOKUPS}
+
+
+def lookup_sample(data, n=4):
+    rng = random.Random(int(os.environ.get("GRADLAB_BOOK_SAMPLE_SEED", "20261201")))
+    keys = sorted(data["points"])
+    return [keys[0], keys[-1]] + rng.sample(keys, min(n, len(keys)))
+
+
+def settings_of(data, key):
+    return {c["name"]: c["values"][int(k)] for c, k in zip(data["controls"], key.split("|"), strict=True)}
+
+
+@pytest.mark.parametrize("grid_name", LOOKUPS)
+def test_lookup_grid_sample_recomputed_with_the_engine(grid_name, lookup_engines):
+    from tools.book import grids
+
+    data = json.loads((DATA / f"{grid_name}.json").read_text(encoding="utf-8"))
+    texts = {lang: json.loads((DATA / f"{grid_name}.{lang}.json").read_text(encoding="utf-8"))
+             for lang in ("en", "zh")}
+    sizes = [len(c["values"]) for c in data["controls"]]
+    assert len(data["points"]) == int(np.prod(sizes))
+    for lang in texts:
+        assert set(texts[lang]["status"]) == set(data["points"])
+    for key in lookup_sample(data):
+        got = grids.recompute(grid_name, lookup_engines[grid_name], settings_of(data, key))
+        for f in data["fields"]:
+            if got[f] is None:
+                assert data["points"][key][f] is None, (key, f)
+            else:
+                close(data["points"][key][f], got[f])
+        assert data["points"][key]["status"] == got["status"], key

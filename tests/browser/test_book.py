@@ -321,7 +321,7 @@ def test_gradient_explorer_keyboard(site, page):
     page.keyboard.press("Tab")  # to the activation select
     assert page.evaluate("document.activeElement.name") == "activation"
     page.keyboard.press("ArrowDown")
-    assert report_of(root)["settings"]["activation"] == "relu"
+    assert report_of(root)["settings"]["activation"] == "tanh"  # linear, sigmoid, tanh, ...: the next one
     alt = root.locator(".gradlab-kfx-plot").get_attribute("aria-label")
     assert root.locator(".gradlab-kfx-plot").get_attribute("role") == "img" and "depth 21" in alt
 
@@ -354,3 +354,72 @@ def test_site_size(site):
     data = sum(f.stat().st_size for f in (site / "data").glob("*"))
     print(f"\nbook site: {total / 1e6:.1f} MB, explorer data {data / 1e6:.1f} MB")
     assert total <= 150e6
+
+
+# ------------------------------------------------------------------ chapters 05, 07, 09
+#: (page, Python class, grid, the moves: control name → value, each of which changes the plot)
+LOOKUPS = [
+    ("05-beyond-the-source.html", "GradientExplorer", "GradientExplorer05",
+     [("residual", False), ("norm", "batch"), ("norm", "none"), ("depth", 14), ("dtype", "float16"),
+      ("loss_scale", 32768.0), ("activation", "relu"), ("initializer", "he_normal")]),
+    ("07-through-time.html", "TimeExplorer", "TimeExplorer",
+     [("steps", 200), ("cell", "lstm"), ("recurrent_initializer", "normal_2"), ("input_scale", 0.01)]),
+    ("09-transformers.html", "TransformerExplorer", "TransformerExplorer",
+     [("num_layers", 12), ("norm_position", "pre"), ("num_layers", 24)]),
+]
+
+
+@pytest.fixture(scope="session")
+def lookup_engines():
+    import gradlab as gl
+    from tools.book import grids
+
+    gl.setup(seed=0)
+    return {g: grids.make_engine(g) for _p, _c, g, _m in LOOKUPS}
+
+
+def move(root, control: dict, value) -> None:
+    loc = root.locator(f'[name="{control["name"]}"]')
+    k = control["values"].index(value)
+    if control["kind"] == "range":
+        set_range(loc, k)
+    elif control["kind"] == "checkbox":
+        if loc.is_checked() != bool(value):
+            loc.focus()
+            loc.press("Space")  # the keyboard, as a reader without a mouse
+    else:
+        loc.select_option(str(k))
+
+
+@pytest.mark.parametrize("lang", LANGS)
+@pytest.mark.parametrize(("name", "cls", "grid", "moves"), LOOKUPS, ids=[g for _p, _c, g, _m in LOOKUPS])
+def test_lookup_explorer_controls_match_the_engine(site, page, lookup_engines, lang, name, cls, grid, moves):
+    from tools.book import grids
+
+    data = json.loads((ROOT / "book" / "data" / f"{grid}.json").read_text(encoding="utf-8"))
+    controls = {c["name"]: c for c in data["controls"]}
+    open_page(page, site / lang / name, 0)
+    root = page.locator(f'[data-gradlab-explorer="{cls}"][data-gradlab-grid="{grid}"]')
+    assert root.count() == 1, f"{lang}/{name}: no kernel-free {cls}"
+    page.wait_for_selector(f'[data-gradlab-grid="{grid}"][data-ready]')
+    root.scroll_into_view_if_needed()
+    note = root.locator(".gradlab-kfx-note").text_content()
+    assert ("settings" in note) if lang == "en" else ("设置" in note), note  # says what it covers
+    before = plot_png(root)
+    for control, value in moves:
+        move(root, controls[control], value)
+        rep = report_of(root)
+        assert rep["settings"][control] == value, (control, rep["settings"])
+        page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+        after = plot_png(root)
+        assert after != before, f"{lang}/{name}: moving {control} to {value} did not change the plot"
+        before = after
+        want = grids.recompute(grid, lookup_engines[grid], rep["settings"])
+        for f in data["fields"]:
+            if want[f] is None:
+                assert rep[f] is None, (f, rep[f])
+            else:
+                assert_close(f, rep[f], want[f])
+        assert rep["status"] == want["status"]
+        assert root.locator(".gradlab-kfx-status").text_content() == rep["status_text"] != ""
+    assert not page.gradlab_log, page.gradlab_log

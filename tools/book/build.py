@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tools.book.explorers import EXPLORERS, mount_html  # noqa: E402
+from tools.book.explorers import DATA, EXPLORERS, mount_html  # noqa: E402
 
 OUT = ROOT / "build" / "book"
 SRC = ROOT / "build" / "book-src"
@@ -118,6 +118,10 @@ def stage(lang: str) -> list[str]:
                 src = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
                 for key, spec in EXPLORERS.items():
                     if spec.chapter == nb_path.name[:2] and spec.anchor in src and key not in placed:
+                        if not (DATA / f"{spec.data}.json").exists():
+                            log(f"no grid for {key} ({spec.data}): run `make book-data`; the page keeps its figure")
+                            placed.add(key)
+                            continue
                         cells.append(md_cell(mount_html(spec, lang), f"gradlab-explorer-{key}"))
                         placed.add(key)
         nb["cells"] = cells

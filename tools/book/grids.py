@@ -131,8 +131,8 @@ def ch01_catalog(ex) -> dict:
     }
 
 
-def grid_ch01(sample=None, progress=print) -> None:
-    """Chapter 01: 8 activations × 11 initializers × 100 depths (``sample``: a few points only)."""
+def grid_ch01(progress=print) -> None:
+    """Chapter 01: 8 activations × 11 initializers × 100 depths."""
     import numpy as np
 
     from tools.book.engines import ACTIVATIONS, INITIALIZERS, MLPGradientEngine, gl, i18n
@@ -203,7 +203,164 @@ def grid_ch01(sample=None, progress=print) -> None:
     progress(f"ch01 done: {len(combos) * len(CH01_DEPTHS)} settings, {size / 1e6:.1f} MB, {time.time() - t0:.0f} s")
 
 
-GRIDS = {"ch01": ("GradientExplorer", grid_ch01)}
+# --------------------------------------------------------------------------- chapters 05, 07, 09
+def lookup_grid(name: str, chapter: str, make, controls: list[dict], fields: list[str], progress=print) -> None:
+    """A reduced grid read from the chapter's own explorer: ``ex.set(**point)``, then its
+    ``report`` fields and its ``status_text``, in each language (the report is made in that
+    language; its numbers must be the same). ``controls``: ``{"name", "kind", "values"}`` with
+    ``kind`` one of ``select``, ``range``, ``checkbox``; ``make()`` builds the explorer in the
+    current language. The page looks points up by the controls' value indices."""
+    import itertools
+
+    import numpy as np
+
+    from tools.book.engines import STATUS_COLORS, gl, i18n
+
+    gl.setup(seed=0)
+    t0 = time.time()
+    explorers = {}
+    for lang in LANGS:
+        i18n.set_language(lang)
+        explorers[lang] = make(explorers.get("en"))
+    initial = explorers["en"].settings()
+    controls = [dict(c, default=initial[c["name"]] if initial.get(c["name"]) in c["values"] else c["values"][0])
+                for c in controls]
+    texts = {lang: {"status": {}, "controls": {}, "labels": {}} for lang in LANGS}
+    for lang in LANGS:
+        i18n.set_language(lang)
+        ex = explorers[lang]
+        for c in controls:
+            w = ex._controls[c["name"]]  # the widget's own description and option labels
+            texts[lang]["controls"][c["name"]] = w.description
+            opts = getattr(w, "options", None)
+            if c["kind"] == "select" and opts:
+                pairs = {v: lab for lab, v in (o if isinstance(o, tuple) else (o, o) for o in opts)}
+                texts[lang]["labels"][c["name"]] = [str(pairs.get(v, v)) for v in c["values"]]
+            else:
+                texts[lang]["labels"][c["name"]] = [f"{v:g}" if isinstance(v, float) else str(v) for v in c["values"]]
+    points = {}
+    combos = list(itertools.product(*[range(len(c["values"])) for c in controls]))
+    for n, idx in enumerate(combos):
+        settings = {c["name"]: c["values"][k] for c, k in zip(controls, idx, strict=True)}
+        key = "|".join(str(k) for k in idx)
+        rec = None
+        for lang in LANGS:
+            i18n.set_language(lang)
+            ex = explorers[lang]
+            ex.set(**settings)
+            r = ex.report
+            got = {f: (None if getattr(r, f) is None else [sig5(v) for v in np.asarray(getattr(r, f))])
+                   for f in fields}
+            if rec is None:
+                rec = dict(got, status=getattr(r, "status", None))
+            elif json.dumps(got) != json.dumps({f: rec[f] for f in fields}):  # NaN-aware
+                raise RuntimeError(f"{name}: different numbers in {lang} at {settings}")
+            texts[lang]["status"][key] = ex.status_text
+        points[key] = rec
+        if (n + 1) % 50 == 0 or n + 1 == len(combos):
+            progress(f"{name} {n + 1}/{len(combos)} settings, {time.time() - t0:.0f} s")
+    i18n.set_language("en")
+    meta = {"explorer": explorers["en"].__class__.__name__, "grid": name, "chapter": chapter,
+            "command": COMMAND, "source_hash": source_hash(name)}
+    data = {"meta": meta, "controls": controls, "fields": fields, "points": points}
+    size = dump(DATA / f"{name}.json", data)
+    for lang in LANGS:
+        texts[lang]["meta"] = meta
+        texts[lang]["status_colors"] = dict(STATUS_COLORS)
+        size += dump(DATA / f"{name}.{lang}.json", texts[lang])
+    progress(f"{name} done: {len(combos)} settings, {size / 1e6:.2f} MB, {time.time() - t0:.0f} s")
+
+
+#: chapter 05: the modes the chapter discusses (residual, norm, dtype, loss scale) at the
+#: depths and activations its text and presets use
+CH05_CONTROLS = [
+    {"name": "depth", "kind": "range", "values": [5, 10, 14, 20, 30, 50, 100]},
+    {"name": "activation", "kind": "select", "values": ["sigmoid", "tanh", "relu"]},
+    {"name": "initializer", "kind": "select", "values": ["glorot_uniform", "he_normal"]},
+    {"name": "residual", "kind": "checkbox", "values": [False, True]},
+    {"name": "norm", "kind": "select", "values": ["none", "batch", "layer"]},
+    {"name": "dtype", "kind": "select", "values": ["float32", "float16", "bfloat16"]},
+    {"name": "loss_scale", "kind": "select", "values": [1.0, 32768.0]},
+]
+CH05_DEFAULT = {"depth": 50, "activation": "sigmoid", "residual": True}
+
+
+def grid_ch05(progress=print) -> None:
+    from tools.book.engines import GradientExplorer, MLPGradientEngine
+
+    def make(first):
+        engine = first.engine if first is not None else MLPGradientEngine(**CH01_ENGINE)
+        return GradientExplorer(advanced=True, engine=engine, **CH05_DEFAULT)
+
+    lookup_grid("GradientExplorer05", "05", make, CH05_CONTROLS,
+                ["signal_norms", "weight_norms", "predicted_signal"], progress)
+
+
+#: chapter 07: every cell and recurrent initializer, the sequence lengths and input scales
+#: its text uses, clip off
+CH07_CONTROLS = [
+    {"name": "cell", "kind": "select", "values": ["simple_rnn", "gru", "lstm"]},
+    {"name": "steps", "kind": "range", "values": [5, 10, 20, 50, 100, 150, 200]},
+    {"name": "recurrent_initializer", "kind": "select",
+     "values": ["orthogonal", "glorot_uniform", "normal_0.5", "normal_2", "identity"]},
+    {"name": "input_scale", "kind": "select", "values": [0.01, 0.1, 1.0, 10.0]},
+]
+
+
+def grid_ch07(progress=print) -> None:
+    from tools.book.engines import TimeExplorer, TimeGradientEngine
+
+    def make(first):
+        engine = first.engine if first is not None else TimeGradientEngine()
+        return TimeExplorer(cell="simple_rnn", steps=50, recurrent_initializer="orthogonal", engine=engine)
+
+    lookup_grid("TimeExplorer", "07", make, CH07_CONTROLS, ["time_step_norms"], progress)
+
+
+#: chapter 09: each block's gradient at initialization for every depth and both positions
+CH09_CONTROLS = [
+    {"name": "num_layers", "kind": "range", "values": list(range(1, 25))},
+    {"name": "norm_position", "kind": "select", "values": ["post", "pre"]},
+]
+
+
+def grid_ch09(progress=print) -> None:
+    from tools.book.engines import TransformerExplorer, TransformerGradientEngine
+
+    def make(first):
+        engine = first.engine if first is not None else TransformerGradientEngine(max_layers=24)
+        return TransformerExplorer(num_layers=6, norm_position="post", engine=engine)
+
+    lookup_grid("TransformerExplorer", "09", make, CH09_CONTROLS, ["layer_grad_norms"], progress)
+
+
+def make_engine(grid: str):
+    """The engine a lookup grid was read from, as its chapter builds it."""
+    from tools.book.engines import MLPGradientEngine, TimeGradientEngine, TransformerGradientEngine
+
+    return {"GradientExplorer05": lambda: MLPGradientEngine(**CH01_ENGINE),
+            "TimeExplorer": TimeGradientEngine,
+            "TransformerExplorer": lambda: TransformerGradientEngine(max_layers=24)}[grid]()
+
+
+def recompute(grid: str, engine, settings: dict) -> dict:
+    """The engine's report for one point of a lookup grid: ``{field: values}`` and ``status``."""
+    s = settings
+    if grid == "GradientExplorer05":
+        r = engine.report(s["depth"], s["activation"], s["initializer"], residual=s["residual"], norm=s["norm"],
+                          dtype=s["dtype"], loss_scale=s["loss_scale"])
+        out = {f: getattr(r, f) for f in ("signal_norms", "weight_norms", "predicted_signal")}
+    elif grid == "TimeExplorer":
+        r = engine.report(s["cell"], s["steps"], s["recurrent_initializer"], s["input_scale"])
+        out = {"time_step_norms": r.time_step_norms}
+    else:
+        r = engine.report(s["num_layers"], s["norm_position"])
+        out = {"layer_grad_norms": r.layer_grad_norms}
+    return dict(out, status=getattr(r, "status", None))
+
+
+GRIDS = {"ch01": ("GradientExplorer", grid_ch01), "ch05": ("GradientExplorer05", grid_ch05),
+         "ch07": ("TimeExplorer", grid_ch07), "ch09": ("TransformerExplorer", grid_ch09)}
 
 
 def check() -> list[str]:

@@ -55,9 +55,10 @@
     return v;
   }
 
-  // A log axis draws only positive finite values: 0, inf and NaN become gaps.
+  // The y axis is log10 of the norm on a linear scale (uPlot's log scale stops near 1e±16,
+  // float32 gradients reach 1e-45): 0, inf and NaN become gaps.
   function plottable(a) {
-    return a.map(function (v) { return (v > 0 && Number.isFinite(v)) ? v : null; });
+    return a.map(function (v) { return (v > 0 && Number.isFinite(v)) ? Math.log10(v) : null; });
   }
 
   function fill(template, values) {
@@ -68,14 +69,16 @@
     var width = Math.max(280, host.clientWidth || 600);
     var opts = {
       title: title, width: width, height: 300,
-      scales: { x: { time: false }, y: { distr: 3 } },
-      axes: [{ label: series.xlabel }, { label: series.ylabel, size: 70,
-               values: function (u, vals) { return vals.map(function (v) { return v == null ? "" : v.toExponential(0); }); } }],
+      scales: { x: { time: false } },
+      axes: [{ label: series.xlabel, incrs: [1, 2, 5, 10, 20, 25, 50] },
+             { label: series.ylabel, size: 70, incrs: [1, 2, 3, 5, 10, 20, 50, 100],
+               values: function (u, vals) { return vals.map(function (v) { return v == null ? "" : "1e" + v; }); } }],
       series: [{ label: series.xlabel }].concat(series.lines),
       legend: { live: false },
     };
     var data = [[1]].concat(series.lines.map(function () { return [null]; }));
     var plot = new uPlot(opts, data, host);
+    host.gradlabPlot = plot;
     window.addEventListener("resize", function () {
       plot.setSize({ width: Math.max(280, host.clientWidth || 600), height: 300 });
     });
@@ -170,13 +173,106 @@
     root.setAttribute("data-ready", "1");
   }
 
+  // ------------------------------------------------------- lookup explorers (ch. 05, 07, 09)
+  // A reduced grid read from the chapter's own explorer at build time: each point holds the
+  // report's fields and the kernel's status_text; the page only looks them up.
+  var LOOKUP = {
+    GradientExplorer05: { x: { en: "layer (input side left)", zh: "层（输入侧在左）" },
+                          y: { en: "gradient norm", zh: "梯度范数" },
+                          names: { signal_norms: { en: "signal ‖dL/dz‖", zh: "信号 ‖dL/dz‖" },
+                                   weight_norms: { en: "weight gradient ‖dL/dW‖", zh: "权重梯度 ‖dL/dW‖" },
+                                   predicted_signal: { en: "variance propagation", zh: "方差传播预测" } } },
+    TimeExplorer: { x: { en: "time step (1 = earliest)", zh: "时间步（1 = 最早）" },
+                    y: { en: "‖dL/dh_t‖", zh: "‖dL/dh_t‖" },
+                    names: { time_step_norms: { en: "gradient at each step", zh: "每个时间步的梯度" } } },
+    TransformerExplorer: { x: { en: "block (1 = earliest)", zh: "块（1 = 最早）" },
+                           y: { en: "gradient norm", zh: "梯度范数" },
+                           names: { layer_grad_norms: { en: "block gradient norm", zh: "块的梯度范数" } } },
+  };
+  var COLORS = ["#0550ae", "#cf222e", "#1a7f37", "#8250df"];
+
+  function Lookup(root, gridName) {
+    var lang = root.getAttribute("data-lang") || "en";
+    var grid = DATA[gridName], texts = DATA[gridName + "." + lang], spec = LOOKUP[gridName];
+    if (!grid || !texts) { root.appendChild(el("p", { text: "explorer data missing" })); return; }
+    var controls = el("div", { class: "gradlab-kfx-controls", role: "group" });
+    var inputs = grid.controls.map(function (c) {
+      var label = texts.controls[c.name] || c.name, labels = texts.labels[c.name];
+      var def = Math.max(0, c.values.indexOf(c["default"]));
+      var w;
+      if (c.kind === "range") {
+        w = range(c.name, label, 0, c.values.length - 1, 1, def);
+      } else if (c.kind === "checkbox") {
+        var box = el("input", { type: "checkbox", name: c.name, id: uid(c.name) });
+        box.checked = !!c.values[def];
+        w = { input: box, label: el("label", { for: box.id, text: label }) };
+      } else {
+        w = select(c.name, label, c.values.map(function (v, k) { return [String(k), labels[k]]; }), String(def));
+      }
+      controls.appendChild(el("span", { class: "gradlab-kfx-control" }, [w.label, w.input].concat(w.output ? [w.output] : [])));
+      return { spec: c, w: w, labels: labels };
+    });
+    var plotHost = el("div", { class: "gradlab-kfx-plot", role: "img" });
+    var status = el("p", { class: "gradlab-kfx-status", role: "status", "aria-live": "polite" });
+    var latency = el("p", { class: "gradlab-kfx-latency" });
+    [controls, plotHost, status, latency].forEach(function (e) { root.appendChild(e); });
+    var plot = makePlot(plotHost, {
+      xlabel: spec.x[lang], ylabel: spec.y[lang],
+      lines: grid.fields.map(function (f, k) {
+        return { label: spec.names[f][lang], stroke: COLORS[k % COLORS.length], width: k ? 1.5 : 2,
+                 dash: f === "predicted_signal" ? [6, 4] : undefined };
+      }),
+    });
+
+    function index(item) {
+      if (item.spec.kind === "checkbox") return item.w.input.checked ? 1 : 0;
+      return Number(item.w.input.value);
+    }
+
+    function update(t0) {
+      var idx = inputs.map(index), key = idx.join("|"), p = grid.points[key];
+      var settings = {};
+      inputs.forEach(function (item, k) {
+        settings[item.spec.name] = item.spec.values[idx[k]];
+        if (item.w.output) item.w.output.textContent = item.labels[idx[k]];
+      });
+      var first = grid.fields.map(function (f) { return p[f]; }).filter(function (a) { return a; })[0] || [];
+      var xs = first.map(function (_, k) { return k + 1; });
+      plot.setData([xs].concat(grid.fields.map(function (f) {
+        return p[f] ? plottable(p[f]) : xs.map(function () { return null; });
+      })));
+      var line = texts.status[key];
+      status.textContent = line;
+      status.style.color = (p.status && texts.status_colors[p.status]) || "inherit";
+      plotHost.setAttribute("aria-label", line);
+      var report = { settings: settings, status: p.status, status_text: line };
+      grid.fields.forEach(function (f) { report[f] = p[f] ? p[f].map(jsonValue) : null; });
+      root.setAttribute("data-report", JSON.stringify(report));
+      if (t0 !== undefined) {
+        requestAnimationFrame(function () {
+          var ms = performance.now() - t0;
+          root.setAttribute("data-latency-ms", ms.toFixed(2));
+          latency.textContent = (lang === "zh" ? "改动到画面：" : "change to frame: ") + ms.toFixed(1) + " ms";
+        });
+      }
+    }
+    inputs.forEach(function (item) {
+      ["input", "change"].forEach(function (ev) {
+        item.w.input.addEventListener(ev, function () { update(performance.now()); });
+      });
+    });
+    update();
+    root.setAttribute("data-ready", "1");
+  }
+
   var KINDS = { GradientExplorer: GradientExplorer };
+  Object.keys(LOOKUP).forEach(function (g) { KINDS[g] = function (root) { Lookup(root, g); }; });
   window.GRADLAB_EXPLORERS = KINDS;
 
   function start() {
     document.querySelectorAll("[data-gradlab-explorer]").forEach(function (root) {
       if (root.getAttribute("data-ready")) return;
-      var kind = KINDS[root.getAttribute("data-gradlab-explorer")];
+      var kind = KINDS[root.getAttribute("data-gradlab-grid") || root.getAttribute("data-gradlab-explorer")];
       if (kind) kind(root);
     });
   }
