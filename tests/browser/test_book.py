@@ -361,7 +361,7 @@ def test_site_size(site):
 LOOKUPS = [
     ("05-beyond-the-source.html", "GradientExplorer", "GradientExplorer05",
      [("residual", False), ("norm", "batch"), ("norm", "none"), ("depth", 14), ("dtype", "float16"),
-      ("loss_scale", 32768.0), ("activation", "relu"), ("initializer", "he_normal")]),
+      ("loss_scale", 32768.0), ("activation", "relu"), ("initializer", "he_normal"), ("depth", 100)]),
     ("07-through-time.html", "TimeExplorer", "TimeExplorer",
      [("steps", 200), ("cell", "lstm"), ("recurrent_initializer", "normal_2"), ("input_scale", 0.01)]),
     ("09-transformers.html", "TransformerExplorer", "TransformerExplorer",
@@ -422,4 +422,21 @@ def test_lookup_explorer_controls_match_the_engine(site, page, lookup_engines, l
                 assert_close(f, rep[f], want[f])
         assert rep["status"] == want["status"]
         assert root.locator(".gradlab-kfx-status").text_content() == rep["status_text"] != ""
+    assert not page.gradlab_log, page.gradlab_log
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_math_code_and_outputs_render(site, page, lang):
+    """MathJax (vendored) typesets, code is highlighted with a copy button, stored figures show."""
+    open_page(page, site / lang / "01-vanishing-exploding.html", 0)
+    page.wait_for_selector("mjx-container", timeout=30_000)
+    counts = page.evaluate("""() => ({
+        math: document.querySelectorAll('mjx-container').length,
+        code: document.querySelectorAll('div.cell_input div.highlight pre').length,
+        highlighted: document.querySelectorAll('div.cell_input div.highlight pre span.k, div.cell_input div.highlight pre span.nn').length,
+        copy: document.querySelectorAll('button.copybtn').length,
+        figures: [...document.querySelectorAll('div.cell_output img')].filter(i => i.complete && i.naturalWidth > 0).length,
+        outputs: document.querySelectorAll('div.cell_output').length})""")
+    assert counts["math"] >= 5 and counts["code"] >= 10 and counts["highlighted"] >= 10, counts
+    assert counts["copy"] >= counts["code"] and counts["figures"] >= 3 and counts["outputs"] >= 10, counts
     assert not page.gradlab_log, page.gradlab_log

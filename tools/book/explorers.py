@@ -39,14 +39,14 @@ EXPLORERS = {
     "ch05": Spec(
         "GradientExplorer", "05", "GradientExplorer(depth=50",
         {"en": ("Kernel-free explorer: the chapter's modes, read from its own GradientExplorer at build "
-                "time: depths 5, 10, 14, 20, 30, 50, 100 × sigmoid, tanh, relu × glorot_uniform, he_normal "
-                "× residual off/on × norm none/batch/layer × float32/float16/bfloat16 × loss scale 1 or 2^15 "
-                "(1,512 settings), clip off. Presets, other depths, activations and initializers, and "
-                "clipping need the notebook."),
-         "zh": ("无需内核的探索器：本章讨论的各种模式，在构建网站时从本章自己的 GradientExplorer 读出：深度 5、10、14、"
-                "20、30、50、100 × sigmoid、tanh、relu × glorot_uniform、he_normal × 残差 关/开 × 规范化 "
-                "none/batch/layer × float32/float16/bfloat16 × 损失缩放 1 或 2^15（共 1,512 个设置），不裁剪。"
-                "论文预设、其他深度、激活函数和初始化器，以及梯度裁剪，需要在 notebook 中使用。")},
+                "time: depths 14, 50, 100 × sigmoid, relu × glorot_uniform, he_normal × residual off/on × "
+                "norm none/batch/layer × float32/float16 × loss scale 1 or 2^15 (288 settings), clip off. "
+                "bfloat16, the presets, other depths, activations and initializers, and clipping need the "
+                "notebook."),
+         "zh": ("无需内核的探索器：本章讨论的各种模式，在构建网站时从本章自己的 GradientExplorer 读出：深度 14、50、100 × "
+                "sigmoid、relu × glorot_uniform、he_normal × 残差 关/开 × 规范化 none/batch/layer × "
+                "float32/float16 × 损失缩放 1 或 2^15（共 288 个设置），不裁剪。bfloat16、论文预设、其他深度、激活函数"
+                "和初始化器，以及梯度裁剪，需要在 notebook 中使用。")},
         grid="GradientExplorer05",
     ),
     "ch07": Spec(

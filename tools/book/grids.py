@@ -274,12 +274,12 @@ def lookup_grid(name: str, chapter: str, make, controls: list[dict], fields: lis
 #: chapter 05: the modes the chapter discusses (residual, norm, dtype, loss scale) at the
 #: depths and activations its text and presets use
 CH05_CONTROLS = [
-    {"name": "depth", "kind": "range", "values": [5, 10, 14, 20, 30, 50, 100]},
-    {"name": "activation", "kind": "select", "values": ["sigmoid", "tanh", "relu"]},
+    {"name": "depth", "kind": "range", "values": [14, 50, 100]},
+    {"name": "activation", "kind": "select", "values": ["sigmoid", "relu"]},
     {"name": "initializer", "kind": "select", "values": ["glorot_uniform", "he_normal"]},
     {"name": "residual", "kind": "checkbox", "values": [False, True]},
     {"name": "norm", "kind": "select", "values": ["none", "batch", "layer"]},
-    {"name": "dtype", "kind": "select", "values": ["float32", "float16", "bfloat16"]},
+    {"name": "dtype", "kind": "select", "values": ["float32", "float16"]},
     {"name": "loss_scale", "kind": "select", "values": [1.0, 32768.0]},
 ]
 CH05_DEFAULT = {"depth": 50, "activation": "sigmoid", "residual": True}
