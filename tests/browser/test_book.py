@@ -326,26 +326,36 @@ def test_gradient_explorer_keyboard(site, page):
     assert root.locator(".gradlab-kfx-plot").get_attribute("role") == "img" and "depth 21" in alt
 
 
-def test_gradient_explorer_latency_benchmark(site, page):
-    """Change-to-frame latency in the page: printed (a benchmark, not a timed assertion)."""
-    explorer_page(page, site, "en")
-    ms = page.evaluate("""async () => {
-        const root = document.querySelector('[data-gradlab-explorer="GradientExplorer"]');
-        const depth = root.querySelector('[name="depth"]'), act = root.querySelector('[name="activation"]');
+LATENCY_PAGES = [("01-vanishing-exploding.html", "GradientExplorer"), ("05-beyond-the-source.html", "GradientExplorer05"),
+                 ("07-through-time.html", "TimeExplorer"), ("09-transformers.html", "TransformerExplorer")]
+
+
+@pytest.mark.parametrize(("name", "grid"), LATENCY_PAGES, ids=[g for _n, g in LATENCY_PAGES])
+def test_explorer_latency_benchmark(site, page, name, grid):
+    """Change-to-frame latency in the page: printed (a benchmark, not a timed assertion).
+
+    40 changes alternate between the explorer's first control (a slider) and its first
+    select; each is timed from the input event to the next animation frame after the redraw.
+    """
+    open_page(page, site / "en" / name, 0)
+    page.wait_for_selector(f'[data-gradlab-grid="{grid}"][data-ready]')
+    ms = page.evaluate("""async (grid) => {
+        const root = document.querySelector(`[data-gradlab-grid="${grid}"]`);
+        const slider = root.querySelector('input[type=range]'), sel = root.querySelector('select');
         const out = [];
         for (let k = 0; k < 40; k++) {
-            const el = k % 2 ? depth : act;
-            if (el === depth) depth.value = String(1 + (k * 37) % 100);
-            else act.selectedIndex = (act.selectedIndex + 1) % act.options.length;
+            const el = k % 2 ? slider : sel;
+            if (el === slider) slider.value = String((k * 37) % (Number(slider.max) + 1));
+            else sel.selectedIndex = (sel.selectedIndex + 1) % sel.options.length;
             root.removeAttribute('data-latency-ms');
             el.dispatchEvent(new Event('input', {bubbles: true}));
             await new Promise(r => requestAnimationFrame(() => setTimeout(r, 0)));
             out.push(Number(root.getAttribute('data-latency-ms')));
         }
         return out;
-    }""")
-    assert len(ms) == 40 and all(m > 0 for m in ms)
-    print(f"\nGradientExplorer change-to-frame latency: median {statistics.median(ms):.1f} ms, "
+    }""", grid)
+    assert len(ms) == 40 and all(m > 0 for m in ms), ms
+    print(f"\n{grid} change-to-frame latency: median {statistics.median(ms):.1f} ms, "
           f"max {max(ms):.1f} ms over {len(ms)} changes")
 
 
