@@ -185,3 +185,22 @@ def test_lookup_grid_sample_recomputed_with_the_engine(grid_name, lookup_engines
             else:
                 close(data["points"][key][f], got[f])
         assert data["points"][key]["status"] == got["status"], key
+
+
+@pytest.mark.parametrize("grid_name", LOOKUPS)
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_lookup_status_lines_are_the_kernels(grid_name, lang, lookup_engines):
+    """A fresh explorer in that language prints the stored status line (the same catalog)."""
+    from tools.book import grids
+    from tools.book.engines import i18n
+
+    data = json.loads((DATA / f"{grid_name}.json").read_text(encoding="utf-8"))
+    texts = json.loads((DATA / f"{grid_name}.{lang}.json").read_text(encoding="utf-8"))
+    i18n.set_language(lang)
+    try:
+        ex = grids.make_explorer(grid_name, lookup_engines[grid_name])
+        for key in lookup_sample(data, 3):
+            ex.set(**settings_of(data, key))
+            assert texts["status"][key] == ex.status_text
+    finally:
+        i18n.set_language("en")

@@ -285,14 +285,24 @@ CH05_CONTROLS = [
 CH05_DEFAULT = {"depth": 50, "activation": "sigmoid", "residual": True}
 
 
-def grid_ch05(progress=print) -> None:
-    from tools.book.engines import GradientExplorer, MLPGradientEngine
+def make_explorer(grid: str, engine=None):
+    """The chapter's explorer behind a lookup grid, as its cell builds it (``engine`` shared)."""
+    from tools.book.engines import GradientExplorer, TimeExplorer, TransformerExplorer
 
-    def make(first):
-        engine = first.engine if first is not None else MLPGradientEngine(**CH01_ENGINE)
+    engine = engine if engine is not None else make_engine(grid)
+    if grid == "GradientExplorer05":
         return GradientExplorer(advanced=True, engine=engine, **CH05_DEFAULT)
+    if grid == "TimeExplorer":
+        return TimeExplorer(cell="simple_rnn", steps=50, recurrent_initializer="orthogonal", engine=engine)
+    return TransformerExplorer(num_layers=6, norm_position="post", engine=engine)
 
-    lookup_grid("GradientExplorer05", "05", make, CH05_CONTROLS,
+
+def _maker(grid: str):
+    return lambda first: make_explorer(grid, None if first is None else first.engine)
+
+
+def grid_ch05(progress=print) -> None:
+    lookup_grid("GradientExplorer05", "05", _maker("GradientExplorer05"), CH05_CONTROLS,
                 ["signal_norms", "weight_norms", "predicted_signal"], progress)
 
 
@@ -308,13 +318,7 @@ CH07_CONTROLS = [
 
 
 def grid_ch07(progress=print) -> None:
-    from tools.book.engines import TimeExplorer, TimeGradientEngine
-
-    def make(first):
-        engine = first.engine if first is not None else TimeGradientEngine()
-        return TimeExplorer(cell="simple_rnn", steps=50, recurrent_initializer="orthogonal", engine=engine)
-
-    lookup_grid("TimeExplorer", "07", make, CH07_CONTROLS, ["time_step_norms"], progress)
+    lookup_grid("TimeExplorer", "07", _maker("TimeExplorer"), CH07_CONTROLS, ["time_step_norms"], progress)
 
 
 #: chapter 09: each block's gradient at initialization for every depth and both positions
@@ -325,13 +329,7 @@ CH09_CONTROLS = [
 
 
 def grid_ch09(progress=print) -> None:
-    from tools.book.engines import TransformerExplorer, TransformerGradientEngine
-
-    def make(first):
-        engine = first.engine if first is not None else TransformerGradientEngine(max_layers=24)
-        return TransformerExplorer(num_layers=6, norm_position="post", engine=engine)
-
-    lookup_grid("TransformerExplorer", "09", make, CH09_CONTROLS, ["layer_grad_norms"], progress)
+    lookup_grid("TransformerExplorer", "09", _maker("TransformerExplorer"), CH09_CONTROLS, ["layer_grad_norms"], progress)
 
 
 def make_engine(grid: str):
