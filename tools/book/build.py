@@ -193,18 +193,39 @@ def bar(lang: str, name: str, exists_other: bool) -> str:
             f'title="{html.escape(t["switch_title"])}">{html.escape(t["switch"])}</a></nav>')
 
 
-IMG = re.compile(r"<img (?![^>]*\balt=\"[^\"]+\")([^>]*?)(?:\s*alt=\"\")?(\s*/?)>")
+IMG = re.compile(r"<img\b([^>]*?)\s*/?>")
+ALT = re.compile(r'\salt="([^"]*)"')
+CELL = re.compile(r'(<div class="cell(?: [^"]*)? docutils container">)')
+PRE = re.compile(r'<div class="cell_input.*?<pre>(.*?)</pre>', re.S)
+ALT_LABEL = {"en": "Stored output of the code cell", "zh": "代码单元格的保存输出"}
+
+
+def _fix_imgs(chunk: str, code: str | None, lang: str) -> str:
+    label = ALT_LABEL[lang] + (f": {code}" if code else "")
+
+    def sub(m):
+        attrs = m.group(1)
+        alt = ALT.search(attrs)
+        if alt and alt.group(1).strip() and not alt.group(1).startswith("_images/"):
+            return m.group(0)  # the author's own alt text
+        attrs = ALT.sub("", attrs)
+        return f'<img{attrs} alt="{html.escape(label, quote=True)}" />'
+
+    return IMG.sub(sub, chunk)
 
 
 def alt_texts(page: str, lang: str) -> str:
-    """Every figure gets alt text: a stored output's image is described by its cell's figure."""
-    label = "Stored output figure" if lang == "en" else "保存的输出图"
-
-    def sub(m):
-        attrs = re.sub(r'\s*alt=""', "", m.group(1))
-        return f'<img {attrs} alt="{label}"{m.group(2)}>'
-
-    return IMG.sub(sub, page)
+    """Every figure gets alt text: a stored output's image is named by the cell that drew it
+    (MyST-NB writes the image's file name, which says nothing)."""
+    parts = CELL.split(page)
+    out = [_fix_imgs(parts[0], None, lang)]
+    for i in range(1, len(parts), 2):
+        chunk = parts[i + 1]
+        m = PRE.search(chunk)
+        lines = html.unescape(TAGS.sub("", m.group(1))).strip().splitlines() if m else []
+        code = next((ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith("#")), None)
+        out.append(parts[i] + _fix_imgs(chunk, code, lang))
+    return "".join(out)
 
 
 def postprocess(lang: str) -> int:
