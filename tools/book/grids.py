@@ -364,16 +364,17 @@ GRIDS = {"ch01": ("GradientExplorer", grid_ch01), "ch05": ("GradientExplorer05",
 def check() -> list[str]:
     """The stale grids, as messages that name the command to run (empty: all fresh)."""
     stale = []
-    for _key, (cls, _fn) in GRIDS.items():
+    for key, (cls, _fn) in GRIDS.items():
         path = DATA / f"{cls}.json"
+        run = f"run `{COMMAND}` (or only this grid: `python tools/book/grids.py {key}`)"
         if not path.exists():
-            stale.append(f"{path.relative_to(ROOT)} is missing: run `{COMMAND}`")
+            stale.append(f"{path.relative_to(ROOT)} is missing: {run}")
             continue
         meta = json.loads(path.read_text(encoding="utf-8"))["meta"]
         now = source_hash(cls)
         if meta["source_hash"] != now:
             stale.append(f"{path.relative_to(ROOT)} was computed from other engine code "
-                         f"({meta['source_hash']} != {now}): run `{COMMAND}`")
+                         f"({meta['source_hash']} != {now}): {run}")
     return stale
 
 
