@@ -10,13 +10,15 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help install lab lab-zh catalog catalog-check test test-fast notebooks nav lint bench bench-browser clean
+.PHONY: help install lab lab-zh catalog catalog-check test test-fast notebooks nav lint bench bench-browser clean book book-data
 
 help:
 	@echo "make lab        start JupyterLab (127.0.0.1, token) at chapter 00"
 	@echo "make lab-zh     the same in Chinese: JupyterLab's Chinese UI at the Chinese chapter 00"
 	@echo "make catalog    extract gradlab's messages, update and compile the translations (Babel)"
-	@echo "make test       the whole suite: pytest over tests/, nbval over chapters/, browser tests"
+	@echo "make test       the whole suite: builds the book, then pytest over tests/, nbval over chapters/, browser tests"
+	@echo "make book       the static site of both editions into build/book/ (stored outputs, offline; open index.html)"
+	@echo "make book-data  recompute the kernel-free explorers' grids (book/data/) with gradlab's engines"
 	@echo "make notebooks  rebuild every chapter from chapters/src and Restart & Run All in place"
 	@echo "make bench      explorer latency benchmark (python -m benchmarks.explorers)"
 	@echo "make lint       ruff over gradlab, tests, tools and the notebooks"
@@ -73,11 +75,19 @@ catalog-check: install
 TEST_WORKERS ?= 2
 XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
-test: install
+test: install book
 	$(PY) -m pytest $(XDIST) --durations=25
 
 test-fast: install
 	$(PY) -m pytest $(XDIST) -m "not browser" tests
+
+# The book site: Sphinx + MyST-NB over the stored notebooks (never executed), both editions.
+book: install
+	PYTHONPATH="$(CURDIR)" $(PY) tools/book/build.py
+
+# The explorers' grids are committed data (book/data/); tests/test_book.py says when they are stale.
+book-data: install
+	PYTHONPATH="$(CURDIR)" nice -n 10 $(PY) tools/book/grids.py
 
 notebooks: install
 	$(PY) tools/build_notebooks.py

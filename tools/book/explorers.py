@@ -1,0 +1,90 @@
+"""The kernel-free explorers: which chapter cell each follows, its data files, its mount HTML."""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "book" / "data"
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    cls: str  #: the Python class name, data-gradlab-explorer="<cls>"
+    chapter: str  #: "01"
+    anchor: str  #: code that marks the chapter's explorer cell (the mount follows it)
+    covers: dict  #: the page's note on what the grid covers, per language
+    grid: str = ""  #: the data's name (book/data/<grid>.json), if not ``cls``
+
+    @property
+    def data(self) -> str:
+        return self.grid or self.cls
+
+
+EXPLORERS = {
+    "ch01": Spec(
+        "GradientExplorer", "01", "GradientExplorer(",
+        {"en": ("Kernel-free explorer: the same engine's numbers for every setting it offers here, "
+                "computed at build time by gradlab's MLPGradientEngine (width 64, batch 128, seed 0): "
+                "8 activations × 11 initializers × depths 1–100 (8,800 settings). Clipping by norm and "
+                "by global norm is applied in the page, a closed form of the stored norms; clipping by "
+                "value needs every gradient element and is only in the notebook."),
+         "zh": ("无需内核的探索器：这里提供的每个设置，都是构建网站时由 gradlab 的 MLPGradientEngine"
+                "（宽度 64、批量 128、种子 0）算出的同一组数值：8 种激活函数 × 11 种初始化器 × 深度 1–100"
+                "（共 8,800 个设置）。按范数和按全局范数裁剪在页面中由保存的范数以闭式计算；按值裁剪需要每个"
+                "梯度元素，只能在 notebook 中使用。")},
+    ),
+    "ch05": Spec(
+        "GradientExplorer", "05", "GradientExplorer(depth=50",
+        {"en": ("Kernel-free explorer: the chapter's modes, read from its own GradientExplorer at build "
+                "time: depths 14, 50, 100 × sigmoid, relu × glorot_uniform, he_normal × residual off/on × "
+                "norm none/batch/layer × float32/float16 × loss scale 1 or 2^15 (288 settings), clip off. "
+                "bfloat16, the presets, other depths, activations and initializers, and clipping need the "
+                "notebook."),
+         "zh": ("无需内核的探索器：本章讨论的各种模式，在构建网站时从本章自己的 GradientExplorer 读出：深度 14、50、100 × "
+                "sigmoid、relu × glorot_uniform、he_normal × 残差 关/开 × 规范化 none/batch/layer × "
+                "float32/float16 × 损失缩放 1 或 2^15（共 288 个设置），不裁剪。bfloat16、论文预设、其他深度、激活函数"
+                "和初始化器，以及梯度裁剪，需要在 notebook 中使用。")},
+        grid="GradientExplorer05",
+    ),
+    "ch07": Spec(
+        "TimeExplorer", "07", "TimeExplorer(",
+        {"en": ("Kernel-free explorer: read from the chapter's TimeExplorer at build time for every cell "
+                "(SimpleRNN, GRU, LSTM) and recurrent initializer, sequence lengths 5, 10, 20, 50, 100, 150, "
+                "200 and input scales 0.01, 0.1, 1, 10 (420 settings), clip off. Other lengths and scales, "
+                "and clipping, need the notebook."),
+         "zh": ("无需内核的探索器：构建网站时从本章的 TimeExplorer 读出，覆盖每种循环单元（SimpleRNN、GRU、LSTM）"
+                "和每种循环初始化器、序列长度 5、10、20、50、100、150、200、输入缩放 0.01、0.1、1、10（共 420 个"
+                "设置），不裁剪。其他长度和缩放，以及梯度裁剪，需要在 notebook 中使用。")},
+    ),
+    "ch09": Spec(
+        "TransformerExplorer", "09", "TransformerExplorer(",
+        {"en": ("Kernel-free explorer: each block's gradient at initialization, read from the chapter's "
+                "TransformerExplorer at build time for 1 to 24 blocks, post-LN and pre-LN (48 settings). "
+                "The training runs (learning rate, warmup, clipping) need the notebook."),
+         "zh": ("无需内核的探索器：初始化时每个块的梯度，构建网站时从本章的 TransformerExplorer 读出，覆盖 1 到 24 个块、"
+                "post-LN 与 pre-LN（共 48 个设置）。训练过程（学习率、预热、梯度裁剪）需要在 notebook 中运行。")},
+    ),
+}
+
+
+def data_files() -> list[tuple[Path, str]]:
+    """``(json file, GRADLAB_DATA key)`` of every committed grid and text table."""
+    return [(p, p.stem) for p in sorted(DATA.glob("*.json"))]
+
+
+def mount_html(spec: Spec, lang: str) -> str:
+    """The raw HTML cell placed after the chapter's explorer cell."""
+    note = html.escape(spec.covers[lang])
+    return (
+        f'<div class="gradlab-kfx" data-gradlab-explorer="{spec.cls}" data-gradlab-grid="{spec.data}" '
+        f'data-lang="{lang}">'
+        f'<p class="gradlab-kfx-note">{note}</p></div>\n'
+        '<link rel="stylesheet" href="_static/vendor/uplot/uPlot.min.css">\n'
+        '<script src="_static/vendor/uplot/uPlot.iife.min.js"></script>\n'
+        f'<script src="../data/{spec.data}.js"></script>\n'
+        f'<script src="../data/{spec.data}.{lang}.js"></script>\n'
+        '<script src="_static/gradlab/explorer.js"></script>\n'
+    )
