@@ -11,17 +11,17 @@ from pathlib import Path
 
 import gradlab as gl
 from gradlab import i18n
-from gradlab.advice import gradient_advice
-from gradlab.engine import MLPGradientEngine
+from gradlab.engines.mlp import MLPGradientEngine
+from gradlab.engines.rnn import TimeGradientEngine
+from gradlab.engines.transformer import TransformerGradientEngine
 from gradlab.i18n import _
-from gradlab.mlp import ACTIVATIONS, INITIALIZERS
+from gradlab.models.mlp import ACTIVATIONS, INITIALIZERS
 from gradlab.plots.gradients import STATUS_COLORS
-from gradlab.recurrent import TimeGradientEngine
-from gradlab.transformer import TransformerGradientEngine
-from gradlab.verdict import STATUS_WORDS, status_word
-from gradlab.widgets.explorer import ADVANCED, LOSS_SCALES, GradientExplorer
-from gradlab.widgets.time import TimeExplorer
-from gradlab.widgets.transformer import TransformerExplorer
+from gradlab.reports.advice import gradient_advice
+from gradlab.reports.verdict import STATUS_WORDS, status_word
+from gradlab.widgets.gradient_explorer import ADVANCED, LOSS_SCALES, GradientExplorer
+from gradlab.widgets.time_explorer import TimeExplorer
+from gradlab.widgets.transformer_explorer import TransformerExplorer
 
 __all__ = ["TimeExplorer", "TimeGradientEngine", "TransformerExplorer", "TransformerGradientEngine",
            "ACTIVATIONS", "ADVANCED", "LOSS_SCALES", "_", "ENGINE_SOURCES", "GradientExplorer", "INITIALIZERS",
@@ -32,12 +32,15 @@ ROOT = Path(gl.__file__).resolve().parent
 
 #: The files whose code decides each explorer's grid (relative to the gradlab package).
 ENGINE_SOURCES = {
-    "GradientExplorer": ["engine.py", "mlp.py", "verdict.py", "advice.py", "grads.py", "core",
-                         "widgets/explorer.py", "widgets/base.py", "i18n.py", "locale"],
-    "GradientExplorer05": ["engine.py", "mlp.py", "verdict.py", "advice.py", "grads.py", "core", "presets.py",
-                           "widgets/explorer.py", "widgets/base.py", "i18n.py", "locale"],
-    "TimeExplorer": ["recurrent.py", "verdict.py", "advice.py", "core", "widgets/time.py", "widgets/base.py",
-                     "i18n.py", "locale"],
-    "TransformerExplorer": ["transformer.py", "core", "widgets/transformer.py", "widgets/base.py", "i18n.py",
-                            "locale"],
+    "GradientExplorer": ["engines/mlp.py", "models/mlp.py", "reports/verdict.py", "reports/base.py",
+                         "reports/advice.py", "reports/gradients.py", "core", "widgets/gradient_explorer.py",
+                         "widgets/base.py", "i18n.py", "locale"],
+    "GradientExplorer05": ["engines/mlp.py", "models/mlp.py", "reports/verdict.py", "reports/base.py",
+                           "reports/advice.py", "reports/gradients.py", "core", "engines/presets.py",
+                           "widgets/gradient_explorer.py", "widgets/base.py", "i18n.py", "locale"],
+    "TimeExplorer": ["engines/rnn.py", "models/rnn.py", "reports/time.py", "reports/verdict.py", "reports/base.py",
+                     "reports/advice.py", "core", "widgets/time_explorer.py", "widgets/base.py", "i18n.py",
+                     "locale"],
+    "TransformerExplorer": ["engines/transformer.py", "models/transformer.py", "reports/transformer.py", "core",
+                            "widgets/transformer_explorer.py", "widgets/base.py", "i18n.py", "locale"],
 }
