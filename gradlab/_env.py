@@ -75,6 +75,14 @@ def quiet_import_tensorflow():
         return sys.modules["tensorflow"]
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # bit-identical CPU results run to run
+    # Even with the oneDNN graph rewrites off, TensorFlow's float32 matmul and convolution on
+    # x86 call oneDNN's sgemm, which picks its kernel (and so its summation order) by the CPU's
+    # instruction set: AVX-512 and AVX2 machines differ in the last bit, and a 200-step
+    # training run grows that bit into the printed digits (issue 28). Cap oneDNN at AVX2, the
+    # kernels every x86 CPU of the last decade has, so that all of them agree with the stored
+    # outputs; a value you set yourself wins. The explorers' engines do not rely on this: they
+    # round float64 products to float32 (gradlab.engines.mlp.matmul32), the same on any CPU.
+    os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX2")
     with _fd2_silenced():
         import keras  # noqa: F401  (its import also prints through absl on some builds)
         import tensorflow as tf

@@ -6,6 +6,10 @@ whose cells share one kernel and must run in order) never splits across workers,
 :func:`pytest_xdist_make_scheduler` keeps the whole browser tier (``tests/browser/``) together
 as well, so one worker starts one JupyterLab and one Chromium while the other runs unit tests
 and notebooks.
+
+The units start longest first (:data:`UNIT_SECONDS`, :func:`pytest_collection_modifyitems`):
+with two workers, a long chapter that starts last would keep one worker busy while the other
+sits idle, so the slowest units go out first and the many short test files fill the gaps.
 """
 
 from __future__ import annotations
@@ -34,10 +38,56 @@ def scope_of(nodeid: str) -> str:
     return nodeid.split("::", 1)[0]
 
 
+#: Measured seconds of the slowest units (one edition of a chapter, or a test file; issue 28,
+#: ``make test --durations``, two workers on the 2-core CI machine). Only their order matters:
+#: units missing here count as :data:`DEFAULT_UNIT_SECONDS` and keep their collection order.
+UNIT_SECONDS = {
+    BROWSER_PREFIX: 200,
+    "09-transformers.ipynb": 190,
+    "07-through-time.ipynb": 98,
+    "08-distributed.ipynb": 75,
+    "04-summary.ipynb": 72,
+    "01-vanishing-exploding.ipynb": 55,
+    "tests/test_explorer.py": 120,
+    "03-tape-and-function.ipynb": 47,
+    "10-checking-and-memory.ipynb": 44,
+    "02-jacobians.ipynb": 32,
+    "05-beyond-the-source.ipynb": 32,
+    "tests/test_distribute.py": 40,
+    "tests/test_engine.py": 30,
+    "tests/test_i18n.py": 25,
+}
+DEFAULT_UNIT_SECONDS = 5
+
+
+def unit_seconds(scope: str) -> float:
+    """The expected seconds of the unit ``scope`` (a chapter of either edition, a file, the browser tier)."""
+    if scope in UNIT_SECONDS:
+        return UNIT_SECONDS[scope]
+    return UNIT_SECONDS.get(Path(scope).name, DEFAULT_UNIT_SECONDS)
+
+
+def longest_first(nodeids: list[str]) -> list[str]:
+    """``nodeids`` regrouped by unit, the longest unit first; within a unit the order is kept."""
+    first_seen: dict[str, int] = {}
+    for i, nodeid in enumerate(nodeids):
+        first_seen.setdefault(scope_of(nodeid), i)
+    return sorted(nodeids, key=lambda n: (-unit_seconds(scope_of(n)), first_seen[scope_of(n)]))
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Longest unit first (see the module docstring); the same order on every worker."""
+    order = {nodeid: i for i, nodeid in enumerate(longest_first([item.nodeid for item in items]))}
+    items.sort(key=lambda item: order[item.nodeid])
+
+
 def pytest_xdist_make_scheduler(config, log):
     """``--dist loadfile``, with every browser test file in one unit (see the module docstring)."""
     if config.getoption("dist", "no") != "loadfile":
         return None
+    # xdist would otherwise re-sort the units by their number of tests (a notebook's cells
+    # count as tests, which says little about its time); keep the longest-first order.
+    config.option.loadscopereorder = False
 
     class FileOrBrowserScheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:

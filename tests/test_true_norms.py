@@ -38,11 +38,22 @@ def engine():
     return gl.engines.mlp.MLPGradientEngine(max_depth=100)
 
 
-def assert_true_norms(got, ref, what):
+#: Below this a layer's norm comes from float32 numbers near the smallest normal (1.2e-38),
+#: where TensorFlow flushes subnormal products to 0: which few elements survive depends on the
+#: last bit of each matmul, i.e. on the summation order. The engine rounds float64 sums to
+#: float32 (matmul32, the same on every CPU), Keras's oneDNN float32 sgemm sums in the CPU's own
+#: order, so there the two agree in the zero pattern only (measured: the first non-zero layer
+#: of the 100-layer sigmoid network varies 25-fold between oneDNN's SSE4.1 and AVX2 kernels).
+NEAR_UNDERFLOW = 1e-32
+
+
+def assert_true_norms(got, ref, what, *, same_kernels=True):
     got, ref = np.asarray(got), np.asarray(ref)
     assert np.array_equal(got == 0, ref == 0), f"{what}: exact zeros differ (false zeros?)"
-    nz = ref > 0
+    nz = ref > 0 if same_kernels else ref > NEAR_UNDERFLOW
     np.testing.assert_allclose(got[nz], ref[nz], rtol=1e-3, err_msg=what)
+    edge = (ref > 0) & ~nz  # both non-zero (no false zeros: the zero patterns are equal) and tiny
+    assert (got[edge] < 10 * NEAR_UNDERFLOW).all(), f"{what} near underflow: {got[edge]} vs {ref[edge]}"
 
 
 @pytest.mark.parametrize("activation,depth", [
@@ -60,7 +71,7 @@ def test_engine_and_report_match_float64_reference(engine, activation, depth):
         ("engine signal", fast.signal_norms, ref_signal),
         ("engine weights", fast.weight_norms, ref_weight),
     ]:
-        assert_true_norms(got, ref, f"{activation} depth {depth}: {what}")
+        assert_true_norms(got, ref, f"{activation} depth {depth}: {what}", same_kernels=what.startswith("grad"))
 
 
 def test_sigmoid_depth_50_has_no_false_zeros(engine):

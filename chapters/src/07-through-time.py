@@ -335,17 +335,21 @@ print("target:", f"{float(y_train[0, 0]):.3f}", "· baseline MSE:",
 # and 200 steps before and after. The same trained network runs on either length.
 
 # %%
+from gradlab.progress import Progress  # noqa: E402
+
 tests = {steps: gl.topics.rnn_theory.adding_problem(256, steps=steps, seed=steps) for steps in (50, 200)}
 results, before_after = {}, {}
-for cell in gl.models.rnn.CELLS:
-    model = gl.models.rnn.build_rnn(cell, units=32, input_dim=2)
-    before = {s: gl.time_report(model, *tests[s], compiled=True) for s in tests}
-    losses = gl.topics.rnn_theory.train_rnn(model, x_train, y_train, train_steps=600, batch_size=64,
-                          learning_rate=0.01, clip=1.0)
-    after = {s: gl.time_report(model, *tests[s], compiled=True) for s in tests}
-    results[cell] = (losses, before, after)
-    before_after[f"{cell}, init"] = before[50].time_step_norms
-    before_after[f"{cell}, trained"] = after[50].time_step_norms
+with Progress(len(gl.models.rnn.CELLS), "adding problem, 600 steps") as bar:  # a line per cell trained
+    for cell in gl.models.rnn.CELLS:
+        model = gl.models.rnn.build_rnn(cell, units=32, input_dim=2)
+        before = {s: gl.time_report(model, *tests[s], compiled=True) for s in tests}
+        losses = gl.topics.rnn_theory.train_rnn(model, x_train, y_train, train_steps=600, batch_size=64,
+                              learning_rate=0.01, clip=1.0)
+        after = {s: gl.time_report(model, *tests[s], compiled=True) for s in tests}
+        results[cell] = (losses, before, after)
+        before_after[f"{cell}, init"] = before[50].time_step_norms
+        before_after[f"{cell}, trained"] = after[50].time_step_norms
+        bar.update(note=cell)
 
 def ratio_range(r: float) -> str:
     """A trained run's ratio as a range: the digits of a training run change from CPU to CPU."""
@@ -386,16 +390,21 @@ def last_two(x):
 
 
 y_control = last_two(x_train)
+rows = []
+with Progress(2, "control task, 600 steps") as bar:
+    for cell in ("gru", "lstm"):
+        model = gl.models.rnn.build_rnn(cell, units=32, input_dim=2)
+        x50 = tests[50][0]
+        before = gl.time_report(model, x50, last_two(x50), compiled=True)
+        losses = gl.topics.rnn_theory.train_rnn(model, x_train, y_control, train_steps=600, batch_size=64,
+                              learning_rate=0.01, clip=1.0)
+        after = gl.time_report(model, x50, last_two(x50), compiled=True)
+        learned = "yes" if losses[-50:].mean() < 0.01 else "no"
+        rows.append(f"{cell:>6} {learned:>20} | {before.ratio:.2g} -> {ratio_range(after.ratio)} "
+                    f"({gl.reports.verdict.status_word(after.status)})")
+        bar.update(note=cell)
 print(f"{'cell':>6} {'learned the control':>20} | ratio step 1 / step 50, init -> trained (verdict)")
-for cell in ("gru", "lstm"):
-    model = gl.models.rnn.build_rnn(cell, units=32, input_dim=2)
-    x50 = tests[50][0]
-    before = gl.time_report(model, x50, last_two(x50), compiled=True)
-    losses = gl.topics.rnn_theory.train_rnn(model, x_train, y_control, train_steps=600, batch_size=64,
-                          learning_rate=0.01, clip=1.0)
-    after = gl.time_report(model, x50, last_two(x50), compiled=True)
-    learned = "yes" if losses[-50:].mean() < 0.01 else "no"
-    print(f"{cell:>6} {learned:>20} | {before.ratio:.2g} -> {ratio_range(after.ratio)} ({gl.reports.verdict.status_word(after.status)})")
+print("\n".join(rows))
 
 # %% [markdown]
 # Both cells learn the control task (a last-50 training loss below 0.01), and their gradient

@@ -101,6 +101,22 @@ def clipped_kernel_norms(kernel_grads, other_grads, threshold):
         rows.append(core.axis_norms64(clipped, axis=0))
     return tf.stack(rows)
 
+
+def matmul32(a, b):
+    """``a @ b`` for float32 tensors, rounded to float32 from a float64 product (the engine's float32 mode).
+
+    A float32 matmul on an x86 CPU runs oneDNN's sgemm, whose summation order depends on the
+    CPU's instruction set (AVX2, AVX-512, ...): the last bit of a result differs from one CPU to
+    another, and a chaotic network (tanh at a large initialization) amplifies that bit layer by
+    layer into the third printed digit. The product of two float32 numbers is exact in float64
+    and the float64 sum of a row (Eigen, the same code on every x86 CPU) is accurate far beyond
+    float32, so rounding it to float32 gives (almost always) the correctly rounded float32
+    result on every CPU. Everything else stays float32: the activations, the products with
+    ``f'(z)``, and so float32's underflow to subnormals and to exact zeros (chapter 01).
+    """
+    return tf.cast(tf.matmul(tf.cast(a, tf.float64), tf.cast(b, tf.float64)), tf.float32)
+
+
 def _make_step(activation: str, residual: bool, norm: str, dtype: str):
     """One tf.function per (activation, residual, norm, dtype); depth, clip and loss scale are inputs."""
     act = keras.activations.get(activation)
@@ -130,13 +146,16 @@ def _make_step(activation: str, residual: bool, norm: str, dtype: str):
 
             def layer(h, elems):
                 w, p, g, b = elems
-                z = tf.matmul(h, tf.cast(w, cdt)) + p  # float32 variable, cast at use (Keras policy)
+                if cdt == tf.float32:  # the same float32 numbers on every CPU (matmul32)
+                    z = matmul32(h, w) + p
+                else:  # float32 variable, cast at use (Keras policy)
+                    z = tf.matmul(h, tf.cast(w, cdt)) + p
                 a = act(normalize(z, g, b) if norm != "none" else z)
                 return h + a if residual else a
 
             hs = tf.scan(layer, (kernels, probe, gammas, betas), initializer=tf.cast(x, cdt))
             # the output layer in float32, as the mixed-precision guide recommends
-            out = tf.matmul(tf.cast(hs[-1], tf.float32), out_kernel) + out_bias
+            out = matmul32(tf.cast(hs[-1], tf.float32), out_kernel) + out_bias
             loss = core.mean_squared_error(y, out)  # the core's default loss
             scaled = loss * loss_scale
         grads = tape.gradient(scaled, watched)
@@ -423,7 +442,7 @@ def predicted_gain(report: GradientReport, engine: MLPGradientEngine, activation
     h = engine.x
     d2 = []
     for k in tf.unstack(kernels):
-        z = tf.matmul(h, k)
+        z = matmul32(h, k)
         with tf.GradientTape() as tape:
             tape.watch(z)
             h = act(z)
