@@ -513,7 +513,7 @@ tplots.plot_lr_sweep(sweep, title="6 blocks, loss after 100 steps")
 # and clip at their 90th percentile:
 
 # %%
-edge = sweep["post-LN, no warmup"][3e-3]
+edge = trainers[6, "post"].run(3e-3, 0, progress=False)  # the sweep's stalled run (cached: not trained again)
 threshold = warmup.clip_threshold(edge.grad_norms, 90)
 clipped = trainers[6, "post"].run(3e-3, 0, clip=threshold)
 low = np.percentile(edge.grad_norms, 25)

@@ -15,7 +15,7 @@ import numpy as np
 
 from .._env import quiet_import_tensorflow
 from ..i18n import N_
-from .norms import dedupe, global_norm, map_values
+from .norms import dedupe, global_norm, map_values, norm64
 
 tf = quiet_import_tensorflow()
 
@@ -84,12 +84,25 @@ def clip_with(grads: Sequence, mode: str, threshold):
             out.append(map_values(dedupe(g), lambda v: tf.clip_by_value(
                 v, -tf.cast(threshold, v.dtype), tf.cast(threshold, v.dtype))))
         else:
-            out.append(map_values(dedupe(g), lambda v: tf.clip_by_norm(v, tf.cast(threshold, v.dtype))))
+            out.append(map_values(dedupe(g), lambda v: _clip_norm(v, threshold)))
     return out
 
 
+def _clip_norm(v, threshold):
+    """``tf.clip_by_norm``'s ``v * t / max(‖v‖, t)``, with ``‖v‖`` taken in float64.
+
+    ``tf.clip_by_norm`` sums the squares in ``v``'s own dtype: a float32 gradient with an
+    element above about 1.8e19 squares to inf and comes back as zeros, although its norm is
+    finite. The float64 norm (the one every gradlab tool reports) gives the tensor norm ``t``,
+    as the formula says; the factor is cast back to ``v``'s dtype. A NaN or inf norm gives NaN.
+    """
+    n = norm64(v)
+    t = tf.cast(threshold, tf.float64)
+    return v * tf.cast(t / tf.maximum(n, t) + (n - n), v.dtype)
+
+
 def clip_gradients(grads: Sequence, clip):
-    """Clip a list of gradients exactly as ``tf.clip_by_value``/``_norm``/``_global_norm`` (chapter 01).
+    """Clip a list of gradients as ``tf.clip_by_value``/``_norm``/``_global_norm`` do (chapter 01), norms in float64.
 
     ``clip`` is ``None``, a number ``t`` (``("global_norm", t)``) or ``(mode, threshold)``; ``value`` clips to ``[-t, t]`` element by
     element, ``norm`` rescales each tensor whose L2 norm exceeds ``t``, ``global_norm``
