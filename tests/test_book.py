@@ -95,8 +95,8 @@ def close(a, b):
 def page_clip(w, g, mode, t):
     """The page's closed forms (book/_static/gradlab/explorer.js), in NumPy."""
     w = np.asarray(w, dtype=np.float64)
-    if mode == "norm":
-        return np.minimum(w, t)
+    if mode == "norm":  # an inf or NaN norm gives NaN (v * t / max(inf, t) has inf * 0), as the core does
+        return np.where(np.isfinite(w), np.minimum(w, t), np.nan)
     with np.errstate(invalid="ignore"):
         return w * t / np.maximum(g, t)  # Math.max: NaN when g is NaN
 
@@ -119,8 +119,8 @@ def page_status(texts, grid, lang, depth, act, init, clip_mode="off", k=30):
     t, cat = texts[lang], texts[lang]["catalog"]
     ids = t["points"][f"{act}|{init}"][depth - 1]
     status = grid["status_keys"][grid["points"][f"{act}|{init}"]["status"][depth - 1]]
-    clip = cat["clip_off"] if clip_mode == "off" else cat["clip_on"].format(mode=clip_mode,
-                                                                            threshold=cat["thresholds"][k])
+    clip = cat["clip_off"] if clip_mode == "off" else cat["clip_on"].format(
+        mode=cat["labels"]["clip_mode"][clip_mode], threshold=cat["thresholds"][k])
     return cat["template"].format(depth=depth, activation=act, initializer=init, mode="", clip=clip,
                                   status=cat["status_words"][status],
                                   advice=t["advice"][ids[0 if clip_mode == "off" else 1]])

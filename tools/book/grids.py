@@ -35,7 +35,9 @@ CH01_ENGINE = {"width": 64, "batch_size": 128, "max_depth": 100, "seed": 0}
 CH01_DEPTHS = tuple(range(1, 101))
 #: the clip threshold the grid's reports are taken at: small enough that every global norm
 #: above it is recovered exactly from ``clipped = weight * t / max(G, t)``
-TINY = 1e-30
+#: The clip threshold the global norm is read through: the smallest the page offers. A smaller one
+#: (1e-30 was tried) underflows float32's scale factor for large norms and reads as inf.
+TINY = 1e-3
 #: the page's clip thresholds: the explorer's FloatLogSlider (10^-3 … 10^3, step 0.1)
 CLIP_EXPONENTS = tuple(round(-3 + 0.1 * k, 1) for k in range(61))
 
@@ -90,7 +92,10 @@ def ch01_point(engine, depth: int, activation: str, initializer: str):
         g = math.inf  # an infinite gradient: every finite layer is scaled to 0
     else:
         ok = (c > 0) & (w > 0) & (c < w)
-        g = float(np.max(w[ok] * t64 / c[ok])) if ok.any() else 0.0
+        # read G from the layer with the largest norm: its clipped norm is farthest from float32's
+        # subnormal range, where the quotient loses digits
+        j = int(np.argmax(np.where(ok, w, -np.inf)))
+        g = float(w[j] * t64 / c[j]) if ok.any() else 0.0
     return r, g
 
 

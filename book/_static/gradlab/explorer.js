@@ -133,7 +133,7 @@
       var key = a + "|" + i, p = grid.points[key];
       var sig = p.signal_norms[d - 1], w = p.weight_norms[d - 1], g = p.global_norm[d - 1];
       // the closed forms of the engine: tf.clip_by_norm per kernel, and the float64 global norm
-      var clipped = mode === "norm" ? w.map(function (v) { return Math.min(v, t); })
+      var clipped = mode === "norm" ? w.map(function (v) { return isFinite(v) ? Math.min(v, t) : NaN; })  // an inf norm scales by inf/inf: NaN, as the core
         : mode === "global_norm" ? w.map(function (v) { return v * t / Math.max(g, t); })
         : w.slice();
       thr.input.disabled = mode === "off";
@@ -142,7 +142,7 @@
       var ids = texts.points[key][d - 1];
       var advice = texts.advice[ids[mode === "off" ? 0 : 1]];
       var st = grid.status_keys[p.status[d - 1]];
-      var clipText = mode === "off" ? cat.clip_off : fill(cat.clip_on, { mode: mode, threshold: cat.thresholds[k] });
+      var clipText = mode === "off" ? cat.clip_off : fill(cat.clip_on, { mode: cat.labels.clip_mode[mode] || mode, threshold: cat.thresholds[k] });
       var line = fill(cat.template, { depth: d, activation: a, initializer: i, mode: "", clip: clipText,
                                       status: cat.status_words[st], advice: advice });
       status.textContent = line;
