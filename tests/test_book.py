@@ -84,12 +84,24 @@ def test_grid_covers_every_setting(grid, texts):
             assert len(texts[lang]["points"][key]) == 100
 
 
-def close(a, b):
+def close(a, b, atol=0.0, floor=0.0):
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    both = np.isfinite(a) & np.isfinite(b)
+    both = np.isfinite(a) & np.isfinite(b) & ((np.abs(a) >= floor) | (np.abs(b) >= floor))
     assert np.array_equal(np.isfinite(a), np.isfinite(b)), (a, b)
     assert np.array_equal(np.isnan(a), np.isnan(b)), (a, b)
-    np.testing.assert_allclose(a[both], b[both], rtol=RTOL, atol=0)
+    np.testing.assert_allclose(a[both], b[both], rtol=RTOL, atol=atol)
+
+
+#: The engine clips float32 gradients: a clipped norm in float32's subnormal range (below
+#: 1.18e-38) keeps fewer digits than the page's float64 closed form: each of a 64×64 kernel's
+#: 4,096 entries rounds to a multiple of 1.4e-45, so its norm is off by up to ~4096 × 0.7e-45.
+#: 1e-41 is far below float32's normal range, where the comparison stays at rtol.
+SUBNORMAL_ATOL = 1e-41
+#: Below this clipped norm some of the kernel's entries are subnormal, and TensorFlow's CPU kernels
+#: flush subnormal results to zero: the engine then reads 0 where the closed form reads
+#: ~1e-39. Clipped norms that small are compared for finiteness only (measured: sigmoid,
+#: glorot_normal, depth 85, global-norm clip at 1e-3: 6 of 85 layers).
+FLUSHED_BELOW = 1e-32
 
 
 def page_clip(w, g, mode, t):
@@ -111,7 +123,8 @@ def test_random_sample_recomputed_with_the_engine(grid, engine):
         for mode in ("norm", "global_norm"):
             for t in (1e-3, 0.1, 1.0, 10.0 ** 0.3, 100.0):
                 clipped = engine.report(depth, act, init, (mode, t), theory=False).clipped_weight_norms
-                close(page_clip(p["weight_norms"][depth - 1], p["global_norm"][depth - 1], mode, t), clipped)
+                close(page_clip(p["weight_norms"][depth - 1], p["global_norm"][depth - 1], mode, t), clipped,
+                      atol=SUBNORMAL_ATOL, floor=FLUSHED_BELOW)
 
 
 def page_status(texts, grid, lang, depth, act, init, clip_mode="off", k=30):

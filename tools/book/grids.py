@@ -86,14 +86,16 @@ def ch01_point(engine, depth: int, activation: str, initializer: str):
     w, c = np.asarray(r.weight_norms), np.asarray(r.clipped_weight_norms)
     t64 = float(np.float32(TINY))
     fin = np.isfinite(w)
+    # layers whose clipped norm stays in float32's normal range (a subnormal one loses digits,
+    # and one below 1.4e-45 rounds to 0 without meaning an infinite global norm)
+    big = fin & (w > 1e-30)
     if np.any(np.isnan(c) & fin) or not fin.any():
         g = math.nan  # a NaN anywhere in the gradients (or no finite layer to read G from)
-    elif np.any((c == 0) & (w > 0) & fin) or not fin.all():
-        g = math.inf  # an infinite gradient: every finite layer is scaled to 0
+    elif not fin.all() or (big.any() and np.all(c[big] == 0)):
+        g = math.inf  # an infinite gradient (or a global norm beyond float32): finite layers scale to 0
     else:
-        ok = (c > 0) & (w > 0) & (c < w)
-        # read G from the layer with the largest norm: its clipped norm is farthest from float32's
-        # subnormal range, where the quotient loses digits
+        ok = big & (c > 0) & (c < w)
+        # read G from the layer with the largest norm: its clipped norm is the most precise
         j = int(np.argmax(np.where(ok, w, -np.inf)))
         g = float(w[j] * t64 / c[j]) if ok.any() else 0.0
     return r, g
