@@ -245,6 +245,7 @@ def test_positions_differ_and_report_text(engine):
 def test_engine_reports_are_computed_once_per_input(engine):
     """report() caches by every input (chapter 09 measures the same seed in several experiments):
     the same inputs return the same report without another run; any other input is measured."""
+    engine._reports.clear()  # the engine is shared by this module's tests: start from an empty cache
     calls = []
     measure = engine._function
     engine._function = lambda *a: calls.append(1) or measure(*a)
