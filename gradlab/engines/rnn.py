@@ -1,19 +1,9 @@
-"""Gradients through time in recurrent networks (chapter 07).
+"""The TimeExplorer's fast engine (chapter 07): :class:`TimeGradientEngine`.
 
-Pure computation: TensorFlow in, NumPy arrays and small dataclasses out; no widgets.
-
-* :func:`build_rnn` builds a Keras ``SimpleRNN``/``GRU``/``LSTM`` with a one-unit readout;
-  :func:`time_report` runs one tape over any sequence model (the core's inputs, loss,
-  ``sample_weight``, norms and clipping) and measures the float64 norm of dLoss/d(input at
-  step t) for every step, earliest first.
-* chapter 07's theory (back-propagation through time by hand, Pascanu's bound and cliff, the
-  adding problem) is in :mod:`gradlab.topics.rnn_theory`.
-* :class:`TimeGradientEngine` is the fast engine behind ``gl.TimeExplorer``: the three cells
-  written once in a ``tf.function`` whose sequence length is a tensor, so no control change
-  retraces. ``tests/test_recurrent.py`` checks it against the Keras layers.
-
-The verdict is :func:`gradlab.reports.verdict.judge` applied to the per-step norms: time plays the
-role of depth.
+The three cells written once in a ``tf.function`` whose sequence length, input scale and
+clip threshold are tensors, so no control change retraces; its weights are those of
+:func:`gradlab.models.rnn.build_rnn` with the same seed. ``tests/test_recurrent.py`` checks it
+against the Keras layers.
 """
 
 from __future__ import annotations

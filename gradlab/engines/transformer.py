@@ -1,24 +1,8 @@
-"""A small causal Transformer and the gradient that reaches each of its blocks (chapter 09).
+"""The TransformerExplorer's fast engine (chapter 09): :class:`TransformerGradientEngine`.
 
-Pure computation (TensorFlow and Keras in, NumPy and small dataclasses out; no widgets):
-
-* :func:`build_transformer` writes a decoder-only language model the way a learner writes one:
-  token and position embeddings, ``num_layers`` blocks of causal ``MultiHeadAttention`` and a
-  ReLU feed-forward network, each with its residual connection and ``LayerNormalization``
-  (``norm_position="post"``: ``x = LN(x + f(x))`` as in Vaswani et al. 2017; ``"pre"``:
-  ``x = x + f(LN(x))`` plus a final LayerNorm), and a ``Dense`` layer that returns logits.
-  Block ``i``'s variables have paths under ``block_{i}/``. Every weight is drawn from a seed
-  derived from ``seed`` and its place in the model, so block ``i`` is the same in a model of any
-  depth and in both norm positions: changing one setting changes only that setting.
-* :func:`markov_tokens` draws token sequences from a fixed sparse Markov chain (each token has
-  a few possible successors), so there is something to learn: the loss can fall from
-  ``ln(vocab_size)`` towards ``ln(branching)``; ``targets="random"`` gives unlearnable labels.
-* :func:`block_gradient_report` measures, with a plain ``GradientTape`` on a Keras model, the
-  float64 norm of the gradient over each block's variables (and of each block's second FFN
-  kernel, the parameter Xiong et al. 2020 analyse) and the size of the residual stream
-  after each block. :class:`TransformerGradientEngine` measures the same thing for the live
-  explorer from one ``tf.function`` per norm position, with the depth as a tensor, so moving
-  a control never retraces.
+It measures what :func:`gradlab.reports.transformer.block_gradient_report` measures, from one
+``tf.function`` per norm position with the depth as a tensor, so moving a control never
+retraces; each report is computed once per input.
 """
 
 from __future__ import annotations
