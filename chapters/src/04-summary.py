@@ -286,7 +286,13 @@ for g in [0.001, 1.0, 1000.0]:
 # with skip connections. It also leaves the model as it found it: the pass runs as `fit` runs a
 # training step (`training=True`: dropout on, BatchNorm on the batch's statistics), and then
 # every variable, trainable or not, is put back. Here is MobileNetV2 with random weights
-# (`weights=None`, so nothing is downloaded) on a batch of four 32×32 images:
+# (`weights=None`, so nothing is downloaded) on a batch of four 32×32 images.
+#
+# We inspect a float64 copy of it, with the same weights (`gl.models.precision.float64_copy`):
+# in float32 the third digit of this backbone's gradient norm depends on the CPU. A float32
+# convolution runs oneDNN's kernels, whose summation order follows the CPU's instruction set,
+# and 155 layers grow the last bit into the printed digits: 1.14e+04 with AVX-512 kernels,
+# 1.16e+04 with AVX2 ones. float64 runs the same code on every x86 CPU.
 
 # %%
 keras.utils.set_random_seed(0)
@@ -294,12 +300,13 @@ backbone = keras.applications.MobileNetV2(input_shape=(32, 32, 3), weights=None,
 images = tf.random.stateless_normal([4, 32, 32, 3], seed=[5, 1])
 labels = tf.one_hot([0, 1, 2, 0], 3)
 cce = keras.losses.CategoricalCrossentropy()
-before = [v.numpy().copy() for v in backbone.variables]
-mobile = gl.inspect_training_step(backbone, images, labels, loss=cce)
+backbone64 = gl.models.precision.float64_copy(backbone)  # the same weights, in float64
+before = [v.numpy().copy() for v in backbone64.variables]
+mobile = gl.inspect_training_step(backbone64, images, labels, loss=cce)
 print(mobile.summary())
 print("layer calls in the report:", len(mobile.layers))
 print("every variable unchanged:",
-      all(np.array_equal(a, v.numpy()) for a, v in zip(before, backbone.variables, strict=True)))  # True
+      all(np.array_equal(a, v.numpy()) for a, v in zip(before, backbone64.variables, strict=True)))  # True
 for problem in mobile.problems:
     print("-", problem)
 
@@ -314,7 +321,7 @@ for problem in mobile.problems:
 # BatchNorm normalizes nothing:
 
 # %%
-mobile_eval = gl.inspect_training_step(backbone, images, labels, loss=cce, training=False)
+mobile_eval = gl.inspect_training_step(backbone64, images, labels, loss=cce, training=False)
 print(mobile_eval.summary())
 print(mobile_eval.problems[0])
 
@@ -535,8 +542,9 @@ def make_my_optimizer():
 my_clip = None  # --- your code: None, or a global-norm threshold such as 1.0
 
 # %% [markdown]
-# The self-check builds a fresh model and optimizer with your functions and trains for up to
-# 200 steps. As stored here, with the broken setup unchanged, it fails and says why:
+# The self-check builds a fresh model and optimizer with your functions and trains a float64
+# copy of the model (the same starting weights; the verdict is then the same on every CPU)
+# for up to 200 steps. As stored here, with the broken setup unchanged, it fails and says why:
 
 # %%
 ch04.check_capstone(make_my_model, make_my_optimizer, my_clip)
@@ -604,12 +612,18 @@ step2 = gl.inspect_training_step(make_model("relu", keras.initializers.HeNormal)
 step2
 
 # %% [markdown]
-# **Step 3: the step length.** With the fixed model, the original `SGD(2.0)` overflows
-# within a few steps:
+# **Step 3: the step length.** From here on each run trains a float64 copy of the model
+# (`gl.models.precision.float64_copy`: the same starting weights, exact in float64), as
+# `ch04.check_capstone` does with yours. Two hundred float32 steps grow the last bit of a
+# matmul, which depends on the CPU's instruction set, into other printed digits and, at the
+# edge of divergence, into another verdict; float64 runs the same code on every x86 CPU. The
+# story is the same in float32, with other digits.
+#
+# With the fixed model, the original `SGD(2.0)` overflows within a few steps:
 
 # %% tags=["solution"]
 def relu_he():
-    return make_model("relu", keras.initializers.HeNormal)
+    return gl.models.precision.float64_copy(make_model("relu", keras.initializers.HeNormal))
 
 
 diverged = relu_he()
@@ -663,7 +677,7 @@ def step_lengths(model, optimizer, clip, steps=200):
     @tf.function  # compiled: three times faster than op by op
     def step():
         with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(tf.square(model(cx) - cy))
+            loss = tf.reduce_mean(tf.square(model(cx) - tf.cast(cy, tf.float64)))  # a float64 model
         grads, _ = tf.clip_by_global_norm(tape.gradient(loss, model.trainable_variables), clip)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return loss
@@ -690,14 +704,13 @@ print("\n".join(rows))
 
 # %% [markdown]
 # (This loop is written out by hand, while the check runs gradlab's own compiled step, which
-# takes the global norm in float64. The two round differently, and over 200 momentum steps
-# those tiny differences grow into different paths: the final loss printed here differs from
-# the one in the check. Both are far below the target; the exact value of a loss this small is
-# not reproducible from one way of running the same steps to another, nor from one CPU to
-# another.)
+# takes the global norm in float64. In float64 the two agree on the final loss to the digits
+# shown. In float32 they do not: over 200 momentum steps the two ways of rounding grow apart
+# into different paths, and so do two CPUs. A loss this far below the target is then not
+# reproducible in float32, only its size.)
 #
 # No. With the clip, `SGD(1.0)` takes steps of length 1 whenever a gradient's norm is above 1,
-# and its loss stalls far above the target. Momentum's steps are about thirty times shorter
+# and its loss stalls far above the target. Momentum's steps are about twenty times shorter
 # (a median of a few hundredths), because the gradient keeps turning and opposing steps cancel in the
 # velocity, long before the steady-slope limit of 1.0 is reached. What momentum buys here
 # is a direction averaged over recent steps, not a longer step.
@@ -736,7 +749,8 @@ print(ch04.check_capstone(relu_he, lambda: keras.optimizers.Adam(0.01), clip=1.0
 
 # %% tags=["solution"]
 def sigmoid_large():
-    return make_model("sigmoid", lambda seed: keras.initializers.RandomNormal(stddev=1.0, seed=seed))
+    return gl.models.precision.float64_copy(
+        make_model("sigmoid", lambda seed: keras.initializers.RandomNormal(stddev=1.0, seed=seed)))
 
 
 print(ch04.check_capstone(sigmoid_large, make_fixed_optimizer, clip=1.0))

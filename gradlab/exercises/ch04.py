@@ -18,6 +18,7 @@ import numpy as np
 
 from .._env import quiet_import_tensorflow
 from ..i18n import _, join_sentences
+from ..models.precision import float64_copy
 from ..train.steps import train_steps
 from .feedback import CheckResult, describe_error
 from .training import check_trains, step_length_advice
@@ -43,12 +44,28 @@ def capstone_data(n: int = 256, seed: int = 0):
     return x, y
 
 
+def _in_float64(model):
+    """The float64 copy the check trains (same starting weights), or ``model`` if it cannot be copied.
+
+    Two hundred float32 steps grow the CPU-dependent last bit of a matmul into other printed
+    digits and, at the edge of divergence, into another verdict (issue 28); the float64 copy
+    gives the same verdict on every x86 CPU. A subclassed model, which cannot be copied layer by
+    layer, trains as it is.
+    """
+    try:
+        return float64_copy(model)
+    except ValueError:
+        return model
+
+
 def check_capstone(make_model: Callable, make_optimizer: Callable, clip: float | None = None, *,
                    steps: int = STEPS, below: float = BELOW) -> CheckResult:
     """The capstone's self-check: build a fresh model and optimizer, train, judge (chapter 04).
 
     ``make_model()`` and ``make_optimizer()`` are the learner's functions; ``clip`` is ``None``
-    or a global-norm threshold. Passes when :func:`gradlab.exercises.training.check_trains` passes on the capstone
+    or a global-norm threshold. The check trains a float64 copy of the model, with the same
+    starting weights (:func:`gradlab.models.precision.float64_copy`), so that its verdict and
+    digits are the same on every CPU. Passes when :func:`gradlab.exercises.training.check_trains` passes on the capstone
     data with ``require_variables=REQUIRED``. When the final loss stays above ``below`` for
     another reason than NaN or ``None``, :func:`gradlab.exercises.training.step_length_advice` is appended.
     """
@@ -76,7 +93,7 @@ def check_capstone(make_model: Callable, make_optimizer: Callable, clip: float |
     if clip is not None:
         clip = float(clip)  # np.float32(1.0) and 1 are as good as 1.0
     try:
-        model, optimizer = make_model(), make_optimizer()
+        model, optimizer = _in_float64(make_model()), make_optimizer()
     except Exception as err:  # noqa: BLE001 - a learner's error is feedback
         return CheckResult(name, False, _("building your model or optimizer raised {error}").format(
             error=describe_error(err)))
@@ -102,6 +119,6 @@ def check_capstone(make_model: Callable, make_optimizer: Callable, clip: float |
     run = details["run"]
     if not (hasattr(run, "losses") and hasattr(run, "global_norms")):
         # a run without its history: train a fresh copy to see what happened
-        run = train_steps(make_model(), x, y, optimizer=make_optimizer(), steps=steps, clip=clip)
+        run = train_steps(_in_float64(make_model()), x, y, optimizer=make_optimizer(), steps=steps, clip=clip)
     advice = step_length_advice(run.losses, run.global_norms, optimizer=optimizer, clip=clip, below=below)
     return CheckResult(name, False, join_sentences(details["summary"], advice), details=run)

@@ -1,0 +1,56 @@
+"""A float64 copy of a Keras model, for results that every CPU reproduces (chapter 04).
+
+A float32 matmul or convolution on an x86 CPU runs oneDNN's kernels, whose summation order
+depends on the CPU's instruction set (AVX2, AVX-512, ...) and on whether the oneDNN graph
+rewrites are on (``TF_ENABLE_ONEDNN_OPTS``): the last bit of a result differs from one CPU to
+another. Two hundred training steps, or the gradient of a 155-layer backbone, grow that bit into
+the printed digits and, at the edge of divergence, into another verdict. A float64 matmul runs
+Eigen's code, the same on every x86 CPU, and its rounding error is far below anything printed.
+:func:`float64_copy` therefore trains or inspects a float64 copy of the model whose starting
+weights are the float32 model's own, cast exactly: the same experiment, in digits that hold.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._env import quiet_import_tensorflow
+
+tf = quiet_import_tensorflow()
+
+__all__ = ["float64_copy"]
+
+
+def float64_copy(model):
+    """A float64 copy of a Sequential or functional Keras ``model``, with its weights cast exactly.
+
+    Every layer is rebuilt from its config with ``dtype="float64"`` (variables and computation in
+    float64; float32 inputs are cast by the first layer), then given the model's own weights,
+    which float64 holds exactly. The model itself is not changed. A model that is already float64
+    is returned as it is. A subclassed model has no config to rebuild its layers from: it raises
+    ``ValueError``, as does anything that is not a built Keras model.
+    """
+    import keras
+
+    if not isinstance(model, keras.Model):
+        raise ValueError(f"model must be a Keras model; got {type(model).__name__}")
+    if not model.built:
+        raise ValueError("model must be built (call it once, or give it a keras.Input) before it is copied")
+    if all(v.dtype == "float64" for v in model.weights if "float" in str(v.dtype)) and \
+            getattr(model.dtype_policy, "compute_dtype", None) == "float64":
+        return model
+    from keras.src.models.functional import Functional  # keras.Model(inputs, outputs) builds one
+
+    if not isinstance(model, (keras.Sequential, Functional)):
+        raise ValueError(f"model must be a Sequential or functional model to be copied layer by layer; "
+                         f"got the subclassed {type(model).__name__}: build it with dtype='float64' instead")
+
+    def as_float64(layer):
+        config = layer.get_config()
+        config["dtype"] = "float64"
+        return type(layer).from_config(config)
+
+    copy = keras.models.clone_model(model, clone_function=as_float64)
+    copy.set_weights([np.asarray(w).astype(np.float64) if np.issubdtype(np.asarray(w).dtype, np.floating)
+                      else w for w in model.get_weights()])
+    return copy
