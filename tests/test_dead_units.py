@@ -82,7 +82,10 @@ def test_relu6_units_die_too():
 @pytest.mark.parametrize("activation", ["leaky_relu", "elu", "gelu"])
 def test_leaky_and_smooth_activations_are_never_dead(activation):
     model = _mlp(dead=32, activation=activation)  # the same bias -10 that kills a relu layer
-    assert _found(model, X) == ()
+    found = _found(model, X)
+    # leaky_relu is never counted; elu and gelu are judged by their derivative, which -10 leaves non-zero
+    # (at -100 float32 rounds it to 0: tests/test_expert3.py)
+    assert found == () if activation == "leaky_relu" else [(d.dead, d.symmetric) for d in found] == [(0, False)]
     report = gl.inspect_training_step(model, X, Y)
     assert "dead-units" not in report.problem_kinds and report.status != "dead-units"
 

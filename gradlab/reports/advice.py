@@ -86,7 +86,8 @@ class Suggestion:
 
     ``claim`` says what the advice claims the change does, where that is checkable: for an
     initializer ``"smaller-variance"``, ``"larger-variance"``, ``"isometry"`` (orthogonal: every
-    singular value 1) or ``"random"`` (any random initializer instead of zeros); ``""`` otherwise.
+    singular value 1) or ``"random"`` (any random initializer instead of zeros); for an activation
+    ``"critical"`` (ReLU with the selected He initializer: the signal keeps its size); ``""`` otherwise.
     """
 
     control: str
@@ -297,6 +298,12 @@ def _vanishing_lines(c: _Case) -> list[str]:
         lines.append(sentence)
     elif act in ("relu",) and pick.add("activation", "leaky_relu"):
         lines.append(_("Dead ReLU units pass no gradient: try {labels}.").format(labels=pick.names("activation")))
+    elif (act not in ("relu", "leaky_relu") and INITIALIZER_FAMILIES.get(init) == "he"
+          and pick.add("activation", "relu", "critical")):
+        # He's variance is matched to ReLU exactly (½·n·Var W = 1); gelu's derivative is smaller on average
+        lines.append(_("{init} is matched to ReLU exactly (½·n·Var W = 1), and {act} passes less of the gradient "
+                       "per layer: try {labels} with it.").format(
+            init=c.pick.label("initializer", init), act=act, labels=pick.names("activation")))
     if pick.add("residual", True):
         lines.append(_("A residual connection ({label}) carries the gradient past every layer.").format(
             label=pick.names("residual")))

@@ -274,7 +274,11 @@ def _batchnorm(c: StepContext) -> Problem | None:
 def _dead_finding(layers: tuple[DeadUnits, ...]) -> str:
     """The finding of the layers with dead units (:func:`gradlab.reports.units.dead_layers`), worst first."""
     d = layers[0]
-    if len(layers) == 1:
+    if len(layers) == 1 and not d.symmetric:
+        text = _("Dead units: {dead} of {units} units of {layer!r} ({activation}) pass no gradient on this batch: "
+                 "their pre-activation is so far below 0 at every example that {activation}'s derivative rounds to "
+                 "exactly 0 in float32.").format(dead=d.dead, units=d.units, layer=d.layer, activation=d.activation)
+    elif len(layers) == 1:
         text = _("Dead ReLU units: {dead} of {units} units of {layer!r} ({activation}) are never active on this batch "
                  "(their output is exactly 0 for every example), while {always} are always active; by chance, a "
                  "freshly initialized layer has about as many of each.").format(dead=d.dead, units=d.units, layer=d.layer,
@@ -299,6 +303,12 @@ def _dead_units(c: StepContext) -> Problem | None:
     layers = dead_layers(c.dead_units)
     if not layers:
         return None
+    if any(not d.symmetric for d in layers):
+        return Problem("dead-units", _dead_finding(layers), _(
+            "look for what pushed the pre-activations that far down (a large negative bias, a huge learning-rate "
+            "step, unnormalized inputs); normalize the layer's input (BatchNormalization, LayerNormalization) or "
+            "use LeakyReLU, whose derivative is never 0; re-initialize the dead layer, since its units get no "
+            "gradient to recover."))
     return Problem(
         "dead-units", _dead_finding(layers),
         _("use LeakyReLU or ELU (they pass a gradient for negative inputs), He initialization (he_normal) with "

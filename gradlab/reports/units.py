@@ -8,9 +8,17 @@ as the activation of a ``Dense`` or convolution layer or as an ``Activation``/``
 **never active** on a batch when its output is exactly 0 at every example (and every position
 of a feature map or sequence): its input stayed at or below the threshold, where the derivative
 is 0, so no gradient reaches its weights or anything before it through it, and a gradient step on
-this batch cannot bring it back (the "dying ReLU"). ``LeakyReLU``, ``ELU``, ``gelu``, ``silu`` and
-``ReLU(negative_slope>0)`` pass a gradient for every input, so they are never dead and are not
-counted.
+this batch cannot bring it back (the "dying ReLU"). Where the layer's pre-activation is known (a
+``Dense`` layer's, or the input of an ``Activation``/``ReLU``/``Lambda`` layer) the finder asks the
+derivative itself: a unit is never active when the activation's derivative is exactly 0 at every
+value. That also finds ``relu6`` units stuck above 6, and units of the smooth activations that die in
+float32 (``elu``, ``selu``, ``gelu``, ``silu``, ``softplus``, ``mish``): far below 0 their derivative
+rounds to exactly 0 (measured: a bias of -100 leaves the kernel before them exactly 0 gradient, a bias
+of -10 does not). ``LeakyReLU``, ``PReLU`` (its slope is a weight that learns) and
+``ReLU(negative_slope>0)`` pass a gradient for every input and are not counted. A convolution's
+activation is judged by its output (exactly 0 for the ReLU family; the smooth ones are not judged
+there). An activation applied as a plain op (``tf.nn.relu`` in a subclassed ``call``,
+``keras.ops.relu`` in a functional model) is no layer, so the finder cannot see it.
 
 Being never active on one batch also happens by chance, and more often than one might think:
 deep in a freshly He-initialized ReLU network the examples' representations grow alike, so a
@@ -20,7 +28,8 @@ initialization (zero biases, weights symmetric about 0) the unit with weights ``
 active on the batch exactly when the unit with ``w`` is never active, and both are equally
 likely draws: the units that are *always* active measure that chance level. A layer is reported when the units never active exceed those always
 active by at least :data:`DEAD_FRACTION` (half) of its units: a negative bias or a step that
-pushed the weights down kills units on one side only. Fresh networks stay far below (at most
+pushed the weights down kills units on one side only. A smooth activation's derivative is 0 only far
+out on one side, so for those no unit is dead by chance and the dead fraction itself is compared. Fresh networks stay far below (at most
 0.16 over 10 seeds of 8-layer MLPs of width 32 and 64, on normal and on [0, 1] inputs, and 5
 small Conv-BN-ReLU CNNs); a layer with every unit dead is 1, one with 24 of 32 dead at least 0.5.
 """
@@ -36,8 +45,8 @@ from .._env import quiet_import_tensorflow
 tf = quiet_import_tensorflow()
 import keras  # noqa: E402
 
-__all__ = ["DEAD_FRACTION", "MIN_VALUES", "RELU_FAMILY", "DeadUnits", "dead_fractions", "dead_layers",
-           "relu_family"]
+__all__ = ["DEAD_FRACTION", "MIN_VALUES", "RELU_FAMILY", "SMOOTH_DYING", "DeadUnits", "dead_fractions",
+           "dead_layers", "relu_family"]
 
 #: A layer whose units never active exceed those always active by this fraction of its units is a problem.
 DEAD_FRACTION = 0.5
@@ -45,6 +54,8 @@ DEAD_FRACTION = 0.5
 MIN_VALUES = 2
 #: The activations whose derivative is exactly 0 on one side: their units can die.
 RELU_FAMILY = frozenset({"relu", "relu6"})
+#: Smooth activations whose float32 derivative rounds to exactly 0 far below 0: their units can die too.
+SMOOTH_DYING = frozenset({"elu", "selu", "gelu", "silu", "softplus", "mish"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +73,9 @@ class DeadUnits:
     always_active: int
     #: How many values each unit produced on the batch (examples × positions).
     values: int
+    #: Whether ``always_active`` is the chance level of ``dead`` (the ReLU family); a smooth
+    #: activation's units are never dead by chance, so its chance level is 0.
+    symmetric: bool = True
 
     @property
     def fraction(self) -> float:
@@ -70,8 +84,11 @@ class DeadUnits:
 
     @property
     def excess(self) -> float:
-        """The fraction of units dead beyond the chance level: ``(dead - always_active) / units``."""
-        return (self.dead - self.always_active) / self.units if self.units else 0.0
+        """The fraction of units dead beyond the chance level: ``(dead - always_active) / units`` for the
+        ReLU family, the dead fraction itself for a smooth activation (:attr:`symmetric`)."""
+        if not self.units:
+            return 0.0
+        return (self.dead - self.always_active) / self.units if self.symmetric else self.dead / self.units
 
     @property
     def judged(self) -> bool:
@@ -95,33 +112,67 @@ def relu_family(layer) -> str | None:
     return name if name in RELU_FAMILY else None
 
 
+def _named(layer) -> tuple[str, object] | None:
+    """``(label, elementwise function)`` of the activation whose units can die that ``layer`` applies to
+    its pre-activation (an ``Activation``/``Lambda`` layer's input, a ``Dense`` layer's ``z``), or None."""
+    if isinstance(layer, keras.layers.ReLU):
+        if relu_family(layer) is None:
+            return None
+        max_value, threshold = layer.max_value, float(np.asarray(layer.threshold))
+        return "ReLU", lambda z: keras.activations.relu(z, max_value=max_value, threshold=threshold)
+    fn = getattr(layer, "function", None) if isinstance(layer, keras.layers.Lambda) else \
+        getattr(layer, "activation", None)
+    name = getattr(fn, "__name__", None)
+    if name in RELU_FAMILY or name in SMOOTH_DYING:
+        return name, keras.activations.get(name)
+    return None
+
+
 def _unit_axis(layer, rank: int) -> int:
     """The axis of the units: the channels of a ``channels_first`` convolution, else the last."""
     return 1 if getattr(layer, "data_format", "channels_last") == "channels_first" and rank > 2 else rank - 1
 
 
+def _flat(c, fn, name: str):
+    """Where the activation passes no gradient (``True``), same shape as the output, or None: the
+    derivative at the pre-activation where it is known, else the ReLU family's exact-0 output."""
+    z = c.pre_activation if c.pre_activation is not None else (c.inputs if isinstance(c.layer, (keras.layers.Activation, keras.layers.ReLU,
+                                                                      keras.layers.Lambda)) else None)
+    if isinstance(z, tf.Tensor) and z.dtype.is_floating and z.shape == c.outputs[0].shape:
+        with tf.GradientTape() as tape:
+            tape.watch(z)
+            y = fn(z)
+        return tf.equal(tape.gradient(y, z), 0)
+    if name in RELU_FAMILY or name == "ReLU":
+        return tf.equal(c.outputs[0], 0)
+    return None
+
+
 def dead_fractions(calls) -> tuple[DeadUnits, ...]:
-    """:class:`DeadUnits` for every ReLU-family layer call among ``calls`` (call order).
+    """:class:`DeadUnits` for every layer call among ``calls`` whose units can die (call order).
 
     ``calls`` are the inspector's tapped calls (:func:`gradlab.core.tap_layers`); a unit is
-    never active when its output is exactly 0 over the whole batch (every other axis).
+    never active when the activation's derivative is exactly 0 over the whole batch (every other
+    axis), or, where the pre-activation is unknown, a ReLU-family output is exactly 0 there.
     """
     out = []
     for c in calls:
-        activation = relu_family(c.layer)
-        if activation is None or not c.outputs:
+        named = _named(c.layer)
+        if named is None or not c.outputs:
             continue
         y = c.outputs[0]
         if y.shape.rank is None or y.shape.rank < 2:
             continue
+        flat = _flat(c, named[1], named[0])
+        if flat is None:
+            continue
         axis = _unit_axis(c.layer, y.shape.rank)
         others = [a for a in range(y.shape.rank) if a != axis]
-        nonzero = tf.not_equal(y, 0)
-        active = tf.reduce_any(nonzero, axis=others).numpy()
-        always = tf.reduce_all(nonzero, axis=others).numpy()
+        active = tf.reduce_any(tf.logical_not(flat), axis=others).numpy()
+        always = tf.reduce_all(tf.logical_not(flat), axis=others).numpy()
         values = int(np.prod([int(y.shape[a]) for a in others]))
-        out.append(DeadUnits(c.name, activation, int(active.size - active.sum()), int(active.size),
-                             int(always.sum()), values))
+        out.append(DeadUnits(c.name, named[0], int(active.size - active.sum()), int(active.size),
+                             int(always.sum()), values, named[0] not in SMOOTH_DYING))
     return tuple(out)
 
 

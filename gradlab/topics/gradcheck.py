@@ -38,7 +38,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .._env import quiet_import_tensorflow
-from ..i18n import _, join_list, join_sentences
+from ..i18n import _, join_list, join_sentences, ngettext
 from ..progress import Progress, check_progress
 
 tf = quiet_import_tensorflow()
@@ -486,22 +486,43 @@ def _shifted(f, work: _Work, k: int, flat, j: int, step: float, s: int):
 def _differences_of(f, work: _Work, k: int, delta, bar: Progress) -> _Differences:
     """Four evaluations of ``f`` per element of input ``k`` (steps -2h, -h, h, 2h)."""
     flat = np.asarray(work.inputs[k].numpy(), dtype=np.float64).ravel()
-    h = np.full(flat.shape, delta) if delta is not None else default_step(flat, work.dtype)
+    h = np.full(flat.shape, delta, dtype=np.float64) if delta is not None else default_step(flat, work.dtype)
     shape = (work.y0.size, flat.size)
     d = _Differences(*(np.zeros(shape) for _i in range(6)), steps=h.reshape(work.inputs[k].shape))
-    eps, y0 = _EPS[work.dtype], work.y0
     for j in range(flat.size):
-        (xm2, ym2), (xm1, ym1), (xp1, yp1), (xp2, yp2) = (_shifted(f, work, k, flat, j, h[j], s)
-                                                          for s in (-2, -1, 1, 2))
-        x0 = float(flat[j])
-        d.d1[:, j] = (yp1 - ym1) / (xp1 - xm1)
-        d.d2[:, j] = (yp2 - ym2) / (xp2 - xm2)
-        d.left1[:, j] = (y0 - ym1) / (x0 - xm1)
-        d.jump1[:, j] = (yp1 - y0) / (xp1 - x0) - d.left1[:, j]
-        d.jump2[:, j] = (yp2 - y0) / (xp2 - x0) - (y0 - ym2) / (x0 - xm2)
-        d.rounding[:, j] = eps * (np.abs(yp1) + np.abs(ym1) + np.abs(y0)) / (xp1 - xm1)
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):  # NaN/inf f: judged in the comparison
+            step = _difference_column(f, work, k, flat, j, float(h[j]), d)
+            # the default step scales with |x| (x + h must move x): where f varies on a scale of its own
+            # (sin at 1e6), the differences at h and 2h disagree; smaller steps, down to the unscaled one
+            smallest = float(default_step(np.zeros(1), work.dtype)[0])
+            while delta is None and step / 8 >= smallest and _unsettled(d, j, TOLERANCES[work.dtype]):
+                step = _difference_column(f, work, k, flat, j, step / 8, d)
+        h[j] = step
         bar.update()
+    d.steps = h.reshape(work.inputs[k].shape)
     return d
+
+
+def _unsettled(d: _Differences, j: int, tol: float) -> bool:
+    """Column ``j``'s differences at h and 2h, or its one-sided slopes, disagree beyond ``tol``."""
+    scale = float(np.max(np.abs(np.where(np.isfinite(d.d1[:, j]), d.d1[:, j], 0.0)), initial=0.0)) or 1.0
+    spread = np.maximum(np.abs(d.d2[:, j] - d.d1[:, j]), np.abs(d.jump1[:, j]))
+    return bool(np.any(spread > tol * scale + 2 * _ROUNDING_SAFETY * d.rounding[:, j]))
+
+
+def _difference_column(f, work: _Work, k: int, flat, j: int, step: float, d: _Differences) -> float:
+    """Column ``j`` of ``d``: the differences of ``f`` for element ``j`` of input ``k`` at ``step``."""
+    eps, y0 = _EPS[work.dtype], work.y0
+    (xm2, ym2), (xm1, ym1), (xp1, yp1), (xp2, yp2) = (_shifted(f, work, k, flat, j, step, s)
+                                                      for s in (-2, -1, 1, 2))
+    x0 = float(flat[j])
+    d.d1[:, j] = (yp1 - ym1) / (xp1 - xm1)
+    d.d2[:, j] = (yp2 - ym2) / (xp2 - xm2)
+    d.left1[:, j] = (y0 - ym1) / (x0 - xm1)
+    d.jump1[:, j] = (yp1 - y0) / (xp1 - x0) - d.left1[:, j]
+    d.jump2[:, j] = (yp2 - y0) / (xp2 - x0) - (y0 - ym2) / (x0 - xm2)
+    d.rounding[:, j] = eps * (np.abs(yp1) + np.abs(ym1) + np.abs(y0)) / (xp1 - xm1)
+    return step
 
 
 # ----------------------------------------------------------------------------- stage 6: the comparison
@@ -512,16 +533,23 @@ class _Comparison:
     worst_excess: float = -1.0
     wrong: int = 0
     kinks: list = dataclasses.field(default_factory=list)
+    nonfinite_tape: int = 0  # entries where the tape returns NaN/inf
+    nonfinite_differences: int = 0  # entries where only the finite differences are NaN/inf
 
 
 def _compare_input(out: _Comparison, k: int, t_jac, d: _Differences, work: _Work, xname: str, tol: float) -> None:
     """Entries of input ``k`` beyond the finite differences' own error (wrong), and its kinks."""
-    scale = max(float(np.max(np.abs(t_jac), initial=0.0)), float(np.max(np.abs(d.d1), initial=0.0))) or 1.0
-    diff = np.abs(t_jac - d.d1)
+    finite = np.isfinite(t_jac) & np.isfinite(d.d1)
+    scale = max(float(np.max(np.abs(np.where(finite, t_jac, 0.0)), initial=0.0)),
+                float(np.max(np.abs(np.where(finite, d.d1, 0.0)), initial=0.0))) or 1.0
+    # a NaN/inf entry on either side compares False with any bound: it is wrong, not within it
+    diff = np.where(finite, np.abs(t_jac - d.d1), np.inf)
     allowed = tol * scale + _ROUNDING_SAFETY * d.rounding + _TRUNCATION_SAFETY * np.abs(d.d2 - d.d1)
     big = np.abs(d.jump1) > _KINK_SIZE * scale + 2 * _ROUNDING_SAFETY * d.rounding
-    kink = big & (np.abs(d.jump2) < 1.5 * np.abs(d.jump1))
-    bad = (diff > allowed) & ~kink
+    kink = big & (np.abs(d.jump2) < 1.5 * np.abs(d.jump1)) & finite
+    bad = ~(diff <= allowed) & ~kink
+    out.nonfinite_tape += int(np.sum(~np.isfinite(t_jac)))
+    out.nonfinite_differences += int(np.sum(np.isfinite(t_jac) & ~np.isfinite(d.d1)))
     out.wrong += int(bad.sum())
     rel = diff / scale
     out.max_rel = max(out.max_rel, float(rel.max(initial=0.0)))
@@ -540,6 +568,28 @@ def _compare_input(out: _Comparison, k: int, t_jac, d: _Differences, work: _Work
         out.kinks.append(Kink(k, xin, float(base[j]), _output_index(work.y_shapes, i), left,
                               left + float(d.jump1[i, j]), float(t_jac[i, j]), float(d.steps.ravel()[j]),
                               _name(xname, k, xin)))
+
+
+def _nonfinite_notes(out: _Comparison) -> list[str]:
+    """Why entries that are NaN/inf count as wrong: the tape's (a gradient that is NaN where ``f``
+    is finite, such as ``tf.norm`` at 0) or the finite differences' (``f`` is not finite within a step)."""
+    notes = []
+    if out.nonfinite_tape:
+        notes.append(ngettext(
+            "The tape returns NaN/inf in {n} Jacobian entry (an op whose derivative is infinite or 0/0 at xs, such "
+            "as tf.norm or tf.sqrt at 0): such a gradient is wrong even where f itself is finite; use a safe form "
+            "(tf.sqrt(x + 1e-12)) or a custom gradient.",
+            "The tape returns NaN/inf in {n} Jacobian entries (an op whose derivative is infinite or 0/0 at xs, such "
+            "as tf.norm or tf.sqrt at 0): such a gradient is wrong even where f itself is finite; use a safe form "
+            "(tf.sqrt(x + 1e-12)) or a custom gradient.", out.nonfinite_tape).format(n=out.nonfinite_tape))
+    if out.nonfinite_differences:
+        notes.append(ngettext(
+            "f is NaN/inf within a step of xs in {n} Jacobian entry (the edge of its domain, such as tf.sqrt or "
+            "tf.math.log at 0), so finite differences cannot verify it: check at a point inside the domain.",
+            "f is NaN/inf within a step of xs in {n} Jacobian entries (the edge of its domain, such as tf.sqrt or "
+            "tf.math.log at 0), so finite differences cannot verify them: check at a point inside the domain.",
+            out.nonfinite_differences).format(n=out.nonfinite_differences))
+    return notes
 
 
 # ----------------------------------------------------------------------------- the tool
@@ -578,11 +628,12 @@ def check_gradient(f: Callable, *xs, delta: float | None = None, progress: bool 
     for k, (t_jac, d) in enumerate(zip(theoretical, diffs, strict=True)):
         _compare_input(out, k, t_jac, d, work, xname, tol)
     verdict = "wrong" if out.wrong else "kink" if out.kinks else "ok"
+    notes = list(work.notes) + _nonfinite_notes(out)
     return GradientCheck(
         ok=verdict == "ok", verdict=verdict, max_rel_error=out.max_rel,
         theoretical=tuple(theoretical), numerical=tuple(d.d1 for d in diffs), worst=out.worst,
         kinks=tuple(out.kinks), dtype=work.dtype, cast=work.cast, tolerance=tol,
-        steps=tuple(d.steps for d in diffs), wrong_entries=out.wrong, notes=tuple(work.notes),
+        steps=tuple(d.steps for d in diffs), wrong_entries=out.wrong, notes=tuple(notes),
     )
 
 
