@@ -36,7 +36,7 @@ def test_ch00_expected_derivative_against_a_finite_difference():
 
 def test_ch00_ex1_right_answer_passes():
     assert ch00.check_derivative(_tape_derivative(lambda x: tf.sin(x) * x**2))
-    assert ch00.check_derivative(3.1516)  # a plain number is fine too
+    assert ch00.check_derivative(3.151644)  # a plain number is fine too, with the digits a float32 prints
 
 
 def test_ch00_ex1_unwatched_tensor_gives_none_and_the_hint():
@@ -306,3 +306,56 @@ def test_ch04_capstone_a_scale_multiplied_by_zero_is_not_a_repair():
 
     _fails(ch04.check_capstone(model, lambda: keras.optimizers.Adam(0.01)), "standardize/scale never changed",
            "gradient is exactly 0")
+
+
+# ----------------------------------------------------------------------------- helper F's third set
+def test_ch00_ex1_near_misses_are_not_the_tape_value():
+    """A forward difference, a typed-in 3.1514 (as a number or a string) fail; float32 and float64 tapes pass."""
+    from gradlab.exercises import ch00
+
+    def tape_value(dtype):
+        x = tf.constant(1.5, dtype)
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            f = tf.sin(x) * x**2
+        return tape.gradient(f, x)
+
+    assert ch00.check_derivative(tape_value(tf.float32)) and ch00.check_derivative(tape_value(tf.float64))
+    x, h = 1.5, 1e-3
+    for wrong in ((np.sin(x + h) * (x + h) ** 2 - np.sin(x) * x**2) / h, 3.1514, "3.1514"):
+        result = ch00.check_derivative(wrong)
+        assert not result and "finite-difference" in result.feedback, result
+
+
+def test_ch00_ex2_half_mse_names_the_factor():
+    from gradlab.exercises import ch00
+
+    keras.utils.set_random_seed(1)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="relu"), keras.layers.Dense(1)])
+    xb = tf.random.stateless_normal([8, 4], seed=[0, 1])
+    yb = tf.random.stateless_normal([8, 1], seed=[0, 2])
+
+    def half(model, x, y):
+        with tf.GradientTape() as tape:
+            loss = 0.5 * tf.reduce_mean(tf.square(model(x) - y))
+        return tape.gradient(loss, model.trainable_variables)
+
+    result = ch00.check_model_gradients(half, model, xb, yb)
+    assert not result and "factor 0.5" in result.feedback
+
+
+def test_ch03_ex1_a_repeated_python_int_is_not_a_sweep():
+    from gradlab.exercises import ch03
+
+    def noisy_step(x, scale):
+        return scale * tf.reduce_mean(x)
+
+    sweep = gl.TraceCounter(noisy_step)
+    for _scale in [0.1, 0.2, 0.3, 0.4, 0.5]:
+        sweep(tf.ones([3]), 1)  # the same Python int: one trace, and no sweep
+    result = ch03.check_sweep(sweep)
+    assert not result and "Python value" in result.feedback
+    ok = gl.TraceCounter(noisy_step)
+    for scale in [0.1, 0.2, 0.3, 0.4, 0.5]:
+        ok(tf.ones([3]), np.float32(scale))  # NumPy scalars are converted to tensors: one trace, a real sweep
+    assert ch03.check_sweep(ok)

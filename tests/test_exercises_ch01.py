@@ -206,3 +206,21 @@ def test_ex1_an_array_of_depths_gets_exercise_1s_hint_not_exercise_3s():
     r = ch01.check_vanishing_depth(np.arange(20, 60))
     _fails_with(r, "smallest", "min(depths)")
     assert "layer number" not in r.feedback and "np.nonzero" not in r.feedback
+
+
+# ----------------------------------------------------------------------------- helper F's third set
+_EARLY_REFERENCE = tf.clip_by_global_norm  # taken before the check could watch it
+
+
+def _early_alias(grads, t):
+    return _EARLY_REFERENCE(grads, t)[0]
+
+
+def test_clip_a_reference_taken_early_is_still_forbidden():
+    result = ch01.check_clip_by_global_norm(_early_alias)
+    assert not result and "by hand" in result.feedback
+
+
+def test_clip_by_value_is_named():
+    result = ch01.check_clip_by_global_norm(lambda grads, t: [tf.clip_by_value(g, -t, t) for g in grads])
+    assert not result and "tf.clip_by_value" in result.feedback

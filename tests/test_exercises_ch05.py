@@ -164,3 +164,36 @@ def test_ex1_he_uniform_is_named_as_the_same_variance():
 def test_ex1_a_finite_but_exploding_stack_without_a_norm_names_the_missing_norm(fix):
     r = ch05.check_deep_fix(fix)
     assert not r and "exploding" in r.feedback and "Normalize the input of each block" in r.feedback, r.feedback
+
+
+# ----------------------------------------------------------------------------- helper F's third set
+def _step_with(scale_fn, reduce=None):
+    reduce = reduce or tf.reduce_mean
+
+    def train_step(model, optimizer, x, y):
+        with tf.GradientTape() as tape:
+            loss = reduce(tf.square(tf.cast(model(x, training=True), tf.float32) - y))
+            scaled = scale_fn(optimizer, loss)
+        grads = tape.gradient(scaled, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=False))
+        return loss
+
+    return train_step
+
+
+def test_ch05_ex3_a_typed_in_current_scale_fails_and_dynamic_scale_passes():
+    copied = ch05.check_scaled_step(_step_with(lambda opt, loss: loss * ch05.EX3_SCALE))
+    assert not copied and "fixed number" in copied.feedback
+    assert ch05.check_scaled_step(_step_with(lambda opt, loss: loss * opt.dynamic_scale))
+
+
+def test_ch05_ex3_a_summed_loss_names_the_batch_size():
+    result = ch05.check_scaled_step(_step_with(lambda opt, loss: opt.scale_loss(loss), tf.reduce_sum))
+    assert not result and "batch size" in result.feedback
+
+
+def test_ch05_ex2_the_exponent_is_named_and_ex1_accepts_residual_1():
+    k = int(np.log2(ch05.smallest_loss_scale()))
+    result = ch05.check_loss_scale(k)
+    assert not result and "exponent" in result.feedback
+    assert ch05.check_deep_fix({"norm": "layer", "residual": 1})

@@ -445,3 +445,47 @@ def test_ch06_ex2_the_sum_passes_and_the_class_is_named():
     assert ch06.check_uses_every_layer(model, x)
     r = ch06.check_uses_every_layer(_ThirdReviewHeads, x)
     assert not r and "the class _ThirdReviewHeads itself" in r.feedback, r.feedback
+
+
+# ----------------------------------------------------------------------------- helper F's third set
+@pytest.mark.parametrize(("dense", "slices", "needle"), [
+    (1024, 50_000 * 64 * 4, "swapped"),
+    (12.8, 1024, "megabytes"),
+    (12.8e6 / 2**20, 1024, "mebibytes"),
+    (50_000 * 64 * 8, 4 * 64 * 8, "float64"),
+    (50_000 * 64 * 32, 4 * 64 * 32, "bits"),
+    (50_000 * 64 * 4, 64 * 4, "one row"),
+])
+def test_ch06_ex4_units_and_swaps_are_named(dense, slices, needle):
+    _fails(ch06.check_dense_bytes(dense, slices), needle)
+
+
+def test_ch06_ex6_keras_without_from_logits_and_half_the_loss_are_named():
+    _fails(ch06.check_bce_from_logits(lambda y, z: keras.losses.binary_crossentropy(y, z)), "from_logits=True")
+    _fails(ch06.check_bce_from_logits(lambda y, z: tf.reduce_mean(tf.math.softplus(z) - y * z) / 2), "half")
+    assert ch06.check_bce_from_logits(lambda y, z: keras.losses.binary_crossentropy(y, z, from_logits=True))
+
+
+def test_ch07_ex3_clip_by_value_that_changes_nothing_says_so():
+    def by_value(model, optimizer, x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(x) - y))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip([tf.clip_by_value(g, -1.0, 1.0) for g in grads], model.trainable_variables, strict=False))
+
+    _fails(ch07.check_clipped_step(by_value), "unclipped", "tf.clip_by_value")
+
+
+def test_ch08_ex1_a_typed_in_global_batch_fails():
+    _fails(ch08.check_replica_loss(lambda p, g: tf.reduce_sum(p) / 8), "typed in")
+    assert ch08.check_replica_loss(lambda p, g: tf.nn.compute_average_loss(p, global_batch_size=g))
+
+
+def test_ch08_ex2_an_answer_for_exactly_two_replicas_fails():
+    def two_only(replica_grads, clip_norm):
+        summed = [a + b for a, b in zip(replica_grads[0], replica_grads[1], strict=False)]
+        return tf.clip_by_global_norm(summed, clip_norm)[0]
+
+    _fails(ch08.check_clip_summed(two_only), "3")
+    assert ch08.check_clip_summed(
+        lambda rg, c: tf.clip_by_global_norm([tf.add_n(list(p)) for p in zip(*rg, strict=False)], c)[0])

@@ -269,3 +269,71 @@ def test_ex5_micro_batches_pass_eagerly_and_in_tf_function():
     assert ch10.check_accumulate(_micro_batches)
     assert ch10.check_accumulate(tf.function(_micro_batches))
     assert not ch10.check_accumulate(tf.function(_whole_batch))
+
+
+# ----------------------------------------------------------------------------- helper F's third set
+def test_central_difference_names_an_ignored_f_a_fixed_h_and_the_backward_difference():
+    ignores_f = ch10.check_central_difference(lambda f, x, h: ((x + h) ** 3 - (x - h) ** 3) / (2 * h))
+    assert not ignores_f and "not of the f passed in" in ignores_f.feedback
+    fixed = ch10.check_central_difference(lambda f, x, h: (f(x + 1e-3) - f(x - 1e-3)) / 2e-3)
+    assert not fixed and "typed in" in fixed.feedback
+    backward = ch10.check_central_difference(lambda f, x, h: (f(x) - f(x - h)) / h)
+    assert not backward and "backward difference" in backward.feedback
+
+
+def test_cube_gradient_with_a_numpy_backward_fails_inside_tf_function():
+    numpy_backward = ch10.check_cube_gradient(_cube(lambda x, dy: 3.0 * x.numpy() ** 2 * dy.numpy()))
+    assert not numpy_backward and "tf.function" in numpy_backward.feedback
+
+
+def test_clip_per_example_always_rescaling_is_named():
+    def rescale(grads, c):
+        n = grads[0].shape[0]
+        norms = tf.sqrt(tf.add_n([tf.reduce_sum(tf.reshape(g, [n, -1]) ** 2, axis=1) for g in grads]))
+        return [g * tf.reshape(c / norms, [n] + [1] * (len(g.shape) - 1)) for g in grads]
+
+    result = ch10.check_clip_per_example(rescale)
+    assert not result and "only shortens" in result.feedback
+
+
+def test_gradient_penalty_names_the_squared_norm():
+    def squared(critic, x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            d = critic(x)
+        g = tape.gradient(d, x)
+        return tf.reduce_mean(tf.square(tf.reduce_sum(tf.square(g), axis=1) - 1.0))
+
+    result = ch10.check_gradient_penalty(squared)
+    assert not result and "squared norm" in result.feedback
+
+
+def _accumulate(split):
+    def accumulate(model, x, y, k):
+        xs, ys = split(x, y, k)
+        total = None
+        for xi, yi in zip(xs, ys, strict=False):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(model(xi) - yi))
+            g = tape.gradient(loss, model.trainable_variables)
+            total = g if total is None else [a + b for a, b in zip(total, g, strict=False)]
+        return [a / len(xs) for a in total]
+
+    return accumulate
+
+
+def test_accumulate_with_a_typed_in_k_or_per_micro_batch_lists_fails():
+    assert ch10.check_accumulate(_accumulate(lambda x, y, k: (tf.split(x, k), tf.split(y, k))))
+    typed = ch10.check_accumulate(_accumulate(lambda x, y, k: (tf.split(x, 3), tf.split(y, 3))))
+    assert not typed and "k = 4" in typed.feedback
+
+    def lists(model, x, y, k):
+        out = []
+        for xi, yi in zip(tf.split(x, k), tf.split(y, k), strict=False):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(model(xi) - yi))
+            out.append(tape.gradient(loss, model.trainable_variables))
+        return out
+
+    per_batch = ch10.check_accumulate(lists)
+    assert not per_batch and "one per micro-batch" in per_batch.feedback

@@ -131,6 +131,22 @@ def _calls_forbidden(fn) -> bool:
     return "clip_by_global_norm" in names
 
 
+def _traces_forbidden(fn, grads, t: float) -> bool:
+    """Whether tracing ``fn`` builds ops under tf.clip_by_global_norm's name scope.
+
+    Catches what the call monitor cannot see: a reference to the function taken before the
+    check ran (``clip = tf.clip_by_global_norm``), or ``tf.compat.v1.clip_by_global_norm``. A
+    function that cannot be traced (NumPy inside) is left to the other two tests.
+    """
+    try:
+        specs = [tf.TensorSpec(g.shape, g.dtype) for g in grads]
+        graph = tf.function(lambda gs: fn(list(gs), t), autograph=False).get_concrete_function(specs).graph
+    except Exception:  # noqa: BLE001 - a function that does not trace: not evidence either way
+        return False
+    return any(op.name.startswith("clip_by_global_norm/") or "/clip_by_global_norm/" in op.name
+               for op in graph.get_operations())
+
+
 @contextlib.contextmanager
 def _monitor_clip_by_global_norm(calls: list):
     """Count the calls of ``tf.clip_by_global_norm`` while the learner's function runs."""
@@ -218,6 +234,10 @@ def _value_problem(label: str, got, grads, t: float, norm: float, first_norm: fl
         return _("with {label} you clipped each tensor on its own (that is tf.clip_by_norm): use one factor, t / "
                  "global_norm, for all tensors, where the global norm covers every element of every "
                  "tensor").format(label=label)
+    if _close(got, [tf.clip_by_value(g, -t, t) for g in grads]):
+        return _("with {label} you clipped each element to ±t (tf.clip_by_value): that changes the gradient's "
+                 "direction and leaves a long gradient of small elements as it is. Multiply every gradient by one "
+                 "factor, min(1, t / global_norm)").format(label=label)
     if norm > t and _close(got, grads):
         return _("with {label} the gradients came back unchanged: above the threshold every gradient must be "
                  "multiplied by t / global_norm").format(label=label)
@@ -257,7 +277,7 @@ def check_clip_by_global_norm(fn) -> CheckResult:
     forbidden = _("it calls tf.clip_by_global_norm, which this exercise asks you to write by hand: compute the "
                   "global norm from the squares of all elements, then multiply every gradient by min(1, t / "
                   "global_norm)")
-    if _calls_forbidden(fn):
+    if _calls_forbidden(fn) or _traces_forbidden(fn, [tf.constant(g) for g in CLIP_TEST_GRADS], _CLIP_THRESHOLDS[0]):
         return CheckResult(name, False, forbidden)
     first_norm = float(np.sqrt(sum(np.sum(np.square(g)) for g in CLIP_TEST_GRADS)))
     for grads, t, hidden in _cases():

@@ -103,7 +103,9 @@ def check_deep_fix(my_fix) -> CheckResult:
         return CheckResult(name, False, _not_a_dict(my_fix))
     residual = my_fix.get("residual", True)
     depth = my_fix.get("depth", 100)
-    if residual is not True or isinstance(depth, bool) or depth != 100:
+    if residual is not True and not (isinstance(residual, (int, np.integer)) and residual == 1):
+        residual = False  # 1 is True spelled as a number: it keeps the skip too
+    if residual is False or isinstance(depth, bool) or depth != 100:
         return CheckResult(name, False, _(
             "keep the skip connection and the 100 layers: the exercise asks how to make a deep residual "
             "network work, not how to avoid one"))
@@ -182,13 +184,17 @@ def check_loss_scale(my_scale) -> CheckResult:
     if v < 1:
         return CheckResult(name, False, _("got {value}: a loss scale is a number >= 1 (1 = off)").format(
             value=f"{v:g}"))
+    best = smallest_loss_scale()
+    if v == math.log2(best):
+        return CheckResult(name, False, _("got {value}: that is the exponent k, not the scale. The loss scale is the "
+                                          "factor itself, 2**{value} = {scale}").format(
+                                              value=f"{v:g}", scale=f"{2.0**v:g}"))
     k = math.log2(v)
     if k != int(k):
         return CheckResult(name, False, _("{value} is not a power of two: use 2**k, as LossScaleOptimizer does "
                                           "(then scaling is exact in binary)").format(value=f"{v:g}"))
     k = int(k)
     zeros = _zero_layers(v)
-    best = smallest_loss_scale()
     if zeros < 0:
         return CheckResult(name, False, _("2^{k} overflows: float16's largest value is 65504, and the scaled "
                                           "gradients of the last layers pass it. Smaller.").format(k=k))
@@ -209,13 +215,13 @@ def check_loss_scale(my_scale) -> CheckResult:
 EX3_SCALE = 2.0**12
 
 
-def _ex3_setup():
-    """A fresh mixed_float16 model, a built ``LossScaleOptimizer(SGD(0.1))`` and the batch."""
+def _ex3_setup(scale: float = EX3_SCALE):
+    """A fresh mixed_float16 model, a built ``LossScaleOptimizer(SGD(0.1))`` at ``scale`` and the batch."""
     keras.mixed_precision.set_global_policy("mixed_float16")
     try:
         keras.utils.set_random_seed(0)
         model = build_mlp(14, activation="sigmoid", initializer="glorot_uniform")
-        optimizer = core.loss_scale_optimizer(keras.optimizers.SGD(0.1), initial_scale=EX3_SCALE)
+        optimizer = core.loss_scale_optimizer(keras.optimizers.SGD(0.1), initial_scale=scale)
     finally:
         keras.mixed_precision.set_global_policy("float32")
     optimizer.build(model.trainable_variables)  # so that a step inside tf.function creates no variables
@@ -230,6 +236,12 @@ def _reference_step(model, optimizer, x, y):
     grads = tape.gradient(scaled, model.trainable_variables)
     optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
     return loss
+
+
+def _ex3_batch() -> int:
+    """The number of numbers exercise 3's mean squared error averages (batch × outputs)."""
+    _x, y = make_data(128, 64, 0)
+    return int(np.prod(y.shape))
 
 
 class _Spy:
@@ -274,9 +286,9 @@ class _Spy:
         return [g.numpy().astype(np.float64) for g in self.grads]
 
 
-def _run_step(step):
-    """Run ``step`` on a fresh setup: ``(spy, optimizer, returned value, error)``."""
-    model, optimizer, x, y = _ex3_setup()
+def _run_step(step, scale: float = EX3_SCALE):
+    """Run ``step`` on a fresh setup at loss scale ``scale``: ``(spy, optimizer, returned value, error)``."""
+    model, optimizer, x, y = _ex3_setup(scale)
     spy = _Spy(model, optimizer)
     try:
         out = step(model, optimizer, x, y)
@@ -312,6 +324,30 @@ def _error_feedback(err: BaseException, spy: _Spy) -> str:
                  "model(x)")
     message = _("train_step raised {error}").format(error=describe_error(err)).rstrip(".")
     return message + (". " + hint if hint else "")
+
+
+#: A second loss scale the check runs a step at when optimizer.scale_loss was not called: a factor
+#: typed in (4096.0, ch05.EX3_SCALE) matches the first scale only.
+_OTHER_SCALE = 2.0**9
+
+
+def _fixed_factor(train_step) -> str:
+    """Feedback when a step without scale_loss is right at EX3_SCALE only: a hand-written factor."""
+    ref_spy, *_rest = _run_step(_reference_step, _OTHER_SCALE)
+    spy, _opt, _out, err = _run_step(train_step, _OTHER_SCALE)
+    if err is not None or int(spy.applied.numpy()) != 1:
+        return ""
+    got, ref = spy.values(), ref_spy.values()
+    if not all(np.all(np.isfinite(g)) for g in got):
+        return ""
+    r = _ratio(got, ref)
+    if _near(r, 1.0):
+        return ""  # the learner's own spelling of the current scale (optimizer.dynamic_scale)
+    return _("right at the scale 2^{k}, but with the optimizer's scale at 2^{k2} your gradients are {ratio}× the "
+             "expected ones: the loss is multiplied by a fixed number that equals this check's first scale (such as "
+             "4096.0 or ch05.EX3_SCALE). The scale is dynamic: use optimizer.scale_loss(loss), which multiplies by "
+             "the current one").format(k=int(math.log2(EX3_SCALE)), k2=int(math.log2(_OTHER_SCALE)),
+                                       ratio=f"{r:.3g}")
 
 
 def check_scaled_step(train_step) -> CheckResult:
@@ -382,6 +418,9 @@ def check_scaled_step(train_step) -> CheckResult:
             text = _("the gradients are 1/{scale} of the expected ones: they were divided by the scale before "
                      "apply_gradients, which divides them again. Pass the scaled gradients as they come from the "
                      "tape").format(scale=s)
+        elif _near(r, float(_ex3_batch())):
+            text = _("the gradients you apply are {ratio}× the expected ones, the batch size: the loss is a sum "
+                     "over the examples where the mean was wanted (tf.reduce_mean)").format(ratio=f"{r:.3g}")
         elif _near(r, EX3_SCALE):
             text = _("the gradients are {scale}× the expected ones: the loss is scaled twice").format(scale=s)
         else:
@@ -394,6 +433,10 @@ def check_scaled_step(train_step) -> CheckResult:
         return CheckResult(name, False, _(
             "the gradients are about the right size but differ from the expected ones: use the loss "
             "mean((model(x) - y)**2) over the whole batch"))
+    if not scalings:
+        fixed = _fixed_factor(train_step)
+        if fixed:
+            return CheckResult(name, False, fixed)
     if out is not None:
         try:
             value = float(np.asarray(out.numpy() if hasattr(out, "numpy") else out))

@@ -278,6 +278,25 @@ def check_drop_none(drop_none: Callable) -> CheckResult:
 EMBEDDING = {"vocab": 50_000, "dim": 64, "lookups": 4, "bytes_per_float": 4}
 
 
+def _units_feedback(got_dense: float, got_slices: float, dense: int, slices: int) -> str:
+    """Feedback for answers in another unit (bits, kB, MB, MiB, float64's 8 bytes) or swapped."""
+    if math.isclose(got_dense, slices) and math.isclose(got_slices, dense):
+        return _("the two numbers are swapped: dense_bytes is the large one (the whole table), slices_bytes the small "
+                 "one (the rows looked up)")
+    for factor, text in ((2.0, _("twice the bytes: that is float64, 8 bytes per number; the table is float32, 4 "
+                                 "bytes")),
+                         (8.0, _("8× the bytes: that counts bits; the check wants bytes (a float32 takes 4)")),
+                         (1e-3, _("that is kilobytes (1000 bytes): give the number of bytes itself")),
+                         (1e-6, _("that is megabytes (10^6 bytes): give the number of bytes itself, e.g. "
+                                  "50_000 * 64 * 4")),
+                         (2.0**-20, _("that is mebibytes (2^20 bytes): give the number of bytes itself")),
+                         (2.0**-10, _("that is kibibytes (2^10 bytes): give the number of bytes itself"))):
+        for which, value, want in (("dense_bytes", got_dense, dense), ("slices_bytes", got_slices, slices)):
+            if math.isclose(value, want * factor, rel_tol=1e-3):
+                return _("{which} = {value}: {text}").format(which=which, value=f"{value:g}", text=text)
+    return ""
+
+
 def check_dense_bytes(dense_bytes, slices_bytes) -> CheckResult:
     """Exercise 4: bytes of the dense gradient and of the IndexedSlices' values (float32)."""
     name = _("memory of the embedding gradient")
@@ -290,8 +309,16 @@ def check_dense_bytes(dense_bytes, slices_bytes) -> CheckResult:
         if problem is not None:
             return problem
         got[label] = number
-    if got["dense_bytes"] == e["vocab"] * e["dim"] or got["slices_bytes"] == e["lookups"] * e["dim"]:
+    unit = _units_feedback(got["dense_bytes"], got["slices_bytes"], dense, slices)
+    if unit:
+        return CheckResult(name, False, unit)
+    if got["dense_bytes"] == e["vocab"] * e["dim"] or (got["slices_bytes"] == e["lookups"] * e["dim"]
+                                                       and got["dense_bytes"] != dense):
         return CheckResult(name, False, _("that is a number of floats: a float32 takes 4 bytes"))
+    if got["slices_bytes"] == e["dim"] * e["bytes_per_float"]:
+        return CheckResult(name, False, _("slices_bytes = {value}: that is one row of the table; the slices hold one "
+                                          "row per lookup, {lookups} of them").format(
+                                              value=f"{got['slices_bytes']:g}", lookups=e["lookups"]))
     if not math.isclose(got["dense_bytes"], dense, rel_tol=1e-9):
         return CheckResult(name, False, _("dense_bytes = {value}: the dense gradient has one float per entry of the "
                                           "whole table").format(value=f"{got['dense_bytes']:g}"))
@@ -393,7 +420,14 @@ def check_bce_from_logits(bce: Callable) -> CheckResult:
         swapped_signs = (float(np.mean(labels * np.logaddexp(0.0, zz) + (1 - labels) * np.logaddexp(0.0, -zz))),
                          float(np.mean(np.logaddexp(0.0, -zz) - labels * zz)),
                          float(np.mean(np.logaddexp(0.0, zz) + labels * zz)))
-        if math.isclose(got, ref * n, rel_tol=1e-4):
+        as_probs = float(keras.losses.binary_crossentropy(labels, logits))  # the logits read as probabilities
+        if math.isclose(got, as_probs, rel_tol=1e-4):
+            hint = _("that is the cross-entropy of the logits read as probabilities: a Keras loss takes "
+                     "probabilities unless from_logits=True. Pass from_logits=True, or write it with softplus")
+        elif math.isclose(got, ref / 2, rel_tol=1e-4):
+            hint = _("half the true loss: a factor 1/2 (or a mean over 2 × the batch), where the task asks for "
+                     "the plain mean over the batch")
+        elif math.isclose(got, ref * n, rel_tol=1e-4):
             hint = _("{n}× too large, the batch size. A sum where the mean was wanted (tf.reduce_mean)").format(n=n)
         elif math.isclose(got, float(np.mean(np.logaddexp(0.0, labels) - zz * labels)), rel_tol=1e-4):
             hint = _("labels and logits are swapped. The arguments are (labels, logits)")

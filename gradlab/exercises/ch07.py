@@ -20,7 +20,7 @@ import numpy as np
 from .._env import quiet_import_tensorflow
 from ..core import global_norm, mean_squared_error, true_global_norm
 from ..engines.rnn import TimeGradientEngine
-from ..i18n import _, join_sentences
+from ..i18n import _, end_sentence, join_sentences
 from ..models.rnn import build_rnn, make_sequence_data
 from ..reports.time import time_report
 from ..reports.verdict import status_word
@@ -291,9 +291,13 @@ def check_clipped_step(fn) -> CheckResult:
         return CheckResult(name, False, _("you clipped each tensor on its own (clipnorm, tf.clip_by_norm): use "
                                           "tf.clip_by_global_norm, one factor for all tensors"))
     if same(got, _reference_weights()):
-        return CheckResult(name, False, _("that is an unclipped step: clip the gradients with "
-                                          "tf.clip_by_global_norm(grads, {c}) before applying them").format(
-                                              c=CLIP_THRESHOLD))
+        text = _("that is an unclipped step: clip the gradients with tf.clip_by_global_norm(grads, {c}) before "
+                 "applying them").format(c=CLIP_THRESHOLD)
+        if same(got, _reference_weights(clipvalue=CLIP_THRESHOLD)):
+            text = join_sentences(end_sentence(text), _(
+                "(Clipping each element to ±{c}, tf.clip_by_value, gives this too: every element of this gradient "
+                "is below {c}, while their global norm is far above it.)").format(c=CLIP_THRESHOLD))
+        return CheckResult(name, False, text)
     scaled = _scaled_step_feedback(got, fresh, steps_taken)
     if scaled:
         return CheckResult(name, False, scaled)

@@ -31,6 +31,15 @@ CLIP_NORMS = (1.0, 4.0, 8.0)
 
 
 # ----------------------------------------------------------------------------- exercise 1
+#: Exercise 1's splits: (the global batch's per-example losses, the number of replicas). The
+#: last has another global batch size, so a typed-in 8 fails there.
+_REPLICA_SPLITS = (
+    ([0.5, 1.0, 2.0, 4.0, 0.25, 3.0, 1.5, 0.75], 2),
+    ([0.5, 1.0, 2.0, 4.0, 0.25, 3.0, 1.5, 0.75], 4),
+    ([0.5, 1.0, 2.0, 4.0, 0.25, 3.0, 1.5, 0.75, 2.5, 0.1, 1.25, 0.6], 3),
+)
+
+
 def _replica_values(name: str, replica_loss: Callable, per_example, share: int, replicas: int):
     """Each replica's loss as a float, and the gradient check on the first replica's."""
     scale = tf.Variable(1.0)  # the per-example losses depend on it: the loss must keep the dependence
@@ -38,7 +47,7 @@ def _replica_values(name: str, replica_loss: Callable, per_example, share: int, 
     for i in range(replicas):
         with tf.GradientTape() as tape:
             part = scale * per_example[i * share:(i + 1) * share]
-            value, problem = call_answer(name, replica_loss, part, 8, what="replica_loss")
+            value, problem = call_answer(name, replica_loss, part, int(per_example.shape[0]), what="replica_loss")
         if problem is not None:
             return None, problem
         if value is None:
@@ -83,22 +92,30 @@ def check_replica_loss(replica_loss: Callable) -> CheckResult:
     can differentiate (a Python float trains nothing).
     """
     name = _("replica loss")
-    per_example = tf.constant([0.5, 1.0, 2.0, 4.0, 0.25, 3.0, 1.5, 0.75])
-    for replicas in (2, 4):
-        share = 8 // replicas
+    for per_example, replicas in _REPLICA_SPLITS:
+        per_example = tf.constant(per_example)
+        batch = int(per_example.shape[0])
+        share = batch // replicas
         got, problem = _replica_values(name, replica_loss, per_example, share, replicas)
         if problem is not None:
             return problem
-        expected = np.array([float(tf.reduce_sum(per_example[i * share:(i + 1) * share])) / 8
+        expected = np.array([float(tf.reduce_sum(per_example[i * share:(i + 1) * share])) / batch
                              for i in range(replicas)])
+        if batch != 8 and np.allclose(got, expected * batch / 8, rtol=1e-5):
+            return CheckResult(name, False, _(
+                "right for the global batch of 8, but with a global batch of {batch} ({replicas} replicas) every loss "
+                "is {batch}/8 times too large: the 8 is typed in. Divide by the global_batch_size argument").format(
+                    batch=batch, replicas=replicas))
         result = check_array(
-            _("{name} ({n} replicas)").format(name=name, n=replicas), got, expected, rtol=1e-5,
+            _("{name} ({n} replicas, global batch {batch})").format(name=name, n=replicas, batch=batch), got, expected,
+            rtol=1e-5,
             hints=[(lambda a, e=expected * replicas: np.allclose(a, e, rtol=1e-5),
-                    _("each replica divided by its own {share} examples, not by the global batch of 8: the summed "
-                      "gradient is then the number of replicas times too large").format(share=share))])
+                    _("each replica divided by its own {share} examples, not by the global batch of {batch}: the summed "
+                      "gradient is then the number of replicas times too large").format(share=share, batch=batch))])
         if not result:
             return result
-    return CheckResult(name, True, _("on 2 and on 4 replicas the losses add up to the global-batch mean"))
+    return CheckResult(name, True, _("on 2 and on 4 replicas of a batch of 8, and on 3 of a batch of 12, the losses "
+                                     "add up to the global-batch mean"))
 
 
 # ----------------------------------------------------------------------------- exercise 2
@@ -119,8 +136,29 @@ def check_clip_summed(clip_summed: Callable) -> CheckResult:
         result = _check_clip_summed_at(name, clip_summed, replica_grads, clip_norm)
         if not result:
             return result
+    # three replicas (summed global norm 3.61): an answer written for exactly two replicas fails here
+    three = [*replica_grads, [tf.constant([[-1.0, -1.0], [0.5, -2.0]]), tf.constant([-0.5, 0.0])]]
+    result = _check_clip_summed_at(name, clip_summed, three, 1.0)
+    if not result:
+        two = _check_clip_summed_at(name, clip_summed, three[:2], 1.0)
+        if two and _same_value(clip_summed, three, three[:2]):
+            return CheckResult(name, False, _("right for 2 replicas, but with 3 your list ignores the third: add "
+                                              "every replica's gradients, tf.add_n over zip(*replica_grads), not "
+                                              "replica_grads[0] + replica_grads[1]"))
+        return CheckResult(name, False, _("right for 2 replicas, but with 3 replicas: {feedback}").format(
+            feedback=result.feedback))
     return CheckResult(name, True, _("at clip_norm 1.0, 4.0 and 8.0 your list equals clipping the sum over the "
-                                     "replicas (8.0 leaves it unchanged)"))
+                                     "replicas (8.0 leaves it unchanged), with 2 replicas and with 3"))
+
+
+def _same_value(clip_summed: Callable, a, b) -> bool:
+    """Whether ``clip_summed`` gives the same list for the replica lists ``a`` and ``b`` (clip 1.0)."""
+    try:
+        got_a = clip_summed([list(r) for r in a], 1.0)
+        got_b = clip_summed([list(r) for r in b], 1.0)
+        return _same([np.asarray(g, np.float64) for g in got_a], got_b)
+    except Exception:  # noqa: BLE001
+        return False
 
 
 def _same(got, want) -> bool:
@@ -128,7 +166,7 @@ def _same(got, want) -> bool:
 
 
 def _check_clip_summed_at(name: str, clip_summed: Callable, replica_grads, clip_norm: float) -> CheckResult:
-    summed = [a + b for a, b in zip(*replica_grads, strict=True)]
+    summed = [tf.add_n(list(parts)) for parts in zip(*replica_grads, strict=True)]
     expected, _norm = tf.clip_by_global_norm(summed, clip_norm)
     norm = true_global_norm(summed)
     value, problem = call_answer(name, clip_summed, [list(r) for r in replica_grads], clip_norm, what="clip_summed")
@@ -160,7 +198,7 @@ def _check_clip_summed_at(name: str, clip_summed: Callable, replica_grads, clip_
         clipped_each = [tf.clip_by_global_norm(r, clip_norm)[0] for r in replica_grads]
         mean = [a / len(replica_grads) for a in summed]
         candidates = [
-            ([a + b for a, b in zip(*clipped_each, strict=True)], _(
+            ([tf.add_n(list(parts)) for parts in zip(*clipped_each, strict=True)], _(
                 "you clipped each replica's gradients, then added them: the sum is longer than clip_norm and points "
                 "elsewhere. Add first, then clip.")),
             (summed, _("with clip_norm {c} you returned the sum unclipped (its global norm is {norm}): clip it with "

@@ -23,7 +23,7 @@ from .._env import quiet_import_tensorflow
 from ..i18n import _, end_sentence, join_sentences
 from ..topics.gradcheck import check_gradient
 from .compare import check_array, check_arrays
-from .feedback import CheckResult, call_answer
+from .feedback import CheckResult, call_answer, clean_message
 
 tf = quiet_import_tensorflow()
 import keras  # noqa: E402
@@ -81,10 +81,22 @@ def check_central_difference(central_difference: Callable) -> CheckResult:
                  (expected * h * h, _("that is the central difference times h²: `/ 2 * h` divides by 2 and then "
                                       "multiplies by h (Python reads it left to right); write `/ (2 * h)`")),
                  (expected * 4, _("that divides by h / 2: write `/ (2 * h)`")),
-                 (expected * h, _("divide the difference by the step"))]
+                 (expected * h, _("divide the difference by the step")),
+                 ((f(x) - f(x - h)) / h, _("that is the backward difference (f(x) - f(x - h)) / h, whose error falls "
+                                           "only as h; step to both sides"))]
+        if f is not cube:
+            hints.append((((x + h) ** 3 - (x - h) ** 3) / (2 * h), _(
+                "that is the central difference of x³, not of the f passed in: call f(x + h) and f(x - h)")))
+        fixed = [other for other in sorted({c[2] for c in cases} - {h})
+                 if not np.isclose((f(x + other) - f(x - other)) / (2 * other), expected, rtol=1e-9, atol=1e-12)]
+        for other in fixed:
+            value = (f(x + other) - f(x - other)) / (2 * other)
+            hints.append((lambda a, v=value: bool(np.allclose(a, v, rtol=1e-10, atol=1e-12)), _(
+                "that is the central difference with h = {other}, not with the h passed in ({h}): is the step "
+                "typed in?").format(other=f"{other:g}", h=f"{h:g}")))
         if getattr(getattr(got, "dtype", None), "name", "") not in ("float16", "bfloat16", "float32"):
             # a float32 answer is close to everything near the slope: only a float64 one can be the exact one
-            hints.append((exact, _("that is the exact derivative: the check wants the central difference, which "
+            hints.append((lambda a, v=exact: bool(np.allclose(a, v, rtol=1e-9, atol=1e-12)), _("that is the exact derivative: the check wants the central difference, which "
                                    "differs from it by its truncation error h²·f‴(x)/6")))
         result = check_array(name, got, expected, rtol=1e-9, atol=1e-12, hints=hints)
         if not result:
@@ -134,8 +146,31 @@ def check_cube_gradient(cube: Callable) -> CheckResult:
                  "differences {fd}.").format(entry=w.label if w else "?", tape=f"{w.theoretical:.6g}" if w else "?",
                                              fd=f"{w.numerical:.6g}" if w else "?")
         return CheckResult(name, False, join_sentences(text, hint))
+    graph = _graph_problem(cube, x)
+    if graph:
+        return CheckResult(name, False, graph)
     return CheckResult(name, True, _("check_gradient accepts it: largest error {err} of the largest entry").format(
         err="< 1e-9" if result.max_rel_error < 1e-9 else f"{result.max_rel_error:.1g}"))
+
+
+def _graph_problem(cube: Callable, x) -> str:
+    """Feedback when ``cube``'s gradient is right eagerly but fails inside tf.function (as in fit)."""
+    def run(t):
+        with tf.GradientTape() as tape:
+            tape.watch(t)
+            out = cube(t)
+        return tape.gradient(out, t)
+
+    try:
+        g = tf.function(run, autograph=False)(x)
+    except Exception as err:  # noqa: BLE001 - a backward pass that needs eager values
+        return _("check_gradient (eager) accepts it, but inside tf.function, as in fit, it raises {error}: the "
+                 "backward pass leaves TensorFlow (.numpy(), NumPy). Write grad with TensorFlow ops, "
+                 "3 * x**2 * dy").format(error=f"{type(err).__name__}: {clean_message(err, 120)}")
+    if g is None or not np.allclose(np.asarray(g), 3 * x.numpy() ** 2, rtol=1e-9):
+        return _("check_gradient (eager) accepts it, but inside tf.function the gradient differs: keep the "
+                 "backward pass in TensorFlow ops")
+    return ""
 
 
 # ----------------------------------------------------------------------------- exercise 3
@@ -154,6 +189,13 @@ def clip_reference(grads, c: float) -> list[np.ndarray]:
     norms = np.sqrt(sum(np.sum(a.reshape(n, -1) ** 2, axis=1) for a in arrays))
     scale = np.minimum(1.0, c / np.maximum(norms, 1e-300))
     return [a * scale.reshape((n,) + (1,) * (a.ndim - 1)) for a in arrays]
+
+
+def _rescaled(arrays, c: float) -> list[np.ndarray]:
+    """Every example scaled to norm ``c`` exactly (a wrong answer: clipping only shortens)."""
+    n = arrays[0].shape[0]
+    norms = np.sqrt(sum(np.sum(a.reshape(n, -1) ** 2, axis=1) for a in arrays))
+    return [a * (c / norms).reshape((n,) + (1,) * (a.ndim - 1)) for a in arrays]
 
 
 def check_clip_per_example(clip_per_example: Callable, clip_norm: float = 1.0) -> CheckResult:
@@ -187,7 +229,10 @@ def _check_clip_once(name: str, clip_per_example: Callable, clip_norm: float) ->
                                "clips each example, over all of its variables together")),
              (per_variable, _("that clips each variable of each example separately: an example's norm is taken "
                               "over all of its variables together")),
-             (arrays, _("nothing was clipped: example 2's norm is far above the bound"))]
+             (arrays, _("nothing was clipped: example 2's norm is far above the bound")),
+             (_rescaled(arrays, clip_norm), _("every example was rescaled to norm clip_norm, the short ones "
+                                              "lengthened too: scale by min(1, clip_norm / norm), which only "
+                                              "shortens"))]
     if isinstance(got, tuple) and len(got) == 2 and not hasattr(got[0], "shape"):
         got = got[0]
     return check_arrays(name, got, expected, labels=["kernel", "bias"], what=_("one per variable"), hints=hints,
@@ -253,7 +298,11 @@ def check_gradient_penalty(gradient_penalty: Callable) -> CheckResult:
     value = check_array(name, got, float(expected), rtol=1e-4, atol=1e-6, hints=[
         (whole_batch, _("that takes one norm over the whole batch: take one norm per example (axis=1), then the "
                         "mean of (norm - 1)²")),
-        (no_square, _("square (norm - 1) before the mean"))])
+        (no_square, _("square (norm - 1) before the mean")),
+        (float(np.mean((np.sum(g**2, axis=1) - 1.0) ** 2)), _("that uses the squared norm, the sum of squares "
+                                                              "without its square root (tf.norm or tf.sqrt)")),
+        (float(np.mean((np.linalg.norm(g, axis=0) - 1.0) ** 2)), _("that takes one norm per input feature "
+                                                                   "(axis=0): take one per example, axis=1"))])
     if not value:
         return value
     if not tf.is_tensor(got):
@@ -343,9 +392,23 @@ def check_accumulate(accumulate: Callable, k: int = 3) -> CheckResult:
     """Exercise 5: ``accumulate(model, x, y, k)`` returns the mean of the gradients of the mean
     squared error over ``k`` equal micro-batches, one per trainable variable.
 
-    The model the learner gets records the batch size of every call: an answer that runs the
-    whole batch at once gets the same numbers, and fails.
+    Tried with ``k`` and with another number of micro-batches (4, or 2 when ``k`` is 4), so an
+    answer that types in 3 or a micro-batch size of 4 fails. The model the learner gets records
+    the batch size of every call: an answer that runs the whole batch at once gets the same
+    numbers, and fails.
     """
+    result = _check_accumulate_once(accumulate, k)
+    if not result:
+        return result
+    other = 4 if k != 4 else 2
+    again = _check_accumulate_once(accumulate, other)
+    if not again:
+        return CheckResult(result.name, False, _("right for k = {k}, but with k = {other}: {feedback}").format(
+            k=k, other=other, feedback=again.feedback))
+    return result
+
+
+def _check_accumulate_once(accumulate: Callable, k: int) -> CheckResult:
     name = _("gradient accumulation")
     model, x, y = regression_model_and_batch()
     n = int(x.shape[0])
@@ -356,6 +419,11 @@ def check_accumulate(accumulate: Callable, k: int = 3) -> CheckResult:
     got, problem = call_answer(name, accumulate, recorded, x, y, k, what="accumulate")
     if problem is not None:
         return problem
+    if (isinstance(got, (list, tuple)) and len(got) == k and len(expected) != k
+            and all(isinstance(item, (list, tuple)) and len(item) == len(expected) for item in got)):
+        return CheckResult(name, False, _(
+            "got {k} lists of {n} gradients, one per micro-batch: return their mean, one tensor per variable "
+            "(add them variable by variable and divide by k)").format(k=k, n=len(expected)))
     hints = [([g * k for g in expected], _("k times too large: divide the sum of the micro-batch gradients by k"))]
     result = check_arrays(name, got, expected, labels=[v.path for v in model.trainable_variables],
                           what=_("one per variable"), hints=hints, rtol=1e-4, atol=1e-6)
@@ -367,5 +435,11 @@ def check_accumulate(accumulate: Callable, k: int = 3) -> CheckResult:
             "the gradients are right, but the model was called on the whole batch of {n} at once: that is one "
             "ordinary step, not accumulation, and it needs the memory accumulation saves. Split x and y into k = {k} "
             "micro-batches of {m} (tf.split), take each one's gradient and average them").format(n=n, k=k, m=n // k))
+    sizes = [b for b in recorded.batch_sizes if b is not None]
+    if sizes and any(b != n // k for b in sizes):
+        return CheckResult(name, False, _(
+            "the gradients are right, but the model was called on batches of {sizes}, not on k = {k} "
+            "micro-batches of {m}: split into the k passed in (tf.split(x, k)), not into a number typed "
+            "in").format(k=k, sizes=sorted(set(int(b) for b in sizes)), m=n // k))
     return CheckResult(name, True, _("the mean of {k} micro-batch gradients equals the gradient of the whole batch "
                                      "of {n}").format(k=k, n=n))
