@@ -475,7 +475,7 @@ lab.snapshot()
 for key in presets.PRESETS:
     _, res = presets.run_preset(key, engine)
     p = res.preset
-    print(f"{gl.i18n._(p.title):<58} {gl.i18n._(presets.QUANTITIES[p.quantity]):<40} paper {res.format(p.paper_value):>8}"
+    print(f"{gl.i18n.pad(gl.i18n._(p.title), 58)} {gl.i18n.pad(gl.i18n._(presets.QUANTITIES[p.quantity]), 40)} paper {res.format(p.paper_value):>8}"
           f"  measured {res.format(res.measured):>8}")
 
 # %% [markdown]

@@ -846,7 +846,7 @@ for name, fn in [("naive", lambda t: tf.math.log(1.0 + tf.exp(t))), ("custom gra
     with tf.GradientTape() as tape:
         tape.watch(big_x)
         out = fn(big_x)
-    print(f"{name:17s} value {out.numpy()}  gradient {tape.gradient(out, big_x).numpy()}")
+    print(f"{gl.i18n.pad(name, 17)} value {out.numpy()}  gradient {tape.gradient(out, big_x).numpy()}")
 
 # %% [markdown]
 # The custom gradient fixes the gradient, but the *value* at 100 is still `inf`: `exp(100)`
