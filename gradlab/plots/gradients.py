@@ -72,6 +72,19 @@ def _show(fig):
     return fig
 
 
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def decade_label(x: float, pos=None) -> str:
+    """A decade tick as plain text, ``10⁻³⁰``: the same look as matplotlib's ``$10^{-30}$``
+    without a mathtext parse per new label, which made a drag's first backgrounds 1.5-2×
+    slower (issue 29). Values between decades get no label."""
+    if not (np.isfinite(x) and x > 0):
+        return ""
+    k = math.log10(x)
+    return "10" + str(round(k)).translate(_SUPERSCRIPT) if abs(k - round(k)) < 1e-9 else ""
+
+
 def decade_limits(values, *, floor: float = 1e-300, min_step: int = 1) -> tuple[float, float]:
     """Whole-decade y-limits around the positive finite ``values`` (5 or 10 decades per step
     for a wide range, at least ``min_step``), so a live plot's axis, and its cached
@@ -150,6 +163,7 @@ class ReportPlot(LivePlot):
                             fontsize=8, color="#57606a")
         ax.yaxis.set_minor_locator(matplotlib.ticker.NullLocator())
         ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(numticks=8))
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(decade_label))
         self.drawn: tuple[str, ...] = ()
         # the note (loss scale) changes rarely: it belongs to the cached background (static_key)
         self.animate(self.band, self.theory, self.forward, self.weight, self.clipped, self.signal,
