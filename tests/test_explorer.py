@@ -678,3 +678,84 @@ def test_chinese_status_lines_join_sentences_without_a_space(chinese, small_engi
     assert te.report.status == "vanishing" and te.status_text.count("。") >= 2, te.status_text
     for text in (ex.status_text, te.status_text):
         assert "。 " not in text, text
+
+
+# ----------------------------------------------------------------------------- drafts (issue 29)
+def _drag(e, control: str, values, *, settle: bool = True):
+    """Send ``values`` to ``e``'s control as the page does (``set_state`` inside the kernel's
+    running event loop), then, with ``settle``, wait past ``e.settle_s``."""
+    import asyncio
+
+    async def run():
+        for v in values:
+            e._controls[control].set_state({"value": v})
+            await asyncio.sleep(0)
+        if settle:
+            await asyncio.sleep(e.settle_s + 0.2)
+
+    asyncio.run(run())
+
+
+def _recorded(monkeypatch):
+    stored = []
+    monkeypatch.setattr("gradlab.widgets.base.store_picture",
+                        lambda model_id, png, text, note="": stored.append((png, text)) or True)
+    return stored
+
+
+def test_a_drag_from_the_page_draws_drafts_then_the_exact_png_once_it_settles(monkeypatch, small_engine):
+    stored = _recorded(monkeypatch)
+    e = gl.GradientExplorer(depth=50, engine=small_engine)
+    e._displayed = True
+    draws = e._plot.full_draws
+    _drag(e, "depth", range(51, 101), settle=False)
+    assert e.plot.format == "jpeg" and e.plot.value[:2] == b"\xff\xd8"  # a draft
+    assert stored == []                                   # nothing stored mid-drag
+    assert e.report.depth == 100 and e.status_text.startswith("depth 100 ·")  # report and status exact
+    draft_draws = e._plot.full_draws - draws
+    assert draft_draws <= 6, draft_draws                  # exact limits would draw 10-14 backgrounds
+    e.settle()                                            # what the timer does (its loop has ended)
+    assert e.plot.format == "png" and e.plot.value[:4] == b"\x89PNG"
+    assert stored == [(e.plot.value, repr(e))]            # stored once, the exact picture
+    exact = gl.GradientExplorer(depth=100, engine=small_engine)
+    assert exact._plot.ax.get_xlim() == e._plot.ax.get_xlim()
+    assert exact._plot.ax.get_ylim() == e._plot.ax.get_ylim()
+    assert e.plot.value == exact.plot.value               # the settled picture is the exact one
+
+
+def test_the_settle_timer_runs_in_the_loop_and_a_python_change_is_exact(monkeypatch, small_engine):
+    stored = _recorded(monkeypatch)
+    e = gl.GradientExplorer(depth=50, engine=small_engine)
+    e._displayed = True
+    _drag(e, "depth", (60, 75, 90, 70))                   # waits past settle_s in the same loop
+    assert e.plot.format == "png" and len(stored) == 1 and e.report.depth == 70
+    assert e.plot.value == gl.GradientExplorer(depth=70, engine=small_engine).plot.value
+    e.depth.value = 71                                    # from Python: exact and stored at once
+    assert e.plot.format == "png" and len(stored) == 2 and not e._plot.drafted
+    e.depth.set_state({"value": 72})                      # from the page, but no loop runs: exact
+    assert e.plot.format == "png" and len(stored) == 3
+
+
+def test_snapshot_and_display_never_show_a_draft(monkeypatch, small_engine):
+    stored = _recorded(monkeypatch)
+    e = gl.GradientExplorer(depth=50, engine=small_engine)
+    e._displayed = True
+    _drag(e, "depth", (80, 60), settle=False)
+    assert e.plot.format == "jpeg" and e._plot.drafted    # x range still 0.5-100.5 from depth 80
+    snap = e.snapshot()
+    assert snap.png[:4] == b"\x89PNG" and snap.text.startswith("depth 60 ·")
+    assert e._plot.ax.get_xlim() == (0.5, 60.5) and len(stored) == 1
+    _drag(e, "depth", (61,), settle=False)
+    bundle = e._repr_mimebundle_()
+    assert base64.b64decode(bundle["image/png"])[:4] == b"\x89PNG" and e.plot.format == "png"
+
+
+@pytest.mark.parametrize("name", list(CHANGES))
+def test_every_explorer_drafts_and_settles(monkeypatch, name):
+    stored = _recorded(monkeypatch)
+    e = _every_explorer()[name]
+    e._displayed = True
+    control, value = next(iter(CHANGES[name][0].items()))
+    _drag(e, control, (value,))
+    assert e.plot.format == "png" and len(stored) == 1, name
+    assert e.plot.value == e._plot.render_png(), name

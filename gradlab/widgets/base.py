@@ -27,10 +27,18 @@ Everything else comes from the base: ``set(**values)`` (several controls, one re
 (``_repr_mimebundle_``), the CSS classes (``gradlab-<css_name>``, ``-plot``, ``-status``, and
 ``gradlab-<css_name>-<control>`` unless a control names its own), a layout that wraps on a
 narrow screen and a figure that follows the width of the output area.
+
+A drag in the page is drawn as drafts (issue 29): ipywidgets' front end sends the next value
+only when the kernel has answered the last one, so the re-plot rate is one per round trip and
+the kernel's share of it must be small. A change from the page keeps the plot's background
+(:attr:`gradlab.plots.live.LivePlot.draft`), is sent as a JPEG and leaves the stored picture
+alone; :attr:`Explorer.settle_s` after the last one, :meth:`Explorer.settle` draws the exact
+PNG and stores it. Changes made in Python are always exact.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import html
 
@@ -53,6 +61,21 @@ def rerun_note() -> str:
     """The line a saved explorer's picture carries (``gradlab_jupyter``'s pre-save hook adds it)."""
     return _("This is the explorer's picture from when the notebook was saved: "
              "run the cell again to bring back the live explorer.")
+
+
+def _from_page(change) -> bool:
+    """Whether ``change`` (an observer's change dict) came from the page: ipywidgets holds the
+    name in the widget's ``_property_lock`` while it applies the front end's state."""
+    owner = change.get("owner") if isinstance(change, dict) else None
+    return owner is not None and change.get("name") in getattr(owner, "_property_lock", {})
+
+
+def _running_loop():
+    """The running asyncio event loop (a Jupyter kernel's), or ``None`` (plain Python, pytest)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def css(widget, name: str):
@@ -92,7 +115,11 @@ class FigureView(widgets.Image):
         return self.live_plot.fig
 
     def refresh(self) -> None:
-        self.value = self.live_plot.render_png()
+        """Re-render: a PNG, or a JPEG while the plot is a draft (a drag; one state message either way)."""
+        fmt = "jpeg" if self.live_plot.draft else "png"
+        with self.hold_sync():
+            self.format = fmt
+            self.value = self.live_plot.render(fmt)
 
 
 class Snapshot:
@@ -256,17 +283,53 @@ class Explorer(widgets.VBox):
         for name, value in values.items():
             self._controls[name].value = value
 
+    #: Seconds without a change from the page after which a drag counts as released.
+    settle_s = 0.15
+
     def _on_change(self, change=None) -> None:
-        """The one change handler: every control is observed with it."""
+        """The one change handler: every control is observed with it.
+
+        A change that the page sends (a learner's drag or click) is drawn as a draft: the
+        report and the status line are exact, but the plot may keep wider axis limits (no
+        new background per step, :attr:`~gradlab.plots.live.LivePlot.draft`) and the stored
+        picture waits. :attr:`settle_s` after the page's last change, the kernel's event loop
+        draws the exact picture and stores it (:meth:`settle`). A change made in Python
+        (a cell, ``set``, a test) is exact and stored at once, as is everything where no
+        event loop runs.
+        """
         if self._muted:
             return
+        loop = _running_loop() if _from_page(change) else None
+        draft = loop is not None
+        if getattr(self, "_settle_handle", None) is not None:
+            self._settle_handle.cancel()  # a draft restarts it once drawn; an exact change is stored
+            self._settle_handle = None
         self._sync()
         self.report = self._compute()
         if self.plot is not None:
+            self._plot.draft = draft
             self._update_plot()
             self.plot.refresh()
         self._set_status()
         self._after_change()
+        if draft:
+            self._settle_handle = loop.call_later(self.settle_s, self.settle)
+        else:
+            self._store_picture()
+
+    def settle(self) -> None:
+        """Draw the exact picture of a drafted change and store it (the timer calls it; so do
+        :meth:`snapshot` and the display, so neither ever shows a draft)."""
+        handle, self._settle_handle = getattr(self, "_settle_handle", None), None
+        if handle is None:
+            return
+        handle.cancel()  # a no-op when the timer itself calls
+        if self.plot is not None:
+            self._plot.draft = False
+            if self._plot.drafted:
+                self._update_plot()  # the exact limits
+            if self._plot.drafted or self.plot.format != "png":
+                self.plot.refresh()
         self._store_picture()
 
     def _store_picture(self) -> None:
@@ -284,6 +347,7 @@ class Explorer(widgets.VBox):
         """A static picture of the current state (see :class:`Snapshot`)."""
         if self.plot is None:
             raise ValueError(f"{type(self).__name__} was built with plot=False: there is no figure to snapshot")
+        self.settle()
         return Snapshot(self.plot.value, self._text())
 
     def copy(self, **overrides):
@@ -304,6 +368,7 @@ class Explorer(widgets.VBox):
         the saved file in place of the view, with a line saying to re-run the cell: a
         reopened chapter shows the learner's last state.
         """
+        self.settle()
         data = widgets.DOMWidget._repr_mimebundle_(self, **kwargs)
         data = dict((data[0] if isinstance(data, tuple) else data) or {})
         if self.plot is not None:
