@@ -185,7 +185,7 @@ t = tf.constant([-2.0, -0.5, 0.3, 1.5])
 for fn in (log1pexp, log1pexp_slip, sign_ste, clip_backward):
     r = gl.check_gradient(fn, t)
     err = "< 1e-9" if r.max_rel_error < 1e-9 else f"{r.max_rel_error:.2g}"  # float64 rounding: a bound
-    print(f"{fn.__name__:14s} {r.verdict:6s} max_rel_error {err}")
+    print(f"{fn.__name__:14s} {gl.i18n.pad(r.verdict_word, 6)} max_rel_error {err}")
 
 # %% [markdown]
 # `clip_backward` passes, and that is a lesson about checks: it changes the gradient only

@@ -38,7 +38,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .._env import quiet_import_tensorflow
-from ..i18n import _, join_list, join_sentences, ngettext
+from ..i18n import _, join_list, join_sentences, ngettext, pgettext
 from ..progress import Progress, check_progress
 
 tf = quiet_import_tensorflow()
@@ -120,6 +120,13 @@ class GradientCheck:
 
     def __bool__(self) -> bool:
         return self.ok
+
+    @property
+    def verdict_word(self) -> str:
+        """``verdict`` in the reader's language (``ok`` → 通过 in Chinese), for tables a chapter prints."""
+        words = {"ok": pgettext("gradient check", "ok"), "wrong": pgettext("gradient check", "wrong"),
+                 "kink": pgettext("gradient check", "kink"), "random": pgettext("gradient check", "random")}
+        return words.get(self.verdict, self.verdict)
 
     @property
     def printed_error(self) -> str:
