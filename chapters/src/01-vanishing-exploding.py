@@ -16,8 +16,9 @@
 #   Glorot/He/LeCun initialization and the choice of activation, each with a cell that
 #   measures what it really does.
 #
-# The core path ends at the summary (about an hour); the optional part after it goes deeper
-# (subnormal numbers, layers that are not square, Adam's second moment).
+# The core path ends with the summary and the exercises right after it (about an hour). The
+# optional part after them goes deeper (subnormal numbers, layers that are not square, Adam's
+# second moment); the exercises' solutions close the chapter.
 
 # %% [markdown]
 # ## Setup
@@ -709,14 +710,59 @@ for act in ["relu", "leaky_relu"]:
 #   backward (fan_out) conditions. ReLU's derivative **is** zero for negative inputs; Leaky
 #   ReLU's is not.
 #
-# **Next:** the [exercises](#Exercises) (they need only the core path), then, if you want
-# more, the optional part below.
+# **Next:** the [exercises](#Exercises) right below (they need only the core path), then, if
+# you want more, the [optional part](#Going-further-·-深入（选读）) after them.
+
+# %% [markdown]
+# ## Exercises
+#
+# Each exercise has a cell to fill in and one check that says what is still wrong. As
+# shipped, the cells hold placeholders, so the checks show ❌ with their feedback; the
+# worked answers are in [Solutions](#Solutions) at the end of the chapter, after the optional
+# part, collapsed.
+#
+# **1. When does ReLU with Glorot start to vanish?** The verdict table above called ReLU with
+# `glorot_uniform` healthy at depth 3, and the initialization table of section 2 found it
+# vanishing at depth 50. Find the **smallest** depth at which `gl.diagnose` calls it vanishing (use the
+# explorer's depth slider, or `engine.report(depth, "relu", "glorot_uniform")`). Before you
+# run the check, decide which of the two rules fires there; the check's ✅ message tells you.
+
+# %%
+first_vanishing_depth = None  # your answer: an int
+ch01.check_vanishing_depth(first_vanishing_depth)
+
+# %% [markdown]
+# **2. Global-norm clipping by hand.** Write `my_clip_by_global_norm(grads, t)` without
+# calling `tf.clip_by_global_norm`: compute the global norm $\sqrt{\sum_i \lVert g_i\rVert^2}$
+# over all tensors and, if it exceeds `t`, multiply every gradient by `t / global_norm`;
+# otherwise return the gradients unchanged. Return a list with one tensor per gradient. The
+# check calls it on `ch01.CLIP_TEST_GRADS` (global norm 5.83) with a threshold below the
+# global norm (2) and one above it (10), then on two gradient sets it does not show you, so
+# compute the norm from the gradients you are given.
+
+# %%
+def my_clip_by_global_norm(grads, t):
+    return None  # your code here
+
+
+ch01.check_clip_by_global_norm(my_clip_by_global_norm)
+
+# %% [markdown]
+# **3. Where does the gradient underflow?** In the depth-100 sigmoid network with Glorot
+# initialization, the first layers receive a signal that is exactly 0. Find the number of the
+# **last** such layer, counting from 1 on the input side.
+
+# %%
+sig100 = engine.report(100, "sigmoid", "glorot_uniform").signal_norms
+last_zero_layer = None  # your code here
+ch01.check_last_zero_layer(last_zero_layer)
 
 # %% [markdown]
 # ## Going further · 深入（选读）
 #
-# This part is optional. The core path ends with the summary above. These sections go deeper into points it only
-# touched; skip them on a first read. The exercises below need only the core path.
+# This part is optional. The core path ended with the summary and the exercises above. These
+# sections go deeper into points it only touched; skip them on a first read. The exercises'
+# solutions follow at the end of the chapter, after this part.
 
 # %% [markdown]
 # ### One step of the chain rule by hand
@@ -1154,49 +1200,6 @@ print("sigmoid + large_normal, predicted / measured gain per layer:",
 # sigmoid with large weights loses about 11 % per layer, far less than with Glorot (a gain of
 # 0.23), yet still vanishing. And a gain near 1 describes the gradient *flow* only: with most
 # units saturated, such a network still trains badly. The verdict is a diagnosis, not a guarantee.
-
-# %% [markdown]
-# ## Exercises
-#
-# Each exercise has a cell to fill in and one check that says what is still wrong. As
-# shipped, the cells hold placeholders, so the checks show ❌ with their feedback; the
-# worked answers are in [Solutions](#Solutions) at the end, collapsed.
-#
-# **1. When does ReLU with Glorot start to vanish?** The verdict table above called ReLU with
-# `glorot_uniform` healthy at depth 3, and the initialization table of section 2 found it
-# vanishing at depth 50. Find the **smallest** depth at which `gl.diagnose` calls it vanishing (use the
-# explorer's depth slider, or `engine.report(depth, "relu", "glorot_uniform")`). Before you
-# run the check, decide which of the two rules fires there; the check's ✅ message tells you.
-
-# %%
-first_vanishing_depth = None  # your answer: an int
-ch01.check_vanishing_depth(first_vanishing_depth)
-
-# %% [markdown]
-# **2. Global-norm clipping by hand.** Write `my_clip_by_global_norm(grads, t)` without
-# calling `tf.clip_by_global_norm`: compute the global norm $\sqrt{\sum_i \lVert g_i\rVert^2}$
-# over all tensors and, if it exceeds `t`, multiply every gradient by `t / global_norm`;
-# otherwise return the gradients unchanged. Return a list with one tensor per gradient. The
-# check calls it on `ch01.CLIP_TEST_GRADS` (global norm 5.83) with a threshold below the
-# global norm (2) and one above it (10), then on two gradient sets it does not show you, so
-# compute the norm from the gradients you are given.
-
-# %%
-def my_clip_by_global_norm(grads, t):
-    return None  # your code here
-
-
-ch01.check_clip_by_global_norm(my_clip_by_global_norm)
-
-# %% [markdown]
-# **3. Where does the gradient underflow?** In the depth-100 sigmoid network with Glorot
-# initialization, the first layers receive a signal that is exactly 0. Find the number of the
-# **last** such layer, counting from 1 on the input side.
-
-# %%
-sig100 = engine.report(100, "sigmoid", "glorot_uniform").signal_norms
-last_zero_layer = None  # your code here
-ch01.check_last_zero_layer(last_zero_layer)
 
 # %% [markdown]
 # ## Solutions

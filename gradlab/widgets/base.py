@@ -53,6 +53,7 @@ except ImportError:  # pragma: no cover - then a saved explorer keeps its displa
 from ..core import CLIP_MODES
 from ..i18n import _, pgettext
 from ..plots.gradients import STATUS_COLORS
+from .sliders import ExactFloatLogSlider
 
 __all__ = ["ClipControls", "Explorer", "FigureView", "Snapshot", "css", "rerun_note", "status_html"]
 
@@ -396,16 +397,26 @@ def _clip_label(mode: str) -> str:
 
 
 class ClipControls:
-    """The ``clip_mode`` and ``clip_norm`` controls of an explorer (chapters 01, 05, 07)."""
+    """The ``clip_mode`` and ``clip_norm`` controls of an explorer (chapters 01, 05, 07, 09)."""
+
+    CLIP_RANGE = (1e-3, 1e3)  # the threshold slider's ends (10**-3 to 10**3)
 
     def clip_controls(self, clip) -> None:
-        """Create ``self.clip_mode`` (off, value, norm, global_norm) and ``self.clip_norm``."""
+        """Create ``self.clip_mode`` (off, value, norm, global_norm) and ``self.clip_norm``.
+
+        ``clip`` is ``None`` or a checked ``(mode, threshold)``; the slider covers thresholds
+        from 1e-3 to 1e3 and keeps the one passed exactly.
+        """
+        if clip is not None and not self.CLIP_RANGE[0] <= clip[1] <= self.CLIP_RANGE[1]:
+            raise ValueError(f"clip's threshold must be from {self.CLIP_RANGE[0]:g} to {self.CLIP_RANGE[1]:g} in an "
+                             f"explorer (its slider's range); got {clip!r}")
         self.clip_mode = self.control("clip_mode", widgets.Dropdown(
             options=_options(("off", *CLIP_MODES), _clip_label),
             value="off" if clip is None else clip[0], description=_("clip")),
             css_name=f"{self._clip_prefix()}clip-mode")
-        self.clip_norm = self.control("clip_norm", widgets.FloatLogSlider(
-            value=1.0 if clip is None else clip[1], base=10, min=-3, max=3, step=0.1,
+        # exactly the threshold passed (0.25 stays 0.25): gradlab.widgets.sliders says why
+        self.clip_norm = self.control("clip_norm", ExactFloatLogSlider(
+            "clip_norm", value=1.0 if clip is None else clip[1], base=10, min=-3, max=3, step=0.1,
             description=_("threshold"), readout_format=".3g", disabled=clip is None),
             css_name=f"{self._clip_prefix()}clip-norm")
 

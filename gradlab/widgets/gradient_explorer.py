@@ -21,6 +21,7 @@ from ..reports.advice import compare_with_paper, gradient_advice
 from ..reports.gradients import check_clip
 from ..reports.verdict import status_word
 from .base import ClipControls, Explorer, css
+from .sliders import ExactIntSlider
 
 __all__ = ["GradientExplorer", "LOSS_SCALES"]
 
@@ -105,8 +106,8 @@ class GradientExplorer(ClipControls, Explorer):
             raise ValueError(f"engine must be an MLPGradientEngine with max_depth >= {EXPLORER_MAX_DEPTH}; "
                              f"got {engine!r}")
         self.engine = engine  # shared with the chapter's own engine: its traces are reused
-        self.depth = self.control("depth", widgets.IntSlider(
-            value=depth, min=1, max=EXPLORER_MAX_DEPTH, description=_("depth")), css_name="depth")
+        self.depth = self.control("depth", ExactIntSlider(
+            "depth", value=depth, min=1, max=EXPLORER_MAX_DEPTH, description=_("depth")), css_name="depth")
         self.activation = self.control("activation", widgets.Dropdown(
             options=list(ACTIVATIONS), value=activation, description=_("activation")),
             css_name="activation")

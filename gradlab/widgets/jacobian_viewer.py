@@ -12,6 +12,7 @@ from ..plots.jacobians import JacobianPlot
 from ..topics.jacobian_timing import JacobianBench
 from ..topics.jacobians import JACOBIAN_FUNCTIONS, jacobian_function
 from .base import Explorer, css
+from .sliders import ExactIntSlider
 
 __all__ = ["JacobianViewer"]
 
@@ -48,8 +49,8 @@ class JacobianViewer(Explorer):
         self.function = self.control("function", widgets.Dropdown(
             options=[(f"{f.name}: {_(f.label)}", f.name) for f in JACOBIAN_FUNCTIONS.values()],
             value=function, description=_("function"), layout=widgets.Layout(width="340px")))
-        self.size = self.control("size", widgets.IntSlider(
-            value=size, min=VIEWER_MIN_SIZE, max=VIEWER_MAX_SIZE, description=_("size n"),
+        self.size = self.control("size", ExactIntSlider(
+            "size", value=size, min=VIEWER_MIN_SIZE, max=VIEWER_MAX_SIZE, description=_("size n"),
             continuous_update=False))
         self.note = css(widgets.HTML(layout=widgets.Layout(width="340px")), "jacobian-note")
         self.start(side=(self.note,))

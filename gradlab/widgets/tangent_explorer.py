@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
-import ipywidgets as widgets
 import numpy as np
 
 from ..i18n import _
 from ..plots.intro import TangentPlot
 from ..topics.intro import slope_and_step, toy_loss
 from .base import Explorer
+from .sliders import ExactFloatSlider
 
 __all__ = ["TangentExplorer"]
 
 _W_RANGE = (-1.0, 5.0)
 _LR_RANGE = (0.0, 2.0)
+
+
+def _exact(x: float) -> str:
+    """``x`` with two decimals, or with the digits (up to 4) it needs: ``-0.50``, ``0.333``.
+
+    A slider's grid value carries float noise (an arrow key gives 0.3999999999999999): that
+    still reads ``0.40``.
+    """
+    two = f"{x:.2f}"
+    return two if abs(float(two) - x) <= 1e-9 else f"{x:.4g}"
 
 
 class TangentExplorer(Explorer):
@@ -30,11 +40,14 @@ class TangentExplorer(Explorer):
             raise ValueError(f"learning_rate must be between 0 and 2, got {learning_rate}")
         self._ws = np.linspace(*_W_RANGE, 241, dtype=np.float32)
         self._losses = toy_loss(self._ws).numpy()
-        self.w = self.control("w", widgets.FloatSlider(
-            value=w, min=_W_RANGE[0], max=_W_RANGE[1], step=0.05, description="w"))
-        self.learning_rate = self.control("learning_rate", widgets.FloatSlider(
-            value=learning_rate, min=_LR_RANGE[0], max=_LR_RANGE[1], step=0.05,
-            description=_("learning rate")), css_name="tangent-lr")
+        # exactly the values passed (w=0.33 stays 0.33), updated when a drag ends:
+        # gradlab.widgets.sliders says why
+        self.w = self.control("w", ExactFloatSlider(
+            "w", value=w, min=_W_RANGE[0], max=_W_RANGE[1], step=0.05, description="w",
+            readout_format=".3g"))
+        self.learning_rate = self.control("learning_rate", ExactFloatSlider(
+            "learning_rate", value=learning_rate, min=_LR_RANGE[0], max=_LR_RANGE[1], step=0.05,
+            description=_("learning rate"), readout_format=".3g"), css_name="tangent-lr")
         self.start()
 
     def _compute(self):
@@ -61,5 +74,5 @@ class TangentExplorer(Explorer):
         else:
             text = _("w = {w}: loss {loss}, slope {slope}, so gradient descent moves w to the left: "
                      "{w_next} (loss {loss_next})")
-        return text.format(w=f"{w:.2f}", loss=f"{loss:.3f}", slope=f"{slope:+.3f}",
+        return text.format(w=_exact(w), loss=f"{loss:.3f}", slope=f"{slope:+.3f}",
                            w_next=f"{w_next:.2f}", loss_next=f"{loss_next:.3f}")

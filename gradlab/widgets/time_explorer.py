@@ -15,6 +15,7 @@ from ..reports.advice import time_advice
 from ..reports.gradients import check_clip
 from ..reports.verdict import status_word
 from .base import ClipControls, Explorer
+from .sliders import ExactFloatLogSlider, ExactIntSlider
 
 __all__ = ["TimeExplorer"]
 
@@ -57,13 +58,14 @@ class TimeExplorer(ClipControls, Explorer):
         self.engine = engine
         self.cell = self.control("cell", widgets.Dropdown(
             options=list(CELLS), value=cell, description=_("cell")))
-        self.steps = self.control("steps", widgets.IntSlider(
-            value=steps, min=MIN_STEPS, max=MAX_STEPS, description=_("steps")))
+        self.steps = self.control("steps", ExactIntSlider(
+            "steps", value=steps, min=MIN_STEPS, max=MAX_STEPS, description=_("steps")))
         self.recurrent_initializer = self.control("recurrent_initializer", widgets.Dropdown(
             options=[(_(label), name) for name, label in RECURRENT_INITIALIZERS.items()],
             value=recurrent_initializer, description=_("recurrent")), css_name="time-initializer")
-        self.input_scale = self.control("input_scale", widgets.FloatLogSlider(
-            value=input_scale, base=10, min=_SCALE_RANGE[0], max=_SCALE_RANGE[1], step=0.1,
+        # exactly the scale passed (0.03 stays 0.03): gradlab.widgets.sliders says why
+        self.input_scale = self.control("input_scale", ExactFloatLogSlider(
+            "input_scale", value=input_scale, base=10, min=_SCALE_RANGE[0], max=_SCALE_RANGE[1], step=0.1,
             description=_("input scale"), readout_format=".3g"))
         self.clip_controls(clip)
         self.advice = None

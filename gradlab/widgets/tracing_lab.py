@@ -11,6 +11,7 @@ from ..i18n import N_, _
 from ..plots.tracing import RETRACE_COLOR, CallTimePlot
 from ..topics.tracing import sgd_step_function, tf
 from .base import Explorer, css
+from .sliders import ExactFloatSlider
 
 __all__ = ["TracingLab"]
 
@@ -49,9 +50,10 @@ class TracingLab(Explorer):
         self._y = self._x @ tf.constant(true_w, tf.float32)
         self.mode = self.control("mode", widgets.ToggleButtons(
             options=[(_(MODE_LABELS[m]), m) for m in MODES], value=mode, description=_("pass as")))
-        self.value = self.control("value", widgets.FloatSlider(
-            value=float(value), min=0.0, max=1.0, step=0.01, description=_("learning rate"),
-            readout_format=".2f", continuous_update=False))
+        # exactly the value passed (0.125 stays 0.125 and reads so): gradlab.widgets.sliders says why
+        self.value = self.control("value", ExactFloatSlider(
+            "value", value=float(value), min=0.0, max=1.0, step=0.01, description=_("learning rate"),
+            readout_format=".3g"))
         self.reset = css(widgets.Button(description=_("reset traces"), icon="refresh"), "tracing-reset")
         self.traces = 0
         self.last_ms = float("nan")

@@ -13,6 +13,7 @@ from ..models.transformer import NORM_POSITIONS
 from ..plots.transformer import TransformerPlot
 from ..train.warmup import TrainingRuns
 from .base import ClipControls, Explorer, css
+from .sliders import ExactIntSlider
 
 __all__ = ["TransformerExplorer"]
 
@@ -59,8 +60,8 @@ class TransformerExplorer(ClipControls, Explorer):
         self.seed = check_int("seed", seed, 0)
         self._runs: dict = {} if runs is None else runs      # (num_layers, position) -> TrainingRuns, shared by copies
         self._models: dict = {}
-        self.num_layers = self.control("num_layers", widgets.IntSlider(
-            value=num_layers, min=1, max=self.engine.max_layers, description=_("blocks")))
+        self.num_layers = self.control("num_layers", ExactIntSlider(
+            "num_layers", value=num_layers, min=1, max=self.engine.max_layers, description=_("blocks")))
         self.norm_position = self.control("norm_position", widgets.Dropdown(
             options=[(_("pre-LN"), "pre"), (_("post-LN"), "post")], value=norm_position,
             description=_("LayerNorm")))
@@ -68,8 +69,8 @@ class TransformerExplorer(ClipControls, Explorer):
         # IntSlider with step 10 rounded warmup 25 to 30, without a word (issue 29).
         self.learning_rate = self.control("learning_rate", widgets.SelectionSlider(
             options=_lr_options([learning_rate]), value=float(learning_rate), description=_("learning rate")))
-        self.warmup_steps = self.control("warmup_steps", widgets.IntSlider(
-            value=warmup_steps, min=0, max=self.steps // 2, step=1, description=_("warmup")))
+        self.warmup_steps = self.control("warmup_steps", ExactIntSlider(
+            "warmup_steps", value=warmup_steps, min=0, max=self.steps // 2, step=1, description=_("warmup")))
         self.clip_controls(clip)
         for c in self.controls:
             c.style.description_width = "90px"
