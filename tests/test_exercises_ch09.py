@@ -76,32 +76,7 @@ def test_warmup_schedule():
     assert "LearningRateSchedule" in ch09.check_warmup_schedule("cosine").feedback
 
 
-def test_clip_threshold():
-    norms = ch09.exercise_norms()
-    assert ch09.check_clip_threshold(np.percentile(norms, 90)).ok
-    assert "extremely aggressive" in ch09.check_clip_threshold(np.percentile(norms, 40)).feedback
-    assert "largest norm" in ch09.check_clip_threshold(norms.max()).feedback
-    assert "mean" in ch09.check_clip_threshold(norms.mean()).feedback
-    assert "10%" in ch09.check_clip_threshold(np.percentile(norms, 80)).feedback
-    assert "string" in ch09.check_clip_threshold("1.5").feedback
 
-
-def test_flat_pre_ln():
-    assert ch09.check_flat_pre_ln("d").ok
-    assert ch09.check_flat_pre_ln(dict(embedding_initializer="normal", scale_embedding=True)).ok
-    for wrong in ("a", "b", "c"):
-        assert "grows block by block" in ch09.check_flat_pre_ln(wrong).feedback
-    assert "answer with one of" in ch09.check_flat_pre_ln("e").feedback
-
-
-def test_flat_pre_ln_table_is_what_the_engine_measures():
-    """The table behind exercise 4 against a measurement: only setting d is flat (12 blocks, pre-LN)."""
-    from gradlab.engines.transformer import TransformerGradientEngine
-
-    engine = TransformerGradientEngine(max_layers=12)
-    ratios = {k: engine.report(12, "pre", **v).ratio for k, v in ch09.FLAT_SETTINGS.items()}
-    assert ratios["d"] > 0.85
-    assert all(ratios[k] < 0.7 for k in "abc"), ratios
 
 
 def test_block_norms_review_cases():
@@ -134,13 +109,6 @@ def test_warmup_schedule_review_cases():
     poly = keras.optimizers.schedules.PolynomialDecay(0.0, 20, 3e-3, power=1.0)   # a right answer, not CosineDecay
     assert ch09.check_warmup_schedule(poly).ok
 
-
-def test_clip_threshold_review_cases():
-    norms = ch09.exercise_norms()
-    typed = float(f"{np.percentile(norms, 90):.3g}")          # the value as the ✅ message prints it
-    assert ch09.check_clip_threshold(typed).ok
-    assert not ch09.check_clip_threshold(np.percentile(norms, 89)).ok
-    assert "np.quantile" in ch09.check_clip_threshold(np.percentile(norms, 0.9)).feedback
 
 
 def test_block_norms_from_probabilities_gets_the_logits_hint():
@@ -182,3 +150,231 @@ def test_ex2_the_right_ramp_length_with_a_wrong_top_names_warmup_target():
 def test_ex2_both_wrong_names_both():
     r = ch09.check_warmup_schedule(_schedule(target=6e-3, steps=10))
     assert not r and "warmup_steps" in r.feedback and "warmup_target" in r.feedback, r.feedback
+
+
+
+# ----------------------------------------------------------------------------- exercise 3 (issue 29 redesign)
+def _log_norms(learning_rate=1e-2, *, reduction="sum_over_batch_size", train=True, compiled=None, norm="dense",
+               model_and_batches=None, passes=1):
+    """A learner's loop over ch09.clip_exercise(): one norm per step, logged before the update."""
+    model, batches = model_and_batches or ch09.clip_exercise()
+    loss_obj = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=reduction)
+    opt = keras.optimizers.Adam(learning_rate)
+
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = loss_obj(y, model(x))
+        grads = tape.gradient(loss, model.trainable_variables)
+        if norm == "dense":                                        # float32, in the graph
+            out = tf.sqrt(tf.add_n([tf.reduce_sum(tf.square(tf.convert_to_tensor(g))) for g in grads]))
+        elif norm == "global":
+            out = tf.linalg.global_norm(grads)                     # IndexedSlices' rows as they are
+        elif norm == "sum":
+            out = tf.add_n([tf.norm(g) for g in grads])            # the variables' norms added
+        else:
+            out = tf.stack([tf.norm(g) for g in grads])            # one norm per variable
+        if train:
+            opt.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        return out
+
+    if compiled is not None:
+        step = tf.function(step, jit_compile=compiled == "xla")
+    logged = []
+    for __ in range(passes):
+        logged = [step(tf.constant(x), tf.constant(y)).numpy() for x, y in batches]
+    return np.array(logged, dtype=np.float64)
+
+
+@pytest.fixture(scope="module")
+def norms_3():
+    """The right norms as the solution logs them: eager, float64 global norms (gl.true_global_norm)."""
+    model, batches = ch09.clip_exercise()
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    opt = keras.optimizers.Adam(1e-2)
+    out = []
+    for x, y in batches:
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x))
+        grads = tape.gradient(loss, model.trainable_variables)
+        out.append(gradlab.true_global_norm(grads))
+        opt.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+    return out
+
+
+def test_ex3_batches_and_model_are_the_reference_run():
+    runs = ch09._clip_runs()
+    model, batches = ch09.clip_exercise()
+    assert len(batches) == 40 and np.array_equal(np.stack([b[0] for b in batches]), runs.x.numpy())
+    assert np.array_equal(np.stack([b[1] for b in batches]), runs.y.numpy())
+    other, __ = ch09.clip_exercise()
+    assert other is not model                                       # a fresh model every call
+    for a, b in zip(model.trainable_variables, runs.model().trainable_variables, strict=True):
+        assert np.array_equal(a.numpy(), b.numpy())
+
+
+@pytest.mark.parametrize("threshold", [
+    lambda n: np.percentile(n, 90),
+    lambda n: np.quantile(n, 0.9),
+    lambda n: np.percentile(n, 90, method="lower"),
+    lambda n: np.percentile(n, 90, method="nearest"),
+    lambda n: float(f"{np.percentile(n, 90):.3g}"),                 # typed in from the ✅ message
+    lambda n: tf.constant(np.percentile(n, 90), tf.float32),
+    lambda n: gradlab.train.warmup.clip_threshold(n, 90),
+])
+def test_ex3_right_thresholds(norms_3, threshold):
+    r = ch09.check_clip_threshold(norms_3, threshold(norms_3))
+    assert r.ok and "steps 1, 2, 3, 16" in r.feedback, r.feedback
+
+
+def test_ex3_right_norms_in_other_forms(norms_3):
+    t = np.percentile(norms_3, 90)
+    for norms in (np.array(norms_3), np.sort(norms_3), [tf.constant(v) for v in norms_3],
+                  tf.constant(norms_3, tf.float32)):
+        r = ch09.check_clip_threshold(norms, t)
+        assert r.ok, r.feedback
+    r = ch09.check_clip_threshold(norms_3, 3.0)       # clips the same 4 steps as the 90th percentile
+    assert r.ok and "same steps" in r.feedback, r.feedback
+
+
+def test_ex3_a_compiled_loop_with_float32_norms_is_right():
+    norms = _log_norms(compiled="xla")
+    r = ch09.check_clip_threshold(norms, np.percentile(norms, 90))
+    assert r.ok, r.feedback
+
+
+@pytest.mark.parametrize("threshold, words", [
+    (lambda n: np.mean(n), "that is the mean"),
+    (lambda n: np.max(n), "largest norm"),
+    (lambda n: np.percentile(n, 0.9), "np.quantile"),
+    (lambda n: np.percentile(n, 40), "extremely aggressive"),
+    (lambda n: np.percentile(n, 80), "the 90th percentile clips 10%"),
+    (lambda n: np.percentile(n, 89), "the 90th percentile clips 10%"),       # off by one percent
+    (lambda n: 2.0, "the 90th percentile clips 10%"),                         # a constant
+    (lambda n: "2.64", "string"),
+    (lambda n: None, "got None"),
+    (lambda n: np.percentile(n, 90, axis=None, keepdims=True), "one value"),
+])
+def test_ex3_wrong_thresholds(norms_3, threshold, words):
+    r = ch09.check_clip_threshold(norms_3, threshold(norms_3))
+    assert not r and words in r.feedback, r.feedback
+
+
+def test_ex3_wrong_norms_of_the_right_run(norms_3):
+    n = np.array(norms_3)
+    cases = [
+        (None, "pass the norms you logged"),
+        (n[1:], "the first step is missing"),
+        (n[:-1], "the last step is missing"),
+        (np.append(n, n[-1]), "41 norms for 40 batches"),
+        (n**2, "squared norms"),
+        (np.full(40, 2.0), "step 1's norm is 2"),                       # a constant
+        (np.where(np.arange(40) == 5, np.nan, n), "step 6 is nan"),
+        ("norms", "list or array"),
+    ]
+    for norms, words in cases:
+        r = ch09.check_clip_threshold(norms, 2.64)
+        assert not r and words in r.feedback, (words, r.feedback)
+    r = ch09.check_clip_threshold(2.64, n)
+    assert not r and "swapped" in r.feedback, r.feedback
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(reduction="sum", compiled="graph"), "sums over the tokens"),                   # sum instead of mean
+    (dict(learning_rate=1e-3, compiled="graph"), "Keras's default for Adam"),
+    (dict(train=False, compiled="graph"), "never trained"),
+    (dict(norm="sum", compiled="graph"), "sum of the variables' norms"),
+    (dict(norm="global", compiled="xla"), "tf.linalg.global_norm's, not the gradient's"),
+    (dict(norm="each", compiled="graph"), "one norm per variable"),                     # the wrong axis
+    (dict(learning_rate=3e-2, compiled="graph"), "the training differs"),
+])
+def test_ex3_wrong_runs(kwargs, words):
+    norms = _log_norms(**kwargs)
+    threshold = np.percentile(norms, 90)
+    r = ch09.check_clip_threshold(norms, threshold)
+    assert not r and words in r.feedback, r.feedback
+
+
+def test_ex3_a_model_trained_twice_gets_the_fresh_model_hint():
+    norms = _log_norms(compiled="graph", passes=2)                 # the cell run twice on the same model
+    r = ch09.check_clip_threshold(norms, np.percentile(norms, 90))
+    assert not r and "fresh ch09.clip_exercise()" in r.feedback, r.feedback
+
+
+# ----------------------------------------------------------------------------- exercise 4 (issue 29 redesign)
+@pytest.fixture(scope="module")
+def flat_4():
+    """``{key: (block norms (8, 24), FFN kernel norms, stream rms (8, 25))}``, measured here."""
+    engine = ch09._flat_engine()      # the check's own engine (traced once for both)
+    out = {}
+    for key, setting in ch09.FLAT_SETTINGS.items():
+        reports = [engine.report(24, "pre", seed=s, **setting) for s in range(8)]
+        out[key] = (np.array([r.layer_grad_norms for r in reports]), np.array([r.ffn_grad_norms for r in reports]),
+                    np.array([r.stream_rms for r in reports]))
+    out["engine"] = engine
+    return out
+
+
+def _ratios(flat, fn):
+    return {k: fn(*flat[k]) for k in ch09.FLAT_SETTINGS}
+
+
+def test_ex4_the_answer_and_its_story(flat_4):
+    want = _ratios(flat_4, lambda n, f, s: n.mean(0)[-1] / n.mean(0)[0])
+    assert want["d"] > 0.8 and all(want[k] < 0.35 for k in "abc"), want   # only d stays near flat
+    assert want["d"] < 0.9   # ... and less flat than the chapter's one 12-block model (0.91)
+
+
+@pytest.mark.parametrize("answer", [
+    lambda fl: _ratios(fl, lambda n, f, s: n.mean(0)[-1] / n.mean(0)[0]),
+    lambda fl: _ratios(fl, lambda n, f, s: float(n.sum(0)[-1] / n.sum(0)[0])),            # sum over seeds
+    lambda fl: _ratios(fl, lambda n, f, s: np.mean(n[:, -1] / n[:, 0])),                 # mean of the ratios
+    lambda fl: _ratios(fl, lambda n, f, s: tf.constant(n.mean(0)[-1] / n.mean(0)[0], tf.float32)),
+    lambda fl: {k: fl["engine"].mean_report(24, "pre", seeds=range(8), **s).ratio
+                for k, s in ch09.FLAT_SETTINGS.items()},
+    lambda fl: {k.upper(): v for k, v in _ratios(fl, lambda n, f, s: n.mean(0)[-1] / n.mean(0)[0]).items()},
+])
+def test_ex4_right_answers(flat_4, answer):
+    r = ch09.check_flat_pre_ln(answer(flat_4))
+    assert r.ok and "Only d stays near flat" in r.feedback, r.feedback
+
+
+@pytest.mark.parametrize("answer, words", [
+    (lambda n, f, s: n[0, -1] / n[0, 0], "one initialization's ratios (seed 0)"),
+    (lambda n, f, s: n.mean(0)[0] / n.mean(0)[-1], "inverted"),
+    (lambda n, f, s: f.mean(0)[-1] / f.mean(0)[0], "second FFN kernel"),
+    (lambda n, f, s: n.mean(0)[-2] / n.mean(0)[0], "next-to-last block"),                 # off by one
+    (lambda n, f, s: n.mean(0)[-1] / n.mean(0)[1], "by the second (index 1)"),            # off by one
+    (lambda n, f, s: n.mean(1)[-1] / n.mean(1)[0], "averaged over the blocks"),           # the wrong axis
+    (lambda n, f, s: s[:, -1].mean() / s[:, 0].mean(), "residual stream's growth"),
+    (lambda n, f, s: 1.0, "same number"),                                                 # a constant
+    (lambda n, f, s: n.mean(0)[-1] / n.mean(0)[0] * 1.05, "not yet right for a, b, c, d"),
+])
+def test_ex4_wrong_answers(flat_4, answer, words):
+    r = ch09.check_flat_pre_ln(_ratios(flat_4, answer))
+    assert not r and words in r.feedback, r.feedback
+
+
+def test_ex4_values_from_earlier_outputs(flat_4):
+    printed = {"a": 0.28, "b": 0.28, "c": 0.43, "d": 0.91}       # condition 1's printout (12 blocks, seed 0)
+    r = ch09.check_flat_pre_ln(printed)
+    assert not r and "the chapter printed" in r.feedback, r.feedback
+    engine = flat_4["engine"]
+    twelve = {k: engine.mean_report(12, "pre", seeds=range(8), **s).ratio for k, s in ch09.FLAT_SETTINGS.items()}
+    r = ch09.check_flat_pre_ln(twelve)
+    assert not r and "these are 12 blocks" in r.feedback, r.feedback
+    seed_0 = {k: engine.report(12, "pre", **s).ratio for k, s in ch09.FLAT_SETTINGS.items()}
+    assert all(abs(seed_0[k] - printed[k]) < 0.006 for k in printed), seed_0   # the printout is the engine's
+
+
+@pytest.mark.parametrize("answer, words", [
+    ("d", "answer with a dict"),
+    ([0.23, 0.23, 0.31, 0.86], "answer with a dict"),
+    ({"a": 0.23, "b": 0.23, "c": 0.31}, "missing: d"),
+    ({"a": 0.23, "b": 0.23, "c": 0.31, "d": 0.86, "e": 1.0}, "unknown: 'e'"),
+    ({"a": 0.23, "b": 0.23, "c": 0.31, "d": None}, "got None"),
+    ({"a": 0.23, "b": 0.23, "c": 0.31, "d": "0.86"}, "string"),
+    (None, "answer with a dict"),
+])
+def test_ex4_malformed_answers(answer, words):
+    r = ch09.check_flat_pre_ln(answer)
+    assert not r and words in r.feedback, r.feedback

@@ -698,24 +698,35 @@ my_schedule = None  # your schedule here
 ch09.check_warmup_schedule(my_schedule)
 
 # %% [markdown]
-# **3. A clip threshold.** `ch09.exercise_norms()` holds the unclipped gradient norms of a
-# 300-step run. Pick the Tuning Playbook's starting threshold for it.
+# **3. A clip threshold for a run you log.** The Playbook's recipe starts from the *unclipped*
+# gradient norm of every step, which you log yourself. `ch09.clip_exercise()` gives a fresh
+# 2-block post-LN model and the 40 batches of its run. Train it with
+# `keras.optimizers.Adam(1e-2)`, one step per batch in order, without clipping, and log each
+# step's global gradient norm (all trainable variables, before the update; the embeddings'
+# gradients are `tf.IndexedSlices`, chapter 00). Then pick the Playbook's starting clip
+# threshold for this run. The check compares your norms with its own run of the same model
+# (40 small steps: a few seconds).
 
 # %%
-norms = ch09.exercise_norms()
+clip_model, clip_batches = ch09.clip_exercise()
+my_norms = None      # your loop here: one norm per step, 40 in all
 my_threshold = None  # your answer: a number
-ch09.check_clip_threshold(my_threshold)
+ch09.check_clip_threshold(my_norms, my_threshold)
 
 # %% [markdown]
-# **4. Flat pre-LN gradients.** Which embedding setting in `ch09.FLAT_SETTINGS` makes a
-# 12-block pre-LN stack's per-block gradients flat at initialization? Measure each with
-# `engine.report(12, "pre", **setting)`, compare the reports' `.ratio` (last block over
-# first; 1 is flat) and answer with its key.
+# **4. Flat pre-LN gradients, on average and deeper.** Condition 1 measured one
+# initialization of a 12-block stack. Does the flat setting stay flat for the *expected*
+# gradient (condition 2) of a deeper stack (condition 4)? For each setting in
+# `ch09.FLAT_SETTINGS`, take the per-block gradient norms (`layer_grad_norms`) of a **24-block**
+# pre-LN stack for the initializations `seed=0` to `7`
+# (`engine.report(24, "pre", seed=s, **setting)`), average each block's norm over the eight,
+# and divide the last block's mean by the first block's. Answer with a dict `{key: ratio}`;
+# which setting is still flat?
 
 # %%
 print(ch09.FLAT_SETTINGS)
-my_choice = None  # "a", "b", "c" or "d"
-ch09.check_flat_pre_ln(my_choice)
+my_ratios = None  # your answer: {"a": ..., "b": ..., "c": ..., "d": ...}
+ch09.check_flat_pre_ln(my_ratios)
 
 # %% [markdown]
 # ## Solutions
@@ -748,17 +759,31 @@ my_schedule = keras.optimizers.schedules.CosineDecay(0.0, decay_steps=180, alpha
 ch09.check_warmup_schedule(my_schedule)
 
 # %% [markdown]
-# **3.** The 90th percentile of the norms:
+# **3.** Log the norm inside the loop, before `apply_gradients`, then take the 90th percentile
+# of what you logged:
 
 # %% tags=["solution"]
-my_threshold = np.percentile(norms, 90)
-ch09.check_clip_threshold(my_threshold)
+clip_model, clip_batches = ch09.clip_exercise()
+clip_opt = keras.optimizers.Adam(1e-2)
+my_norms = []
+for x_b, y_b in clip_batches:
+    with tf.GradientTape() as tape:
+        loss = loss_fn(y_b, clip_model(x_b))
+    grads = tape.gradient(loss, clip_model.trainable_variables)
+    my_norms.append(gl.true_global_norm(grads))      # unclipped, before the update
+    clip_opt.apply_gradients(zip(grads, clip_model.trainable_variables))
+my_threshold = np.percentile(my_norms, 90)
+ch09.check_clip_threshold(my_norms, my_threshold)
 
 # %% [markdown]
-# **4.** Measure every setting and keep the flattest:
+# **4.** Stack each setting's reports as (seeds, blocks), average over the seeds (axis 0:
+# one expected norm per block), then divide the last block by the first:
 
 # %% tags=["solution"]
-ratios = {k: engine.report(12, "pre", **s).ratio for k, s in ch09.FLAT_SETTINGS.items()}
-print({k: round(r, 2) for k, r in ratios.items()})
-my_choice = max(ratios, key=ratios.get)
-ch09.check_flat_pre_ln(my_choice)
+my_ratios = {}
+for key, setting in ch09.FLAT_SETTINGS.items():
+    norms_4 = np.array([engine.report(24, "pre", seed=s, **setting).layer_grad_norms for s in range(8)])
+    expected = norms_4.mean(axis=0)                  # (24,): each block's norm, averaged over the seeds
+    my_ratios[key] = float(expected[-1] / expected[0])
+print("last/first, 24 blocks, mean over 8 seeds:", {k: round(r, 3) for k, r in my_ratios.items()})
+ch09.check_flat_pre_ln(my_ratios)
