@@ -113,7 +113,7 @@ def test_run_workers_shows_one_stage_per_worker_and_the_reference(fake_workers, 
     run = distribute.run_workers(3, batch=12, progress=True)
     assert [w["task"]["index"] for w in run.workers] == [0, 1, 2]
     seen = [f.split("▏ ", 1)[1] for f in frames(capsys.readouterr().out)]
-    assert seen == ["0/4", "1/4 worker 0", "2/4 worker 1", "3/4 worker 2", "4/4 one process", "4/4"]
+    assert seen == ["0/4", "0/4 3 workers started", "1/4 worker 0", "2/4 worker 1", "3/4 worker 2", "4/4 one process", "4/4"]
 
 
 def test_run_workers_is_silent_when_off_and_outside_a_notebook(fake_workers, capsys):

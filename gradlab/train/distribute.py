@@ -652,7 +652,8 @@ def run_workers(num_workers: int = 2, *, steps: int = 3, batch: int = 16, learni
     workers are killed when they exceed ``timeout`` seconds or anything fails; the result
     holds every worker's report and :func:`reference_run` in this process. ``clip`` is
     :func:`train_toy`'s. ``progress`` (``None``: on in a notebook) shows a bar with one stage per
-    worker that has reported and one for the run in this process (``worker 0``, ..., ``one process``).
+    worker that has reported and one for the run in this process (``2 workers started``,
+    ``worker 0``, ..., ``one process``).
     """
     num_workers = check_int("num_workers", num_workers, 1, 8)
     timeout = check_positive("timeout", timeout)
@@ -670,6 +671,7 @@ def run_workers(num_workers: int = 2, *, steps: int = 3, batch: int = 16, learni
                 task = {"cluster": cluster, "task": {"type": "worker", "index": i}}
                 procs.append(subprocess.Popen(command, env=dict(env_base, TF_CONFIG=json.dumps(task)),
                                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root))
+            bar.update(0, note=_("{n} workers started").format(n=num_workers))
             outputs = []
             for i, p in enumerate(procs):
                 left = max(1.0, timeout - (time.perf_counter() - start))
