@@ -156,3 +156,14 @@ def test_long_cells_store_a_finished_bar(notebook, piece, label, end, count):
     assert len(bars) == count, f"{notebook}: the cell with {piece!r} stores {len(bars)} finished {label!r} bars"
     if end:
         assert all(m.group(0).endswith(end) for m in bars), [m.group(0) for m in bars]
+
+
+# ----------------------------------------------------------------------------- time_pfor_vs_loop
+def test_pfor_timing_shows_one_stage_per_size(capsys):
+    timing = gl.topics.jacobian_timing.time_pfor_vs_loop(sizes=(4, 8), repeats=1, progress=True)
+    assert list(timing.sizes) == [4, 8]
+    seen = [f.split("▏ ", 1)[1] for f in frames(capsys.readouterr().out)]
+    assert seen == ["0/2", "1/2 n = 4", "2/2 n = 8", "2/2"]
+    gl.topics.jacobian_timing.time_pfor_vs_loop(sizes=(4,), repeats=1, progress=False)
+    gl.topics.jacobian_timing.time_pfor_vs_loop(sizes=(4,), repeats=1)
+    assert capsys.readouterr().out == ""
