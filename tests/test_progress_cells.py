@@ -129,6 +129,8 @@ def test_run_workers_is_silent_when_off_and_outside_a_notebook(fake_workers, cap
 #: Each of these cells runs for more than about 7 s (measured with nbval --durations, report of
 #: issue 28); cells that print a line per stage instead (chapter 08's fit comparisons) are not listed.
 LONG_CELLS = [
+    ("03-tape-and-function", '"-c", probe]', "probe in a fresh Python process", "1/1", 1),
+    ("03-tape-and-function", '"-c", fit_probe]', "probe in a fresh Python process", "1/1", 1),
     ("08-distributed", "gl.train.distribute.run_workers(2", "multi-worker training", "3/3", 1),
     ("09-transformers", "with Progress(len(SEEDS_40)", "post-LN, 12 blocks", "40/40", 1),
     ("09-transformers", "curves[position, w] = trainers", "training steps", "100/100", 4),
