@@ -1,8 +1,9 @@
 """Progress on long work: one text line that a notebook redraws in place (issue 28).
 
 Every slow gradlab call (``train_steps``, the warmup runs and sweeps, ``check_gradient``,
-``per_example_gradients``, ``measure_peak``, ...) takes ``progress=`` and reports through
-:class:`Progress`. The line is plain text on stdout, redrawn with a carriage return, so
+``per_example_gradients``, ``measure_peak``, ``gl.train.distribute.run_workers``, ...) takes
+``progress=`` and reports through :class:`Progress`; for ``model.fit``, the callback
+``gl.train.fit.FitProgress`` draws one. The line is plain text on stdout, redrawn with a carriage return, so
 
 * JupyterLab and a terminal show one bar that moves (``warmup runs ▕██████░░░░▏ 3/5``);
 * the stored output of a notebook is the finished line only (nbval, like JupyterLab, keeps

@@ -8,6 +8,7 @@ processes; each compares its numbers with an independent single-device computati
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
@@ -99,10 +100,22 @@ def test_bad_input_raises_value_error_naming_the_argument():
     x, y = gl.train.distribute.toy_data(n=6)
     with pytest.raises(ValueError, match="steps must divide the 6 examples"):
         gl.train.distribute.compare_accumulation(x, y, lambda **kw: tf.keras.optimizers.SGD(0.1, **kw), steps=4)
-    with pytest.raises(ValueError, match="clip_norm must be"):
-        gl.train.distribute.train_toy(clip_norm=-1.0)
+    with pytest.raises(ValueError, match="clip must be None or a number > 0"):
+        gl.train.distribute.train_toy(clip=-1.0)
+    with pytest.raises(ValueError, match=r"clip must be a global-norm threshold.*got None"):
+        gl.train.distribute.compare_clipping(None, None, x, y, None)
+    with pytest.raises(ValueError, match=r"clip must be a global-norm threshold.*'value'"):
+        gl.train.distribute.compare_clipping(None, None, x, y, ("value", 0.5))
     with pytest.raises(ValueError, match="batch must be divisible by num_workers=2"):
         gl.train.distribute.run_workers(2, batch=15)
+
+
+@pytest.mark.parametrize("fn", ["compare_clipping", "train_toy", "run_workers"])
+def test_the_old_clip_norm_spelling_names_clip(fn):
+    # one clip keyword across gradlab (issue 27): clip_norm= is answered before any work starts
+    with pytest.raises(TypeError, match=rf"{fn}\(\) takes clip= instead of clip_norm="):
+        getattr(gl.train.distribute, fn)(clip_norm=0.5)
+    assert "clip_norm" not in inspect.signature(getattr(gl.train.distribute, fn)).parameters
 
 
 def test_single_device_gradients_against_a_hand_derivative():
@@ -169,9 +182,12 @@ def test_bad_logical_cpu_setting_is_a_clear_error(monkeypatch):
 
 
 # ----------------------------------------------------------------------------- two worker processes
-def test_two_real_workers_match_one_process():
+def test_two_real_workers_match_one_process(capsys):
     before = _children()
-    run = gl.train.distribute.run_workers(2, steps=3, timeout=600)
+    run = gl.train.distribute.run_workers(2, steps=3, timeout=600, progress=True)
+    out = capsys.readouterr().out  # the bar: one stage per worker, then the run in this process
+    assert out.rsplit("\r", 1)[-1] == "multi-worker training ▕" + "█" * 20 + "▏ 3/3\n"
+    assert "▏ 1/3 worker 0\r" in out and "▏ 2/3 worker 1\r" in out and "▏ 3/3 one process\r" in out
     assert [w["task"]["index"] for w in run.workers] == [0, 1]
     assert all(w["replicas"] == 2 for w in run.workers)
     assert run.workers_agree
@@ -186,7 +202,7 @@ def test_two_real_workers_match_one_process():
 def test_workers_are_killed_at_the_timeout():
     before = _children()
     with pytest.raises(RuntimeError, match="did not finish within timeout=0.5 s"):
-        gl.train.distribute.run_workers(2, timeout=0.5)
+        gl.train.distribute.run_workers(2, timeout=0.5, progress=False)
     assert _children() <= before
 
 

@@ -667,8 +667,12 @@ import os
 import subprocess
 import sys
 
+from gradlab.progress import Progress
+
 env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0")  # let TensorFlow's C++ log through
-run = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
+with Progress(1, "probe in a fresh Python process") as bar:  # it imports TensorFlow first: seconds
+    run = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
+    bar.update()
 for line in (run.stdout + run.stderr).splitlines():
     if "XLA result" in line or "Assert" in line or "CheckNumerics" in line:
         print(line.split("] ")[-1])  # the log's own words, without time and thread
@@ -721,7 +725,9 @@ for jit in ("auto", True):
         outcome = "InvalidArgumentError: " + [l for l in str(err).splitlines() if "CheckedLog" in l][0].strip()
     print("jit_compile=%-5s (model.jit_compile = %-5s): %s" % (jit, model.jit_compile, outcome))
 """
-run = subprocess.run([sys.executable, "-c", fit_probe], capture_output=True, text=True, timeout=300)
+with Progress(1, "probe in a fresh Python process") as bar:
+    run = subprocess.run([sys.executable, "-c", fit_probe], capture_output=True, text=True, timeout=300)
+    bar.update()
 print("\n".join(line for line in run.stdout.splitlines() if line.startswith("jit_compile")))
 
 # %% [markdown]

@@ -243,7 +243,7 @@ for i, grads in enumerate(local):
 # points in a slightly different direction than the single-device one (a cosine below 1):
 
 # %%
-clipping = gl.train.distribute.compare_clipping(strategy, model, x, y, clip_norm=0.5)
+clipping = gl.train.distribute.compare_clipping(strategy, model, x, y, clip=0.5)
 print(clipping)
 clip_before = [tf.add_n(parts) for parts in zip(*[tf.clip_by_global_norm(g, 0.5)[0] for g in local])]
 cosine = sum(float(tf.reduce_sum(a * b)) for a, b in zip(clip_before, single)) / (
@@ -332,8 +332,8 @@ for name, where in (("one device", tf.distribute.get_strategy()), ("2 replicas",
 
 # %%
 one = gl.train.distribute.train_toy(None, steps=3)
-two = gl.train.distribute.train_toy(strategy, steps=3)
 print("one device losses:", np.round(one["losses"], 4), "norms:", np.round(one["grad_norms"], 4))
+two = gl.train.distribute.train_toy(strategy, steps=3)
 print("2 replicas losses:", np.round(two["losses"], 4), "norms:", np.round(two["grad_norms"], 4))
 diff = gl.train.distribute.max_abs_difference(one["weights"], two["weights"])
 print(f"max |w_one_device - w_2_replicas| = {difference(diff)}")

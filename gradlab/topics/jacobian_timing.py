@@ -19,6 +19,8 @@ import numpy as np
 
 from .._env import quiet_import_tensorflow
 from .._validate import check_int as _check_int
+from ..i18n import _
+from ..progress import Progress, check_progress
 from .jacobians import (
     JACOBIAN_FUNCTIONS,
     MAX_SIZE,
@@ -133,13 +135,13 @@ class JacobianBench:
             fn = self._compiled_fn(name, method)
             results[method] = fn(x, *params).numpy()
             best = np.inf
-            for _ in range(repeats):
+            for _repeat in range(repeats):
                 t0 = time.perf_counter()
                 fn(x, *params).numpy()
                 best = min(best, time.perf_counter() - t0)
             times[method] = best
         best = np.inf
-        for _ in range(loop_repeats):
+        for _repeat in range(loop_repeats):
             t0 = time.perf_counter()
             results["loop"] = jacobian_loop(lambda xx: spec.fn(xx, *params), x)
             best = min(best, time.perf_counter() - t0)
@@ -208,7 +210,7 @@ def time_forward_reverse(
     def best(fn, w, x):
         fn(w, x).numpy()
         out = np.inf
-        for _ in range(repeats):
+        for _repeat in range(repeats):
             t0 = time.perf_counter()
             fn(w, x).numpy()
             out = min(out, time.perf_counter() - t0)
@@ -257,23 +259,26 @@ def _tape_jacobian(w, x, use_pfor: bool):
 def _best_of(fn, args, repeats: int) -> float:
     fn(*args).numpy()  # warm-up: tracing, first-call costs
     out = np.inf
-    for _ in range(repeats):
+    for _repeat in range(repeats):
         t0 = time.perf_counter()
         fn(*args).numpy()
         out = min(out, time.perf_counter() - t0)
     return out
 
 
-def time_pfor_vs_loop(sizes: Sequence[int] = (16, 64, 256), *, repeats: int = 3, seed: int = 0) -> PforTiming:
+def time_pfor_vs_loop(sizes: Sequence[int] = (16, 64, 256), *, repeats: int = 3, seed: int = 0,
+                      progress: bool | None = None) -> PforTiming:
     """Time ``tape.jacobian`` of ``tanh(W x)`` (``W`` is ``n × n``) with and without pfor (chapter 02).
 
     Inside a ``tf.function`` (shape-free signature, traced once per method) and eagerly. Each
-    point is the best of ``repeats`` calls after a warm-up call.
+    point is the best of ``repeats`` calls after a warm-up call. ``progress`` (``None``: on in a
+    notebook) shows a bar with one stage per size, drawn between the timings, never inside one.
     """
     sizes = [_check_int("sizes[i]", s, 1, 1024) for s in sizes]
     if not sizes:
         raise ValueError("sizes must hold at least one size; got an empty sequence")
     repeats = _check_int("repeats", repeats, 1, 100)
+    bar = Progress(len(sizes), _("matrix sizes timed"), enabled=check_progress(progress))
     compiled = {
         name: tf.function(lambda w, x, p=p: _tape_jacobian(w, x, p),
                           input_signature=[_spec(2), _spec(1)], autograph=False)
@@ -287,6 +292,8 @@ def time_pfor_vs_loop(sizes: Sequence[int] = (16, 64, 256), *, repeats: int = 3,
         for name, use_pfor in (("pfor", True), ("while_loop", False)):
             graph[name].append(_best_of(compiled[name], (w, x), repeats))
             eager[name].append(_best_of(lambda w, x, p=use_pfor: _tape_jacobian(w, x, p), (w, x), repeats))
+        bar.update(note=f"n = {n}")
+    bar.close()
     return PforTiming(np.asarray(sizes), {k: np.asarray(v) for k, v in graph.items()},
                       {k: np.asarray(v) for k, v in eager.items()})
 
@@ -355,7 +362,7 @@ def time_gradient_vs_hvp(n: int = 256, *, batch: int = 64, repeats: int = 20, se
     rounds = {k: [] for k in calls}
     for fn, args in calls.values():
         fn(*args).numpy()  # warm-up: tracing, first-call costs
-    for _ in range(repeats):  # interleaved, so a burst of load hits every function alike
+    for _repeat in range(repeats):  # interleaved, so a burst of load hits every function alike
         for k, (fn, args) in calls.items():
             t0 = time.perf_counter()
             fn(*args).numpy()

@@ -11,7 +11,7 @@ Pure computation: TensorFlow and Keras in, NumPy numbers and small dataclasses o
 * :func:`compare_loss_scaling`, :func:`compare_clipping`, :func:`compare_fit` and
   :func:`compare_accumulation` put a distributed run next to a single-device run.
 * :func:`train_toy` is the small training run that :func:`run_workers` starts in two real
-  ``MultiWorkerMirroredStrategy`` worker processes (``gradlab/distribute_worker.py``)
+  ``MultiWorkerMirroredStrategy`` worker processes (``gradlab/train/distribute_worker.py``)
   on 127.0.0.1, and that :func:`reference_run` repeats in this process on one device.
 """
 
@@ -31,9 +31,10 @@ import numpy as np
 
 from .. import core
 from .._env import LOGICAL_CPUS_ENV, quiet_import_tensorflow
-from .._validate import check_choice, check_int, check_positive
+from .._validate import check_choice, check_int, check_positive, renamed_keywords
 from ..core import split_batch
 from ..i18n import _, pad
+from ..progress import Progress, check_progress
 from ..topics.tracing import error_summary
 from .steps import make_train_step
 
@@ -277,6 +278,14 @@ def _clip(grads, clip_norm: float) -> list[np.ndarray]:
     return [g.numpy() for g in clipped]
 
 
+def _global_norm_threshold(clip) -> float:
+    """``clip`` (a number or ``("global_norm", t)``) as its threshold ``t``; any other mode is a ValueError."""
+    checked = core.check_clip(clip)
+    if checked is None or checked[0] != "global_norm":
+        raise ValueError(f"clip must be a global-norm threshold (a number > 0 or ('global_norm', t)); got {clip!r}")
+    return checked[1]
+
+
 @dataclasses.dataclass(frozen=True)
 class ClippingComparison:
     """Clipping each replica's gradient before the all-reduce vs clipping the sum (chapter 08)."""
@@ -296,7 +305,7 @@ class ClippingComparison:
             _("global norm on one device: {single}; of the summed replica gradients: {summed}; of each replica's "
               "own: {replicas}").format(single=f"{self.single_norm:.4g}", summed=f"{self.summed_norm:.4g}",
                                         replicas=replicas),
-            _("clip_norm={clip}, norm of the applied gradient (one device: {one}):").format(
+            _("clip={clip}, norm of the applied gradient (one device: {one}):").format(
                 clip=f"{self.clip_norm:g}", one=f"{min(self.single_norm, self.clip_norm):.4g}"),
             _("  clip after the all-reduce:  {norm}  (max abs error vs one device {error})").format(
                 norm=f"{self.clip_after_norm:.4g}", error=rounding_bound(self.clip_after_error)),
@@ -305,14 +314,17 @@ class ClippingComparison:
         ])
 
 
-def compare_clipping(strategy, model, x, y, clip_norm: float, sample_weight=None) -> ClippingComparison:
+@renamed_keywords(clip_norm="clip")
+def compare_clipping(strategy, model, x, y, clip, sample_weight=None) -> ClippingComparison:
     """Where to clip in a custom loop, in numbers (chapter 08).
 
-    Clipping the summed (all-reduced) gradient reproduces single-device clipping; clipping each
-    replica's gradient first does not (each replica's norm is a different number, and the
-    clipped pieces add up to a longer vector than ``clip_norm``).
+    ``clip`` is the global-norm threshold (a number ``t``, or ``("global_norm", t)``: gradlab's one
+    clip keyword, see :func:`gradlab.clip_gradients`). Clipping the summed (all-reduced) gradient
+    reproduces single-device clipping; clipping each replica's gradient first does not (each
+    replica's norm is a different number, and the clipped pieces add up to a longer vector than
+    the threshold).
     """
-    clip_norm = check_positive("clip_norm", clip_norm)
+    clip_norm = _global_norm_threshold(clip)
     single = single_device_gradients(model, x, y, sample_weight)
     local, summed = replica_gradients(strategy, model, x, y, loss_reduction="global", sample_weight=sample_weight)
     reference = _clip(single, clip_norm)
@@ -379,9 +391,7 @@ def clip_placement(replica_grads: Sequence[Sequence], clip) -> ClipPlacement:
     """
     if len(replica_grads) < 2:
         raise ValueError(f"replica_grads must hold the gradients of at least 2 replicas; got {len(replica_grads)}")
-    clip = core.check_clip(clip)
-    if clip[0] != "global_norm":
-        raise ValueError(f"clip must be a global-norm threshold (a number or ('global_norm', t)); got {clip!r}")
+    threshold = _global_norm_threshold(clip)
     lists = [[np.asarray(g, dtype=np.float64) for g in r] for r in replica_grads]
     parts = [np.concatenate([g.ravel() for g in r]) for r in lists]
     if len({p.size for p in parts}) != 1:
@@ -392,14 +402,14 @@ def clip_placement(replica_grads: Sequence[Sequence], clip) -> ClipPlacement:
         return np.concatenate([np.ravel(g) for g in grads])
 
     total = flat(summed)
-    after = flat(_clip(summed, clip[1]))
-    before = np.sum([flat(_clip(r, clip[1])) for r in lists], axis=0)
+    after = flat(_clip(summed, threshold))
+    before = np.sum([flat(_clip(r, threshold)) for r in lists], axis=0)
     e1 = total / np.linalg.norm(total)
     rest = before - (before @ e1) * e1
     if np.linalg.norm(rest) < 1e-12 * np.linalg.norm(before):  # before is parallel to the sum: use a replica
         rest = parts[0] - (parts[0] @ e1) * e1
     e2 = rest / np.linalg.norm(rest) if np.linalg.norm(rest) > 0 else np.zeros_like(e1)
-    return ClipPlacement(clip[1], tuple(parts), total, after, before, e1, e2)
+    return ClipPlacement(threshold, tuple(parts), total, after, before, e1, e2)
 
 
 def _fit_weights(x, y, *, strategy, make_model: Callable, optimizer: Callable, batch_size: int,
@@ -503,26 +513,29 @@ def compare_accumulation(x, y, optimizer: Callable, *, steps: int = 2, strategy=
 
 
 # ----------------------------------------------------------------------------- workers
+@renamed_keywords(clip_norm="clip")
 def train_toy(strategy=None, *, steps: int = 3, batch: int = 16, learning_rate: float = 0.1,
-              clip_norm: float | None = 0.5, seed: int = 0) -> dict:
+              clip=0.5, seed: int = 0) -> dict:
     """A few steps of :func:`gradlab.make_train_step` on :func:`toy_data` (chapter 08).
 
     The same function runs in each ``MultiWorkerMirroredStrategy`` worker and, with
-    ``strategy=None``, on one device in one process. Returns plain Python numbers:
+    ``strategy=None``, on one device in one process. ``clip`` is gradlab's one clip keyword (default:
+    the global norm at 0.5; ``None`` does not clip; any ``(mode, t)`` of :func:`gradlab.clip_gradients`).
+    Returns plain Python numbers:
     ``weights`` (lists), ``losses`` and ``grad_norms`` (global norm before clipping, per step)
     and ``replicas``.
     """
     steps = check_int("steps", steps, 1, 1000)
     batch = check_int("batch", batch, 1)
     learning_rate = check_positive("learning_rate", learning_rate)
-    clip_norm = check_positive("clip_norm", clip_norm, allow_none=True)
+    clip = core.check_clip(clip)
     strategy = strategy or tf.distribute.get_strategy()
     _check_strategy(strategy)
     x, y = toy_data(n=batch * steps, seed=seed)
     with strategy.scope():
         model = toy_model(seed=seed)
         optimizer = keras.optimizers.SGD(learning_rate)
-    step = make_train_step(model, optimizer, clip=clip_norm)
+    step = make_train_step(model, optimizer, clip=clip)
     losses, norms = [], []
     for i in range(steps):
         out = step(x[i * batch:(i + 1) * batch], y[i * batch:(i + 1) * batch])
@@ -601,51 +614,72 @@ def _stop(procs) -> None:
             pass
 
 
+def _worker_command(kwargs: dict) -> tuple[list[str], dict, str]:
+    """The command line, base environment and folder that start one worker process."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # gradlab/
+    root = os.path.dirname(package)  # the folder that holds the gradlab package
+    env = {k: v for k, v in os.environ.items() if k != LOGICAL_CPUS_ENV}
+    # CPU only: on a GPU machine two workers would otherwise both claim every GPU.
+    env.update({"TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "-1"})
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH", "")]))
+    worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "distribute_worker.py")
+    return [sys.executable, worker, json.dumps(kwargs)], env, root
+
+
+def _worker_result(i: int, p: subprocess.Popen, left: float, timeout: float) -> dict:
+    """Worker ``i``'s JSON result, waiting at most ``left`` seconds; a RuntimeError says what went wrong."""
+    try:
+        out, err = p.communicate(timeout=left)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"worker {i} did not finish within timeout={timeout:g} s") from None
+    if p.returncode != 0:
+        tail = "\n".join(err.strip().splitlines()[-5:])
+        raise RuntimeError(f"worker {i} exited with code {p.returncode}:\n{tail}")
+    lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+    if not lines:
+        raise RuntimeError(f"worker {i} printed no JSON result; stdout: {out[-300:]!r}")
+    return json.loads(lines[-1])
+
+
+@renamed_keywords(clip_norm="clip")
 def run_workers(num_workers: int = 2, *, steps: int = 3, batch: int = 16, learning_rate: float = 0.1,
-                clip_norm: float | None = 0.5, seed: int = 0, timeout: float = 120.0) -> MultiWorkerRun:
+                clip=0.5, seed: int = 0, timeout: float = 120.0, progress: bool | None = None) -> MultiWorkerRun:
     """Start ``num_workers`` real ``MultiWorkerMirroredStrategy`` processes on 127.0.0.1 (chapter 08).
 
-    Each worker is ``python gradlab/distribute_worker.py`` with its own ``TF_CONFIG``
+    Each worker is ``python gradlab/train/distribute_worker.py`` with its own ``TF_CONFIG``
     (the cluster of free local ports, its task index). They run :func:`train_toy` together,
     each on its slice of every global batch, and print their results as one JSON line. The
     workers are killed when they exceed ``timeout`` seconds or anything fails; the result
-    holds every worker's report and :func:`reference_run` in this process.
+    holds every worker's report and :func:`reference_run` in this process. ``clip`` is
+    :func:`train_toy`'s. ``progress`` (``None``: on in a notebook) shows a bar with one stage per
+    worker that has reported and one for the run in this process (``2 workers started``,
+    ``worker 0``, ..., ``one process``).
     """
     num_workers = check_int("num_workers", num_workers, 1, 8)
     timeout = check_positive("timeout", timeout)
-    kwargs = dict(steps=steps, batch=batch, learning_rate=learning_rate, clip_norm=clip_norm, seed=seed)
+    progress = check_progress(progress)
+    kwargs = dict(steps=steps, batch=batch, learning_rate=learning_rate, clip=core.check_clip(clip), seed=seed)
     if batch % num_workers:
         raise ValueError(f"batch must be divisible by num_workers={num_workers}; got {batch}")
     cluster = {"worker": [f"127.0.0.1:{p}" for p in free_ports(num_workers)]}
-    env_base = {k: v for k, v in os.environ.items() if k != LOGICAL_CPUS_ENV}
-    # CPU only: on a GPU machine two workers would otherwise both claim every GPU.
-    env_base.update({"TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "-1"})
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env_base["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env_base.get("PYTHONPATH", "")]))
-    worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "distribute_worker.py")
-    command = [sys.executable, worker, json.dumps(kwargs)]
+    command, env_base, root = _worker_command(kwargs)
     procs = []
-    start = time.perf_counter()
-    try:
-        for i in range(num_workers):
-            env = dict(env_base, TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}}))
-            procs.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                          text=True, cwd=root))
-        outputs = []
-        for i, p in enumerate(procs):
-            left = max(1.0, timeout - (time.perf_counter() - start))
-            try:
-                out, err = p.communicate(timeout=left)
-            except subprocess.TimeoutExpired:
-                raise RuntimeError(f"worker {i} did not finish within timeout={timeout:g} s") from None
-            if p.returncode != 0:
-                tail = "\n".join(err.strip().splitlines()[-5:])
-                raise RuntimeError(f"worker {i} exited with code {p.returncode}:\n{tail}")
-            lines = [ln for ln in out.splitlines() if ln.startswith("{")]
-            if not lines:
-                raise RuntimeError(f"worker {i} printed no JSON result; stdout: {out[-300:]!r}")
-            outputs.append(json.loads(lines[-1]))
-    finally:
-        _stop(procs)
-    seconds = time.perf_counter() - start
-    return MultiWorkerRun(outputs, reference_run(**kwargs), seconds)
+    with Progress(num_workers + 1, _("multi-worker training"), enabled=progress) as bar:
+        start = time.perf_counter()
+        try:
+            for i in range(num_workers):
+                task = {"cluster": cluster, "task": {"type": "worker", "index": i}}
+                procs.append(subprocess.Popen(command, env=dict(env_base, TF_CONFIG=json.dumps(task)),
+                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root))
+            bar.update(0, note=_("{n} workers started").format(n=num_workers))
+            outputs = []
+            for i, p in enumerate(procs):
+                left = max(1.0, timeout - (time.perf_counter() - start))
+                outputs.append(_worker_result(i, p, left, timeout))
+                bar.update(note=_("worker {i}").format(i=i))
+        finally:
+            _stop(procs)
+        seconds = time.perf_counter() - start
+        reference = reference_run(**kwargs)
+        bar.update(note=_("one process"))
+    return MultiWorkerRun(outputs, reference, seconds)

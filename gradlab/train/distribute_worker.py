@@ -1,7 +1,7 @@
 """One ``MultiWorkerMirroredStrategy`` worker process (chapter 08).
 
 :func:`gradlab.train.distribute.run_workers` starts one process per worker as
-``python <path>/gradlab/distribute_worker.py '{json keyword arguments}'``, each with its own
+``python <path>/gradlab/train/distribute_worker.py '{json keyword arguments}'``, each with its own
 ``TF_CONFIG`` (the cluster on 127.0.0.1 and its task index). The script builds the strategy,
 runs :func:`gradlab.train.distribute.train_toy` with the given keyword arguments, and prints the
 result as one JSON line on standard output.
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # Run as a file, Python puts this file's folder (gradlab/) first on sys.path; drop it, so
+    # Run as a file, Python puts this file's folder (gradlab/train/) first on sys.path; drop it, so
     # that `import gradlab` finds the package through the repository root instead.
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]

@@ -10,6 +10,9 @@ draws a logger's history).
   ``fit``, from a fixed probe batch or from a :class:`GradNormTrainStep` model's logs; with
   ``log_dir`` it also writes them for TensorBoard (chapter 09), and
   :meth:`GradNormLogger.log_gradients` does the same from a custom training loop.
+* :class:`FitProgress` is a Keras callback that shows ``fit``'s batches as a gradlab progress
+  bar (:class:`gradlab.progress.Progress`): no timing and no loss in it, so a notebook's stored
+  output reproduces, where ``verbose=1`` prints both.
 """
 
 from __future__ import annotations
@@ -19,11 +22,13 @@ import os
 from .. import core
 from .._env import quiet_import_tensorflow
 from .._validate import check_int
+from ..i18n import _
+from ..progress import Progress, check_progress
 
 tf = quiet_import_tensorflow()
 import keras  # noqa: E402
 
-__all__ = ["GradNormLogger", "GradNormSequential", "GradNormTrainStep"]
+__all__ = ["FitProgress", "GradNormLogger", "GradNormSequential", "GradNormTrainStep"]
 
 
 def _refuse_old_keywords(name: str, kwargs: dict) -> None:
@@ -87,6 +92,53 @@ class GradNormTrainStep:
 class GradNormSequential(GradNormTrainStep, keras.Sequential):
     """A ``keras.Sequential`` whose ``fit`` clips, skips non-finite steps and logs per-layer
     gradient norms (chapter 03). ``GradNormSequential(layers, clip=1.0)``."""
+
+
+class FitProgress(keras.callbacks.Callback):
+    """A Keras callback: ``fit``'s progress as one bar, ``fit batches ▕███░░░▏ 5/16 epoch 2`` (chapter 09).
+
+    ``model.fit(..., verbose=0, callbacks=[FitProgress()])``. The bar counts every batch of every
+    epoch when ``fit`` knows the number of batches per epoch, else one unit per epoch; its note is
+    the epoch. It holds no time and no loss (``verbose=1`` prints both, so a stored notebook
+    output would change from run to run). ``progress`` (``None``: on in a notebook) as everywhere
+    in gradlab; ``label`` replaces the translated ``"fit batches"``.
+    """
+
+    def __init__(self, label: str | None = None, *, progress: bool | None = None):
+        super().__init__()
+        if label is not None and not isinstance(label, str):
+            raise ValueError(f"label must be None or a string; got {type(label).__name__}")
+        self.label = label
+        self.enabled = check_progress(progress)
+        self._bar = None
+        self._per_batch = False
+        self._epoch = 0
+
+    def on_train_begin(self, logs=None):
+        epochs = int(self.params.get("epochs") or 1)
+        steps = self.params.get("steps")
+        self._per_batch = bool(steps)
+        total = epochs * int(steps) if steps else epochs
+        self._bar = Progress(total, self.label or _("fit batches"), enabled=self.enabled)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def _note(self) -> str:
+        return _("epoch {e}").format(e=self._epoch + 1)
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self._per_batch and self._bar is not None:
+            self._bar.update(note=self._note())
+
+    def on_epoch_end(self, epoch, logs=None):
+        if not self._per_batch and self._bar is not None:
+            self._bar.update(note=self._note())
+
+    def on_train_end(self, logs=None):
+        if self._bar is not None:
+            self._bar.close(self._note())
+            self._bar = None
 
 
 class GradNormLogger(keras.callbacks.Callback):
