@@ -767,12 +767,14 @@ ch09.check_warmup_schedule(my_schedule)
 clip_model, clip_batches = ch09.clip_exercise()
 clip_opt = keras.optimizers.Adam(1e-2)
 my_norms = []
-for x_b, y_b in clip_batches:
-    with tf.GradientTape() as tape:
-        loss = loss_fn(y_b, clip_model(x_b))
-    grads = tape.gradient(loss, clip_model.trainable_variables)
-    my_norms.append(gl.true_global_norm(grads))      # unclipped, before the update
-    clip_opt.apply_gradients(zip(grads, clip_model.trainable_variables))
+with gl.progress.Progress(len(clip_batches), "your steps") as bar:  # a bar: 40 eager steps take seconds
+    for x_b, y_b in clip_batches:
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y_b, clip_model(x_b))
+        grads = tape.gradient(loss, clip_model.trainable_variables)
+        my_norms.append(gl.true_global_norm(grads))      # unclipped, before the update
+        clip_opt.apply_gradients(zip(grads, clip_model.trainable_variables))
+        bar.update()
 my_threshold = np.percentile(my_norms, 90)
 ch09.check_clip_threshold(my_norms, my_threshold)
 

@@ -76,6 +76,10 @@ def _block(x, w, pre, causal, key_dim):
     return pre * s + post * _layer_norm(s, g2, b2)
 
 
+#: The reports of every engine, by configuration (see ``TransformerGradientEngine.__init__``).
+_SHARED_REPORTS: dict[tuple, dict] = {}
+
+
 class TransformerGradientEngine:
     """Per-block gradient norms at initialization for the TransformerExplorer (chapter 09).
 
@@ -102,7 +106,10 @@ class TransformerGradientEngine:
         self.data = markov_tokens(batch_size, seq_len, vocab_size, seed=seed)
         self._weights: dict[int, tuple] = {}
         self._tokens: dict[tuple[str, int], tf.Tensor] = {}
-        self._reports: dict[tuple, TransformerReport] = {}  # report() is deterministic: each is computed once
+        # report() is deterministic: each is computed once, and shared by every engine of the same
+        # configuration (chapter 09's solutions and its self-checks measure the same stacks).
+        config = (self.max_layers, self.batch_size, tuple(sorted(self.model_kwargs.items())))
+        self._reports: dict[tuple, TransformerReport] = _SHARED_REPORTS.setdefault(config, {})
         self._final = (tf.ones((d_model,)), tf.zeros((d_model,)))
         self._key_dim = d_model // num_heads
         allowed = tf.linalg.band_part(tf.ones([seq_len, seq_len]), -1, 0)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .._env import quiet_import_tensorflow
-from ..i18n import _
+from ..i18n import _, join_list
 from ..topics.jacobians import cross_example_max, jacobian
 from .compare import check_array
 from .feedback import CheckResult
@@ -86,7 +86,7 @@ def check_loop_jacobian(j) -> CheckResult:
     name = _("loop Jacobian")
     nones = _none_positions(j)
     if nones:
-        where = ", ".join(str(i) for i in nones)
+        where = join_list(str(i) for i in nones)
         return CheckResult(name, False, _(
             "your list holds None at position {where}: those are the source's None gradients. Each y[i] was sliced "
             "after the with block had closed, so the tape never recorded the slice and finds no path from y[i] back "

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .._env import quiet_import_tensorflow
-from ..i18n import _, join_sentences
+from ..i18n import _, join_list, join_sentences
 from ..models.precision import float64_copy
 from ..train.steps import train_steps
 from .feedback import CheckResult, describe_error
@@ -111,7 +111,7 @@ def check_capstone(make_model: Callable, make_optimizer: Callable, clip: float |
             return CheckResult(name, False, _(
                 "the loss is low enough, but {names} never changed in {steps} steps: its gradient is exactly 0, so the "
                 "layer's output does not really depend on it (multiplied by 0, or cut off with stop_gradient). Make "
-                "Standardize return (x - shift) * scale.").format(names=", ".join(still), steps=steps))
+                "Standardize return (x - shift) * scale.").format(names=join_list(still), steps=steps))
         return result
     details = result.details if isinstance(result.details, dict) else {}
     if details.get("kind") != "not below":

@@ -388,7 +388,7 @@ def check_scaled_step(train_step) -> CheckResult:
             "float16 loss keeps about 3 digits, and scaled by {scale} it overflows float16's 65504 as soon as "
             "the loss passes {limit}").format(scale=s, limit=f"{65504 / EX3_SCALE:.3g}"))
     if spy.none:
-        names = ", ".join(spy.variables[i].path for i in spy.none[:3])
+        names = join_list(spy.variables[i].path for i in spy.none[:3])
         return CheckResult(name, False, _("the gradients of {names} are None: compute the loss from model(x) inside "
                                           "the tape").format(names=names))
     got, ref = spy.values(), ref_spy.values()

@@ -23,7 +23,7 @@ import keras
 import numpy as np
 
 from .._env import quiet_import_tensorflow
-from ..i18n import _, join_sentences
+from ..i18n import _, join_list, join_sentences
 from .answers import as_number_answer
 from .feedback import CheckResult, call_answer, describe_error
 
@@ -195,17 +195,17 @@ def check_uses_every_layer(model, x, layer_names: tuple[str, ...] = ("body", "he
     missing = [n for n in layer_names if not any(f"/{n}/" in f"/{p}" for p in paths)]
     if missing:
         return CheckResult(name, False, _("no trainable layer {names}: deleting (or freezing) a layer is not a fix; "
-                                          "use it in call").format(names=", ".join(map(repr, missing))))
+                                          "use it in call").format(names=join_list(map(repr, missing))))
     none = [p for p, g in zip(paths, grads, strict=True) if g is None]
     if none:
         return CheckResult(name, False, _("still no gradient for {names}: its layer does not take part in computing "
                                           "the output, or its output passes through tf.stop_gradient").format(
-                                              names=", ".join(none)))
+                                              names=join_list(none)))
     zero = [p for p, g in zip(paths, grads, strict=True) if not np.any(tf.convert_to_tensor(g).numpy())]
     if zero:
         return CheckResult(name, False, _("the gradient of {names} is all zeros: the layer is called but its output "
                                           "is multiplied away or cut off (stop_gradient). Add it to the "
-                                          "output").format(names=", ".join(zero)))
+                                          "output").format(names=join_list(zero)))
     layers = [getattr(model, n, None) for n in ("body", "head", "aux")]
     if tuple(layer_names) == ("body", "head", "aux") and all(callable(layer) for layer in layers):
         body, head, aux = layers

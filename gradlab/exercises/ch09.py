@@ -22,6 +22,7 @@ from .._env import quiet_import_tensorflow
 from ..engines.transformer import TransformerGradientEngine
 from ..i18n import _
 from ..models.transformer import block_paths, build_transformer, markov_tokens
+from ..progress import Progress, check_progress
 from ..reports.transformer import block_gradient_report
 from ..train.warmup import TrainingRuns
 from .answers import as_number_answer
@@ -273,7 +274,7 @@ def _clip_runs() -> TrainingRuns:
 
 def _clip_norms(learning_rate: float) -> np.ndarray:
     """The unclipped global norm of every step of the exercise's run at ``learning_rate`` (cached)."""
-    return _clip_runs().run(learning_rate, 0, progress=False).grad_norms
+    return _clip_runs().run(learning_rate, 0).grad_norms  # a bar in a notebook: the first run takes seconds
 
 
 @functools.lru_cache(maxsize=1)
@@ -461,12 +462,18 @@ def check_clip_threshold(norms, threshold=None) -> CheckResult:
 @functools.lru_cache(maxsize=2)
 def _flat_measurements(num_layers: int) -> dict:
     """``{key: (block norms, FFN kernel norms, stream rms)}``, each stacked over the seeds (seeds, ...)."""
-    engine = _flat_engine()
+    engine = _flat_engine()  # the chapter's engine has the same configuration: its reports are shared
+    seeds = FLAT_EXPECTED["seeds"]
     out = {}
-    for key, setting in FLAT_SETTINGS.items():
-        reports = [engine.report(num_layers, "pre", seed=s, **setting) for s in FLAT_EXPECTED["seeds"]]
-        out[key] = tuple(np.array([getattr(r, f) for r in reports])
-                         for f in ("layer_grad_norms", "ffn_grad_norms", "stream_rms"))
+    with Progress(len(FLAT_SETTINGS) * len(seeds), _("{n}-block pre-LN stacks").format(n=num_layers),
+                  enabled=check_progress(None)) as bar:
+        for key, setting in FLAT_SETTINGS.items():
+            reports = []
+            for s in seeds:
+                reports.append(engine.report(num_layers, "pre", seed=s, **setting))
+                bar.update(note=key)
+            out[key] = tuple(np.array([getattr(r, f) for r in reports])
+                             for f in ("layer_grad_norms", "ffn_grad_norms", "stream_rms"))
     return out
 
 
@@ -546,7 +553,6 @@ def check_flat_pre_ln(ratios) -> CheckResult:
             return problem
         got[k] = value
     values = np.array([got[k] for k in keys])
-    print(_("measuring 4 settings × 8 initializations of a 24-block pre-LN stack…"), flush=True)
     want = _flat_expected()
     deep = _flat_measurements(FLAT_EXPECTED["num_layers"])
     mean_of_ratios = {k: float(np.mean(m[0][:, -1] / m[0][:, 0])) for k, m in deep.items()}

@@ -316,7 +316,7 @@ def _shape_or_error(fn) -> str:
     try:
         out = fn()
     except Exception as err:  # noqa: BLE001 - the error *is* the answer for this cell
-        return f"error ({type(err).__name__})"
+        return _("error ({kind})").format(kind=type(err).__name__)
     if out is None:
         return "None"
     return str(tuple(int(d) for d in out.shape))

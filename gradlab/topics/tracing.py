@@ -122,7 +122,7 @@ class TraceCounter:
         name = getattr(self.python_function, "__name__", "fn")
         calls = ngettext("{n} call", "{n} calls", self.calls).format(n=self.calls)
         traces = ngettext("{n} trace", "{n} traces", self.count).format(n=self.count)
-        return f"TraceCounter({name}: {calls}, {traces})"
+        return _("TraceCounter({name}: {calls}, {traces})").format(name=name, calls=calls, traces=traces)
 
 
 def error_summary(err: BaseException) -> str:
