@@ -610,6 +610,8 @@ def _restore(model, values):
     for kind, v in _state_variables(model):
         if (kind, id(v)) in values:
             v.assign(values[(kind, id(v))])
+        elif kind == "metric":  # a tracker Keras built during the reference's own compute_loss
+            v.assign(tf.zeros_like(v))
 
 
 def _one(x, i):
@@ -686,8 +688,108 @@ def close(a, b, rtol, atol=1e-7):
     return a == pytest.approx(b, rel=rtol, abs=atol)
 
 
-def _params(names, skip=lambda c: False):
-    return [pytest.param(n, marks=pytest.mark.slow) if ZOO[n].slow else n for n in names if not skip(ZOO[n])]
+#: (tool, model) pairs measured above 0.7 s (2 shared cores, issue 29): marked slow, so that the rest of
+#: the file runs in about a minute; ``-m slow`` runs them (the per-example methods trace three functions).
+SLOW: dict[str, set[str]] = {
+    "per_example": {
+        'Attention + AdditiveAttention',
+        'BatchNorm (training=False inspection)',
+        'Bidirectional GRU(return_state) + Embedding mask_zero',
+        'Conv + BatchNorm, compiled sparse CE',
+        'Conv2D + MaxPool + Flatten',
+        'Conv2DTranspose autoencoder',
+        'Conv3D',
+        'ConvLSTM1D',
+        'Dense gelu, compiled mse',
+        'Dense swish + L1L2 kernel/bias regularizers',
+        'Dropout + GaussianNoise (seeded)',
+        'EinsumDense',
+        'Embedding mask_zero + LSTM per-step targets',
+        'GRU(reset_after=False) per-step targets',
+        'GroupedQueryAttention',
+        'LSTM(go_backwards, unroll)',
+        'Lambda + TimeDistributed',
+        'MultiHeadAttention causal mask + dropout',
+        'RMS LayerNormalization',
+        'Rescaling + Resizing + ZeroPadding',
+        'SeedGenerator noise layer',
+        'SeparableConv2D + DepthwiseConv2D',
+        'SimpleRNN per-step loss, temporal sample_weight',
+        'StringLookup + Embedding (string inputs)',
+        'Transformer encoder block with padding mask',
+        'adapted Normalization',
+        'add_loss in call (input-dependent)',
+        'add_loss in call + sample_weight',
+        'binary focal CE from logits, loss_fn',
+        'custom RNN cell',
+        'float64 Conv1D + GRU',
+        'float64 Dense',
+        'frozen BatchNorm (trainable=False) + Dense',
+        'gl.build_transformer (compiled sparse CE)',
+        'layer counting its calls in a variable',
+        'mixed_float16 LSTM',
+        'ragged input (subclassed mean over a RaggedTensor)',
+        'running-mean layer (state in call)',
+        'siamese (shared tower, two inputs)',
+        'subclassed two-tower dict inputs + BatchNorm',
+        'tied-weight autoencoder',
+    },
+    "inspect": {
+        'Attention + AdditiveAttention',
+        'Bidirectional GRU(return_state) + Embedding mask_zero',
+        'ConvLSTM1D',
+        'Embedding mask_zero + LSTM per-step targets',
+        'GRU(reset_after=False) per-step targets',
+        'LSTM(go_backwards, unroll)',
+        'MultiHeadAttention causal mask + dropout',
+        'SimpleRNN per-step loss, temporal sample_weight',
+        'dict outputs, loss for one output only',
+        'float64 Conv1D + GRU',
+        'gl.build_transformer (compiled sparse CE)',
+        'keras.applications EfficientNetB0 backbone + head',
+        'keras.applications MobileNetV3Small',
+        'stateful LSTM',
+    },
+    "train": {
+        'Bidirectional GRU(return_state) + Embedding mask_zero',
+        'Conv + BatchNorm, compiled sparse CE',
+        'ConvLSTM1D',
+        'Dense gelu, compiled mse',
+        'float64 Conv1D + GRU',
+        'gl.build_transformer (compiled sparse CE)',
+        'keras.applications MobileNetV3Small',
+    },
+    "fit": {
+        'Bidirectional GRU(return_state) + Embedding mask_zero',
+        'Conv2D + MaxPool + Flatten',
+        'ConvLSTM1D',
+        'Embedding mask_zero + LSTM per-step targets',
+        'GRU(reset_after=False) per-step targets',
+        'LSTM(go_backwards, unroll)',
+        'SeparableConv2D + DepthwiseConv2D',
+        'SimpleRNN per-step loss, temporal sample_weight',
+        'Transformer encoder block with padding mask',
+        'float64 Conv1D + GRU',
+        'gl.build_transformer (compiled sparse CE)',
+        'mixed_float16 LSTM',
+        'stateful LSTM',
+    },
+    "gradcheck": {
+        'Attention + AdditiveAttention',
+        'GRU(reset_after=False) per-step targets',
+        'GroupedQueryAttention',
+        'LSTM(go_backwards, unroll)',
+        'MultiHeadAttention causal mask + dropout',
+        'SimpleRNN per-step loss, temporal sample_weight',
+        'custom RNN cell',
+        'float64 Conv1D + GRU',
+    },
+}
+
+
+def _params(tool, skip=lambda c: False):
+    return [pytest.param(n, marks=pytest.mark.slow) if ZOO[n].slow or n in SLOW.get(tool, ()) else n
+            for n in ZOO if not skip(ZOO[n])]
 
 
 def _refusal(c, *keys):
@@ -698,7 +800,7 @@ def _refusal(c, *keys):
 
 
 # ----------------------------------------------------------------------------- the tools
-@pytest.mark.parametrize("name", _params(ZOO))
+@pytest.mark.parametrize("name", _params("inspect"))
 def test_inspect_matches_the_tape_and_changes_nothing(name):
     model, c = build(name)
     loss, grads = reference(model, c, training=c.training)
@@ -718,7 +820,7 @@ def test_inspect_matches_the_tape_and_changes_nothing(name):
         assert close(rep.loss, loss, c.rtol)
 
 
-@pytest.mark.parametrize("name", _params(ZOO, lambda c: not c.per_example))
+@pytest.mark.parametrize("name", _params("per_example", lambda c: not c.per_example))
 def test_per_example_gradients_every_method(name):
     model, c = build(name)
     before = everything(model)
@@ -746,7 +848,7 @@ def test_per_example_gradients_every_method(name):
                                        err_msg=f"{method}: {v.path}")
 
 
-@pytest.mark.parametrize("name", _params(ZOO, lambda c: not c.train))
+@pytest.mark.parametrize("name", _params("train", lambda c: not c.train))
 def test_one_train_step_is_the_plain_sgd_step(name):
     model, c = build(name)
     start = everything(model)
@@ -760,13 +862,16 @@ def test_one_train_step_is_the_plain_sgd_step(name):
     run = gl.train_steps(model, c.x, c.y, optimizer=keras.optimizers.SGD(lr), steps=1, loss=c.loss_fn,
                          sample_weight=c.sw, progress=False)
     assert np.isfinite(run.losses[0])
+    # the update of each variable, and its error relative to the largest update of the model (a
+    # gradient that is zero in exact arithmetic, as a BatchNorm beta before another BatchNorm, is noise)
+    moves = {id(v): expected[("var", id(v))] - start[("var", id(v))] for v in model.variables}
+    largest = max(float(np.abs(m).max(initial=0)) for m in moves.values())
     for v in model.variables:
-        want = expected[("var", id(v))]
-        atol = max(1e-6, c.rtol * float(np.abs(want).max(initial=0)))
-        np.testing.assert_allclose(v.numpy(), want, rtol=c.rtol * 10, atol=atol, err_msg=v.path)
+        np.testing.assert_allclose(v.numpy() - start[("var", id(v))], moves[id(v)], rtol=c.rtol * 10,
+                                   atol=max(1e-7, c.rtol * largest), err_msg=v.path)
 
 
-@pytest.mark.parametrize("name", _params(ZOO, lambda c: not c.fit))
+@pytest.mark.parametrize("name", _params("fit", lambda c: not c.fit))
 def test_grad_norm_logger_in_fit_reads_the_tapes_norm(name):
     model, c = build(name)
     if not model.compiled:
@@ -785,7 +890,7 @@ def _small_float_input(c):
             and c.gradcheck)
 
 
-@pytest.mark.parametrize("name", _params(ZOO, lambda c: not _small_float_input(c)))
+@pytest.mark.parametrize("name", _params("gradcheck", lambda c: not _small_float_input(c)))
 def test_check_gradient_on_the_models_output(name):
     model, c = build(name)
     before = everything(model)
@@ -793,3 +898,17 @@ def test_check_gradient_on_the_models_output(name):
     check = gl.check_gradient(lambda t: model(t, training=False), x1, progress=False)
     assert changed(before, everything(model)) == []
     assert check.verdict in ("ok", "kink"), check.message
+
+
+@pytest.mark.parametrize("name", ["Dropout + GaussianNoise (seeded)", "SeedGenerator noise layer"])
+def test_per_example_training_mode_draws_a_mask_per_example_and_restores_the_seeds(name):
+    model, c = build(name)
+    before = everything(model)
+    got = gl.per_example_gradients(model, c.x, c.y, training=True, progress=False)
+    assert got.method == "jacobian"  # vectorized_map would give every example the same mask
+    assert changed(before, everything(model)) == []
+    with pytest.raises(ValueError, match="same dropout mask"):
+        gl.per_example_gradients(model, c.x, c.y, training=True, method="vectorized_map", progress=False)
+    # each example's own noise: example 0 alone (its mask drawn afresh) is not the batch's row 0 in general,
+    # but the batch mean of the losses is finite and the gradients have a row per example
+    assert got[0].shape[0] == B and np.all(np.isfinite(got.losses))
