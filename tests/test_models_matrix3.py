@@ -912,3 +912,24 @@ def test_per_example_training_mode_draws_a_mask_per_example_and_restores_the_see
     # each example's own noise: example 0 alone (its mask drawn afresh) is not the batch's row 0 in general,
     # but the batch mean of the losses is finite and the gradients have a row per example
     assert got[0].shape[0] == B and np.all(np.isfinite(got.losses))
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_a_loss_function_returning_one_loss_per_example_is_their_mean_as_compile_takes_it(jit):
+    """keras.losses.mean_absolute_error returns shape (batch,): compile reduces it by the mean, and so
+    does every tool (before issue 29 inspect_training_step and make_train_step refused it without
+    sample_weight, while per_example_gradients and a weighted call accepted it)."""
+    model, c = build("loss_fn function returning per-example losses")
+    fn = keras.losses.mean_absolute_error
+    x, y = _tensors(c.x), _tensors(c.y)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(fn(y, model(x, training=True)))
+    grads = tape.gradient(loss, model.trainable_variables)
+    expected = [v.numpy() - 0.1 * g.numpy() for v, g in zip(model.trainable_variables, grads, strict=True)]
+    assert close(gl.inspect_training_step(model, c.x, c.y, fn).loss, float(loss), 1e-6)
+    step = gl.make_train_step(model, keras.optimizers.SGD(0.1), loss=fn, jit_compile=jit)
+    step(c.x, c.y)
+    for v, want in zip(model.trainable_variables, expected, strict=True):
+        np.testing.assert_allclose(v.numpy(), want, rtol=1e-5, atol=1e-7)
+    with pytest.raises(ValueError, match=r"must return a scalar \(or one loss per example.*\(6, 1\)"):
+        gl.inspect_training_step(model, c.x, c.y, lambda t, p: tf.square(t - p))  # elementwise: still refused

@@ -45,6 +45,10 @@ included).
 :func:`per_example_gradients` is a pipeline of named stages: the arguments, the build, the
 loss checked on one example, the candidate methods, the run with its fallbacks.
 
+A sparse or ragged ``x`` (``keras.Input(sparse=True)``, a ``tf.RaggedTensor``) is sliced example by
+example; pfor cannot vectorize over a ``SparseTensor`` (TF 2.21), so ``"auto"`` runs the loop there
+and ``"vectorized_map"``/``"jacobian"`` say so in a ``ValueError``.
+
 An ``Embedding``'s gradient is ``tf.IndexedSlices`` (chapter 06); per example it is returned
 dense, ``(B, vocabulary, dim)``: mind the memory for a large table.
 """
