@@ -545,6 +545,26 @@ def _():
                keras.layers.Flatten(), keras.layers.Dense(1), inp=(2,), dtype="string")
 
 
+INTS = RNG.integers(0, 5, size=(B, 3)).astype("int64")
+
+
+@case("fixed batch_size Input (not stateful)", X4, Y1, dense=True)
+def _():
+    return keras.Sequential([keras.Input((4,), batch_size=B), keras.layers.Dense(3), keras.layers.Dense(1)])
+
+
+@case("IntegerLookup + CategoryEncoding multi-hot", INTS, Y1)
+def _():
+    return seq(keras.layers.IntegerLookup(vocabulary=[0, 1, 2, 3]), keras.layers.CategoryEncoding(6, output_mode="multi_hot"),
+               keras.layers.Dense(1), inp=(3,), dtype="int64")
+
+
+@case("Hashing + Embedding", INTS, Y1)
+def _():
+    return seq(keras.layers.Hashing(7), keras.layers.Embedding(7, 2), keras.layers.Flatten(), keras.layers.Dense(1),
+               inp=(3,), dtype="int64")
+
+
 # ----------------------------------------------------------------------------- references, without gradlab
 def build(name):
     keras.utils.set_random_seed(29)
@@ -692,6 +712,9 @@ def close(a, b, rtol, atol=1e-7):
 #: the file runs in about a minute; ``-m slow`` runs them (the per-example methods trace three functions).
 SLOW: dict[str, set[str]] = {
     "per_example": {
+        'Hashing + Embedding',
+        'IntegerLookup + CategoryEncoding multi-hot',
+        'fixed batch_size Input (not stateful)',
         'Attention + AdditiveAttention',
         'BatchNorm (training=False inspection)',
         'Bidirectional GRU(return_state) + Embedding mask_zero',
