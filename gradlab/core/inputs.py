@@ -88,7 +88,7 @@ def output_dtype(model):
     return None
 
 
-def _to_tensor(name: str, value, dtype=None):
+def _to_tensor(name: str, value, dtype=None, *, strings: bool = False):
     if value is None or isinstance(value, (str, bytes, bool)):
         raise ValueError(f"{name} must be an array or tensor of numbers (one batch); got {value!r}")
     if isinstance(value, tf.data.Dataset):
@@ -123,6 +123,8 @@ def _to_tensor(name: str, value, dtype=None):
         raise ValueError(f"{name} must have a batch axis; got a scalar {name}")
     if t.dtype == tf.bool:
         t = tf.cast(t, keras.backend.floatx())
+    if t.dtype == tf.string and strings:  # a model whose input is keras.Input(dtype="string")
+        return t
     if not (t.dtype.is_floating or t.dtype.is_integer):
         raise ValueError(f"{name} must hold numbers; got dtype {t.dtype.name}")
     if dtype is not None and t.dtype != dtype:
@@ -189,7 +191,7 @@ def coerce_batch(model, x, y=None):
     float64_model = getattr(model, "compute_dtype", None) == "float64"
 
     def convert_x(name, value, spec=None):
-        t = _to_tensor(name, value)
+        t = _to_tensor(name, value, strings=getattr(spec, "dtype", None) in ("string", tf.string))
         want = None
         if spec is not None and getattr(spec, "dtype", None) is not None:
             want = tf.as_dtype(spec.dtype)

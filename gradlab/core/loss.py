@@ -11,6 +11,10 @@ float32, as Keras's own losses do). It refuses a ``y`` whose shape differs from 
 since it would broadcast into a wrong loss (a ``y`` of shape ``(B,)`` against an output
 ``(B, 1)`` broadcasts to ``(B, B)``).
 
+A ``loss`` function may return one loss per example (shape ``(batch,)``, as
+``keras.losses.mean_absolute_error`` does): it is reduced by the mean over the batch, as
+``compile`` reduces a loss function; any other non-scalar result is refused.
+
 ``sample_weight`` has Keras's meaning everywhere: each example's loss is multiplied by its
 weight and the sum is divided by the number of loss values (Keras's ``"sum_over_batch_size"``
 reduction, what ``model.compute_loss`` and ``fit`` do), so a weight of 0 removes an example
@@ -39,6 +43,12 @@ __all__ = ["Loss", "mean_squared_error", "reduce_weighted", "resolve_loss"]
 def _loss_dtype(y_pred):
     dtypes = [t.dtype for t in tf.nest.flatten(y_pred) if hasattr(t, "dtype")]
     return tf.float64 if tf.float64 in dtypes else tf.float32
+
+
+def _batch_size(y_pred):
+    """The batch size of the (first) output, ``None`` when it is not known statically."""
+    flat = [t for t in tf.nest.flatten(y_pred) if hasattr(t, "shape")]
+    return flat[0].shape[0] if flat and flat[0].shape.rank else None
 
 
 def reduce_weighted(values, sample_weight=None):
@@ -234,15 +244,21 @@ class Loss:
                 loss = reduce_weighted(self.per_example(y, y_pred), tf.nest.flatten(sample_weight)[0])
             else:
                 loss = tf.convert_to_tensor(self.fn(y, y_pred))
-                if loss.shape.rank != 0:
+                if loss.shape.rank == 1 and loss.shape[0] == _batch_size(y_pred):
+                    # one loss per example (keras.losses.mean_squared_error): reduced as Keras
+                    # reduces a loss function given to compile, the mean over the batch
+                    loss = reduce_weighted(loss)
+                elif loss.shape.rank != 0:
                     raise ValueError(
-                        f"loss= must return a scalar, it returned shape {tuple(loss.shape)}. "
+                        f"loss= must return a scalar (or one loss per example, shape (batch,)), it returned "
+                        f"shape {tuple(loss.shape)}. "
                         "tape.gradient would silently differentiate the sum of its elements (chapter 02); "
                         "reduce it, e.g. with tf.reduce_mean"
                     )
-                replicas = tf.distribute.get_strategy().num_replicas_in_sync
-                if replicas > 1:  # what a Keras loss does inside a replica
-                    loss = loss / tf.cast(replicas, loss.dtype)
+                else:
+                    replicas = tf.distribute.get_strategy().num_replicas_in_sync
+                    if replicas > 1:  # what a Keras loss does inside a replica
+                        loss = loss / tf.cast(replicas, loss.dtype)
         else:
             parts = [mean_squared_error(t, p, sw) for t, p, sw in _pairs(y, y_pred, sample_weight)]
             dtype = tf.float64 if any(p.dtype == tf.float64 for p in parts) else tf.float32

@@ -45,6 +45,10 @@ included).
 :func:`per_example_gradients` is a pipeline of named stages: the arguments, the build, the
 loss checked on one example, the candidate methods, the run with its fallbacks.
 
+A sparse or ragged ``x`` (``keras.Input(sparse=True)``, a ``tf.RaggedTensor``) is sliced example by
+example; pfor cannot vectorize over a ``SparseTensor`` (TF 2.21), so ``"auto"`` runs the loop there
+and ``"vectorized_map"``/``"jacobian"`` say so in a ``ValueError``.
+
 An ``Embedding``'s gradient is ``tf.IndexedSlices`` (chapter 06); per example it is returned
 dense, ``(B, vocabulary, dim)``: mind the memory for a large table.
 """
@@ -147,12 +151,22 @@ def _dense(g, v):
     return tf.convert_to_tensor(g)
 
 
+def _row(t, i):
+    """Example ``i`` of ``t`` with a batch axis of 1 (a ``tf.SparseTensor`` or ``tf.RaggedTensor`` too)."""
+    if isinstance(t, tf.SparseTensor):
+        return tf.sparse.slice(t, [i] + [0] * (t.shape.rank - 1), tf.concat([[1], t.dense_shape[1:]], 0))
+    if isinstance(t, tf.RaggedTensor):
+        return t[i:i + 1]
+    return t[i][None]
+
+
 def _one(xs, i):
-    return None if xs is None else tf.nest.map_structure(lambda t: t[i][None], xs)
+    return None if xs is None else tf.nest.map_structure(lambda t: _row(t, i), xs, expand_composites=False)
 
 
 def _add_batch_axis(xs):
-    return None if xs is None else tf.nest.map_structure(lambda t: t[None], xs)
+    return None if xs is None else tf.nest.map_structure(
+        lambda t: tf.sparse.expand_dims(t, 0) if isinstance(t, tf.SparseTensor) else tf.expand_dims(t, 0), xs)
 
 
 def _placeholder(x):
@@ -385,7 +399,9 @@ def _run(model, resolved, method: str, candidates, training: bool, x, y, w, bar:
             except (ValueError, TypeError, tf.errors.InvalidArgumentError, NotImplementedError) as err:
                 if chosen == "loop" or not _is_pfor_failure(err, compiled):
                     raise
-                compiled.failed = f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:200]}"
+                last = str(err).strip().splitlines()[-1].strip()
+                kind = f"{type(err).__name__}:"
+                compiled.failed = f"{kind} {last.removeprefix(kind).strip()[:200]}"
         if method != "auto":
             raise ValueError(
                 f"method={method!r} cannot convert this model with pfor ({compiled.failed}); use "
