@@ -726,7 +726,7 @@ ch09.check_clip_threshold(my_norms, my_threshold)
 
 # %%
 print(ch09.FLAT_SETTINGS)
-my_ratios = None  # your answer: {"a": ..., "b": ..., "c": ..., "d": ...}
+my_ratios = None  # your answer: a dict, one ratio for each of "a", "b", "c", "d"
 ch09.check_flat_pre_ln(my_ratios)
 
 # %% [markdown]
