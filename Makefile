@@ -10,7 +10,7 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help install lab lab-zh catalog catalog-check test test-fast test-cpu-order notebooks nav lint bench bench-browser clean book book-data
+.PHONY: help install lab lab-zh catalog catalog-check test test-fast test-cpu-order test-matrix notebooks nav lint bench bench-browser clean book book-data
 
 help:
 	@echo "make lab        start JupyterLab (127.0.0.1, token) at chapter 00"
@@ -19,6 +19,7 @@ help:
 	@echo "make test       the whole suite: builds the book, then pytest over tests/, nbval over chapters/, browser tests"
 	@echo "make test-fast  a quick check (under 3 minutes): gradlab's core and engine tests and chapter 05"
 	@echo "make test-cpu-order  nbval of the CPU-sensitive chapters under another summation order"
+	@echo "make test-matrix  the third model matrix with its slow pairs (tests/test_models_matrix3.py)"
 	@echo "make book       the static site of both editions into build/book/ (stored outputs, offline; open index.html)"
 	@echo "make book-data  recompute the kernel-free explorers' grids (book/data/) with gradlab's engines"
 	@echo "make notebooks  rebuild every chapter from chapters/src and Restart & Run All in place"
@@ -97,6 +98,10 @@ CPU_ORDER_CHAPTERS := chapters/01-vanishing-exploding.ipynb chapters/04-summary.
 	chapters/05-beyond-the-source.ipynb chapters/07-through-time.ipynb
 test-cpu-order: install
 	ONEDNN_MAX_CPU_ISA=SSE41 $(PY) -m pytest $(XDIST) $(CPU_ORDER_CHAPTERS)
+
+# The third model matrix in full: its slow (tool, model) pairs too (about 3 more minutes).
+test-matrix: install
+	GRADLAB_FULL_MATRIX=1 $(PY) -m pytest $(XDIST) tests/test_models_matrix3.py
 
 # The book site: Sphinx + MyST-NB over the stored notebooks (never executed), both editions.
 book: install

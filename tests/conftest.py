@@ -49,6 +49,8 @@ UNIT_SECONDS = {
     "04-summary.ipynb": 72,
     "01-vanishing-exploding.ipynb": 55,
     "tests/test_explorer.py": 120,
+    "tests/test_exercises_ch09.py": 80,
+    "tests/test_models_matrix3.py": 60,
     "03-tape-and-function.ipynb": 47,
     "10-checking-and-memory.ipynb": 44,
     "02-jacobians.ipynb": 32,

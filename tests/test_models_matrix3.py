@@ -21,6 +21,8 @@ Inputs are tiny (batches of 6), so a model takes about a second.
 
 from __future__ import annotations
 
+import os
+
 import keras
 import numpy as np
 import pytest
@@ -810,8 +812,15 @@ SLOW: dict[str, set[str]] = {
 }
 
 
+#: The slow pairs run with ``make test-matrix`` (``GRADLAB_FULL_MATRIX=1``), not in ``make test``: they
+#: would take about 2.5 of its 15 minutes, and the unmarked pairs cover every tool on every kind of model.
+FULL_MATRIX = os.environ.get("GRADLAB_FULL_MATRIX") == "1"
+_SLOW_MARKS = [pytest.mark.slow, pytest.mark.skipif(
+    not FULL_MATRIX, reason="a slow (tool, model) pair: make test-matrix (GRADLAB_FULL_MATRIX=1) runs it")]
+
+
 def _params(tool, skip=lambda c: False):
-    return [pytest.param(n, marks=pytest.mark.slow) if ZOO[n].slow or n in SLOW.get(tool, ()) else n
+    return [pytest.param(n, marks=_SLOW_MARKS) if ZOO[n].slow or n in SLOW.get(tool, ()) else n
             for n in ZOO if not skip(ZOO[n])]
 
 
