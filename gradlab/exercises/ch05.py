@@ -350,6 +350,50 @@ def _fixed_factor(train_step) -> str:
                                        ratio=f"{r:.3g}")
 
 
+def _scaled_ratio_feedback(r: float, scalings: int, s: str) -> str:
+    """Exercise 3: what a gradient ``r`` times the reference's says about the step ("" when r is 1)."""
+    if _near(r, 1.0):
+        return ""
+    if _near(r, 2.0**15 / EX3_SCALE) and not scalings:
+        text = _("the gradients are {ratio}× the expected ones: the loss was multiplied by a fixed 32768. The "
+                 "scale is dynamic (LossScaleOptimizer halves it after an overflow and doubles it after 2000 "
+                 "good steps; it is {scale} in this check), so use optimizer.scale_loss(loss), which "
+                 "multiplies by the current scale").format(ratio=f"{r:.3g}", scale=s)
+    elif _near(r, 1.0 / EX3_SCALE):
+        text = _("the gradients are 1/{scale} of the expected ones: they were divided by the scale before "
+                 "apply_gradients, which divides them again. Pass the scaled gradients as they come from the "
+                 "tape").format(scale=s)
+    elif _near(r, float(_ex3_batch())):
+        text = _("the gradients you apply are {ratio}× the expected ones, the batch size: the loss is a sum "
+                 "over the examples where the mean was wanted (tf.reduce_mean)").format(ratio=f"{r:.3g}")
+    elif _near(r, EX3_SCALE):
+        text = _("the gradients are {scale}× the expected ones: the loss is scaled twice").format(scale=s)
+    else:
+        text = _("the gradients you apply are {ratio}× the expected ones: differentiate "
+                 "optimizer.scale_loss(loss), where loss is the mean squared error, and pass the gradients to "
+                 "apply_gradients unchanged").format(ratio=f"{r:.3g}")
+    return text
+
+
+def _returned_loss_feedback(out, want: float, s: str) -> str:
+    """Exercise 3: what the step returned, if it is neither nothing nor the unscaled loss ("" when fine)."""
+    if out is None:
+        return ""
+    try:
+        value = float(np.asarray(out.numpy() if hasattr(out, "numpy") else out))
+    except Exception:  # noqa: BLE001 - a tuple, a string, ...
+        value = None
+    if value is not None and math.isclose(value, want * EX3_SCALE, rel_tol=1e-3):
+        return _(
+            "the step is right, but it returns the scaled loss ({value}, {scale}× the loss): return the "
+            "loss itself, so that what you log is the mean squared error").format(value=f"{value:.4g}", scale=s)
+    if value is None or not math.isclose(value, want, rel_tol=1e-3):
+        return _(
+            "the step is right, but it returns {got}, not the loss ({want}): return the mean squared "
+            "error").format(got=clean_message(repr(out), 60), want=f"{want:.4g}")
+    return ""
+
+
 def check_scaled_step(train_step) -> CheckResult:
     """Exercise 3: ``train_step(model, optimizer, x, y)`` takes one loss-scaled SGD step.
 
@@ -407,27 +451,9 @@ def check_scaled_step(train_step) -> CheckResult:
             "the layer-1 kernel gradient is exactly 0: its float16 signal underflowed, so the loss was not scaled "
             "before the backward pass. Scale it inside the tape with optimizer.scale_loss(loss) and differentiate "
             "the scaled loss"))
-    r = _ratio(got, ref)
-    if not _near(r, 1.0):
-        if _near(r, 2.0**15 / EX3_SCALE) and not scalings:
-            text = _("the gradients are {ratio}× the expected ones: the loss was multiplied by a fixed 32768. The "
-                     "scale is dynamic (LossScaleOptimizer halves it after an overflow and doubles it after 2000 "
-                     "good steps; it is {scale} in this check), so use optimizer.scale_loss(loss), which "
-                     "multiplies by the current scale").format(ratio=f"{r:.3g}", scale=s)
-        elif _near(r, 1.0 / EX3_SCALE):
-            text = _("the gradients are 1/{scale} of the expected ones: they were divided by the scale before "
-                     "apply_gradients, which divides them again. Pass the scaled gradients as they come from the "
-                     "tape").format(scale=s)
-        elif _near(r, float(_ex3_batch())):
-            text = _("the gradients you apply are {ratio}× the expected ones, the batch size: the loss is a sum "
-                     "over the examples where the mean was wanted (tf.reduce_mean)").format(ratio=f"{r:.3g}")
-        elif _near(r, EX3_SCALE):
-            text = _("the gradients are {scale}× the expected ones: the loss is scaled twice").format(scale=s)
-        else:
-            text = _("the gradients you apply are {ratio}× the expected ones: differentiate "
-                     "optimizer.scale_loss(loss), where loss is the mean squared error, and pass the gradients to "
-                     "apply_gradients unchanged").format(ratio=f"{r:.3g}")
-        return CheckResult(name, False, text)
+    wrong_size = _scaled_ratio_feedback(_ratio(got, ref), scalings, s)
+    if wrong_size:
+        return CheckResult(name, False, wrong_size)
     if not all(np.allclose(g, e, rtol=2e-2, atol=1e-3 * float(np.abs(e).max()) + 1e-12)
                for g, e in zip(got, ref, strict=True)):
         return CheckResult(name, False, _(
@@ -437,21 +463,9 @@ def check_scaled_step(train_step) -> CheckResult:
         fixed = _fixed_factor(train_step)
         if fixed:
             return CheckResult(name, False, fixed)
-    if out is not None:
-        try:
-            value = float(np.asarray(out.numpy() if hasattr(out, "numpy") else out))
-        except Exception:  # noqa: BLE001 - a tuple, a string, ...
-            value = None
-        want = float(ref_loss.numpy())
-        if value is not None and math.isclose(value, want * EX3_SCALE, rel_tol=1e-3):
-            return CheckResult(name, False, _(
-                "the step is right, but it returns the scaled loss ({value}, {scale}× the loss): return the "
-                "loss itself, so that what you log is the mean squared error").format(value=f"{value:.4g}",
-                                                                                   scale=s))
-        if value is None or not math.isclose(value, want, rel_tol=1e-3):
-            return CheckResult(name, False, _(
-                "the step is right, but it returns {got}, not the loss ({want}): return the mean squared "
-                "error").format(got=clean_message(repr(out), 60), want=f"{want:.4g}"))
+    returned = _returned_loss_feedback(out, float(ref_loss.numpy()), s)
+    if returned:
+        return CheckResult(name, False, returned)
     return CheckResult(name, True, _(
         "the gradients reach the optimizer scaled by {scale} (layer 1: {norm}), and apply_gradients unscales "
         "them").format(scale=s, norm=f"{float(np.sqrt(np.sum(first**2))):.3g}"))

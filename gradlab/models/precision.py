@@ -39,18 +39,18 @@ def float64_copy(model):
     if all(v.dtype == "float64" for v in model.weights if "float" in str(v.dtype)) and \
             getattr(model.dtype_policy, "compute_dtype", None) == "float64":
         return model
-    from keras.src.models.functional import Functional  # keras.Model(inputs, outputs) builds one
-
-    if not isinstance(model, (keras.Sequential, Functional)):
-        raise ValueError(f"model must be a Sequential or functional model to be copied layer by layer; "
-                         f"got the subclassed {type(model).__name__}: build it with dtype='float64' instead")
-
     def as_float64(layer):
         config = layer.get_config()
         config["dtype"] = "float64"
         return type(layer).from_config(config)
 
-    copy = keras.models.clone_model(model, clone_function=as_float64)
+    try:  # Keras clones Sequential and functional models layer by layer, and refuses the others
+        copy = keras.models.clone_model(model, clone_function=as_float64)
+    except ValueError as err:
+        if "Sequential" not in str(err):
+            raise
+        raise ValueError(f"model must be a Sequential or functional model to be copied layer by layer; "
+                         f"got the subclassed {type(model).__name__}: build it with dtype='float64' instead") from None
     copy.set_weights([np.asarray(w).astype(np.float64) if np.issubdtype(np.asarray(w).dtype, np.floating)
                       else w for w in model.get_weights()])
     return copy
