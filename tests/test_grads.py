@@ -369,3 +369,30 @@ def test_gradient_report_and_check_trains_need_y():
         gl.gradient_report(m, x, None)
     result = gl.exercises.checks.check_trains("c", m, x, None, optimizer=keras.optimizers.SGD(), steps=1, below=1.0)
     assert not result.ok and "y is None" in str(result)
+
+
+def test_gradient_report_reads_a_dense_model_behind_an_adapted_normalization():
+    """A preprocessing layer with only non-trainable weights is part of the input (issue 29, matrix 3)."""
+    import keras
+    import numpy as np
+
+    import gradlab as gl
+
+    keras.utils.set_random_seed(1)
+    x = np.random.default_rng(0).normal(3.0, 2.0, (32, 4)).astype("float32")
+    y = x[:, :1] * 0.5
+    norm = keras.layers.Normalization()
+    norm.adapt(x)
+    model = keras.Sequential([keras.Input((4,)), norm, keras.layers.Dense(8, activation="tanh"),
+                              keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(1)])
+    r = gl.gradient_report(model, x, y)
+    plain = keras.Sequential([keras.Input((4,)), *[keras.layers.Dense.from_config(layer.get_config())
+                                                   for layer in model.layers[1:]]])
+    plain.set_weights(model.get_weights()[3:])  # Normalization holds mean, variance, count
+    r2 = gl.gradient_report(plain, norm(x), y)
+    np.testing.assert_allclose(r.weight_norms, r2.weight_norms, rtol=1e-5)
+    conv = keras.Sequential([keras.Input((4, 4, 1)), keras.layers.Conv2D(2, 3), keras.layers.Flatten(),
+                             keras.layers.Dense(4), keras.layers.Dense(1)])
+    import pytest
+    with pytest.raises(ValueError, match="found Conv2D"):
+        gl.dense_layers(conv) if hasattr(gl, "dense_layers") else gl.reports.gradients.dense_layers(conv)

@@ -150,16 +150,18 @@ _NORM_LAYERS = (keras.layers.BatchNormalization, keras.layers.LayerNormalization
 def dense_layers(model) -> list:
     """The ``Dense`` layers of ``model`` (nested models expanded), in the order they were created.
 
-    Raises ``ValueError`` when the model has another layer with weights than ``Dense``,
+    Raises ``ValueError`` when the model has another layer with trainable weights than ``Dense``,
     ``BatchNormalization`` or ``LayerNormalization``: :func:`gradient_report` measures one
-    signal per Dense layer and would not describe such a model.
+    signal per Dense layer and would not describe such a model. A layer whose weights are all
+    non-trainable (an adapted ``Normalization``, a lookup table) takes no gradient and is read as
+    part of the input.
     """
     core.check_model(model)
     out = []
     for layer in core.leaf_layers(model):
         if isinstance(layer, keras.layers.Dense):
             out.append(layer)
-        elif layer.weights and not isinstance(layer, _NORM_LAYERS):
+        elif layer.trainable_weights and not isinstance(layer, _NORM_LAYERS):  # preprocessing: no gradient
             raise ValueError(
                 "gradient_report reads models built from Dense layers (with optional "
                 "BatchNormalization/LayerNormalization, Activation, Add and Dropout layers); found "
