@@ -736,6 +736,37 @@ def test_the_settle_timer_runs_in_the_loop_and_a_python_change_is_exact(monkeypa
     assert e.plot.format == "png" and len(stored) == 3
 
 
+def test_a_change_from_the_page_computes_the_other_depths_ahead_nearest_first(monkeypatch, small_engine):
+    """Issue 29: the first drag over depths 50-100 computed every depth while the page waited."""
+    import asyncio
+
+    _recorded(monkeypatch)
+    e = gl.GradientExplorer(depth=50, engine=small_engine)
+    e._displayed = True
+    computed = []
+    real = e.engine.report
+    monkeypatch.setattr(e.engine, "report", lambda depth, *a, **k: computed.append(depth) or real(depth, *a, **k))
+
+    async def run(turns):
+        e.depth.set_state({"value": 60})
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        assert computed == [60], computed                  # nothing ahead while the drag may go on
+        await asyncio.sleep(e.settle_s + 0.05)             # settled: the exact picture, then work ahead
+        for _ in range(turns):
+            await asyncio.sleep(0)
+
+    asyncio.run(run(6))
+    assert computed[0] == 60                               # the page's own depth, exact
+    assert computed[1:5] == [61, 59, 62, 58], computed     # then one per turn, nearest first
+    e.depth.value = 40                                     # a change in Python: nothing ahead
+    n = len(computed)
+    asyncio.run(asyncio.sleep(0))
+    assert computed[n - 1] == 40 and len(computed) == n
+    ahead = gl.GradientExplorer(depth=61, engine=small_engine).report
+    assert e._reports[e._key(61)].signal_norms.tolist() == ahead.signal_norms.tolist()  # the same reports
+
+
 def test_snapshot_and_display_never_show_a_draft(monkeypatch, small_engine):
     stored = _recorded(monkeypatch)
     e = gl.GradientExplorer(depth=50, engine=small_engine)

@@ -305,6 +305,7 @@ class Explorer(widgets.VBox):
         if getattr(self, "_settle_handle", None) is not None:
             self._settle_handle.cancel()  # a draft restarts it once drawn; an exact change is stored
             self._settle_handle = None
+        self._prefetch_turn = getattr(self, "_prefetch_turn", 0) + 1  # stops work ahead (GradientExplorer)
         self._sync()
         self.report = self._compute()
         if self.plot is not None:

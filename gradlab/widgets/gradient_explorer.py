@@ -20,7 +20,7 @@ from ..plots.gradients import ReportPlot, loss_scale_text
 from ..reports.advice import compare_with_paper, gradient_advice
 from ..reports.gradients import check_clip
 from ..reports.verdict import status_word
-from .base import ClipControls, Explorer, css
+from .base import ClipControls, Explorer, _running_loop, css
 from .sliders import ExactIntSlider
 
 __all__ = ["GradientExplorer", "LOSS_SCALES"]
@@ -146,9 +146,11 @@ class GradientExplorer(ClipControls, Explorer):
     #: How many reports the explorer keeps (the engine's are deterministic per setting).
     REPORTS = 256
 
-    def _compute(self):
-        key = (self.depth.value, self.activation.value, self.initializer.value, self.clip,
-               self.residual.value, self.norm.value, self.dtype.value, float(self.loss_scale.value))
+    def _key(self, depth: int) -> tuple:
+        return (depth, self.activation.value, self.initializer.value, self.clip, self.residual.value,
+                self.norm.value, self.dtype.value, float(self.loss_scale.value))
+
+    def _report_for(self, key: tuple):
         report = self._reports.get(key)
         if report is None:
             report = self._reports[key] = self.engine.report(
@@ -158,6 +160,40 @@ class GradientExplorer(ClipControls, Explorer):
         else:
             self._reports.move_to_end(key)
         return report
+
+    def _compute(self):
+        return self._report_for(self._key(self.depth.value))
+
+    def _prefetch(self) -> None:
+        """Once a change from the page has settled, compute the other depths' reports ahead, nearest first.
+
+        One report per turn of the kernel's event loop (about 25 ms), so a message from the page
+        waits at most one report, and any change stops it. The next drag then finds its depths
+        computed (issue 29: a first drag over depths 50-100 re-plotted 6.9 times a second, a
+        second one over the same depths 11.9). It starts only when a drag or a click has
+        settled: running during a drag, it would delay every message. Never runs outside a kernel.
+        """
+        loop = _running_loop()
+        if loop is None:
+            return
+        self._prefetch_turn = turn = getattr(self, "_prefetch_turn", 0) + 1
+        here = self.depth.value
+        depths = sorted(range(self.depth.min, self.depth.max + 1), key=lambda d: (abs(d - here), -d))
+        keys = iter([self._key(d) for d in depths[1:]])
+
+        def step():
+            if turn != self._prefetch_turn or getattr(self, "_settle_handle", None) is not None:
+                return  # a newer change (a drag goes on, or a new one) stops it
+            for key in keys:
+                if key not in self._reports:
+                    self._reports[key] = self.engine.report(
+                        key[0], key[1], key[2], key[3], residual=key[4], norm=key[5], dtype=key[6],
+                        loss_scale=key[7])
+                    self._reports.move_to_end(key, last=False)  # evicted before what was shown
+                    loop.call_soon(step)
+                    return
+
+        loop.call_soon(step)
 
     def _make_plot(self):
         return ReportPlot(self.report, show_forward=self.show_forward.value, live=True)
@@ -170,6 +206,13 @@ class GradientExplorer(ClipControls, Explorer):
 
     def _after_change(self) -> None:
         self._update_preset()
+
+    def settle(self) -> None:
+        """The base's settle (the exact picture after a drag or a click), then :meth:`_prefetch`."""
+        pending = getattr(self, "_settle_handle", None) is not None
+        super().settle()
+        if pending:
+            self._prefetch()
 
     def _copy_kwargs(self) -> dict:
         kw = self.settings()
