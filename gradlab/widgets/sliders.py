@@ -41,19 +41,21 @@ def _check_initial(slider, kwargs: dict) -> None:
         _check_range(slider._exact_name, kwargs["value"], *slider._range())
 
 
-class ExactFloatSlider(widgets.FloatSlider):
-    """A FloatSlider that keeps the value it is given and refuses one outside its range.
+class _Exact:
+    """What the three sliders share: the control's name, the checked constructor value and the
+    range check on every assignment. A subclass gives :meth:`_range` and, for float sliders,
+    turns ``continuous_update`` off (the module docstring says why)."""
 
-    ``name`` is the control's name for the error message; ``continuous_update`` is off
-    (the module docstring says why).
-    """
+    _continuous_update: bool | None = False  # None: as the caller gives it
 
     def __init__(self, name: str, **kwargs):
         self._exact_name = name
-        super().__init__(**{"continuous_update": False, **kwargs})
+        if self._continuous_update is not None:
+            kwargs = {"continuous_update": self._continuous_update, **kwargs}
+        super().__init__(**kwargs)
         _check_initial(self, kwargs)
 
-    def _range(self) -> tuple[float, float]:
+    def _range(self) -> tuple:
         return self.min, self.max
 
     @validate("value")
@@ -61,43 +63,33 @@ class ExactFloatSlider(widgets.FloatSlider):
         return _check_range(self._exact_name, proposal["value"], *self._range())
 
 
-class ExactFloatLogSlider(widgets.FloatLogSlider):
-    """A FloatLogSlider that keeps the value it is given and refuses one outside its range.
+class ExactFloatSlider(_Exact, widgets.FloatSlider):
+    """A FloatSlider that keeps the value it is given and refuses one outside its range.
 
-    ``name`` is the control's name for the error message; ``continuous_update`` is off
-    (the module docstring says why).
+    ``name`` is the control's name for the error message; ``continuous_update`` is off.
     """
 
-    def __init__(self, name: str, **kwargs):
-        self._exact_name = name
-        super().__init__(**{"continuous_update": False, **kwargs})
-        _check_initial(self, kwargs)
+
+class ExactFloatLogSlider(_Exact, widgets.FloatLogSlider):
+    """A FloatLogSlider that keeps the value it is given and refuses one outside its range.
+
+    ``name`` is the control's name for the error message; ``continuous_update`` is off.
+    """
 
     def _range(self) -> tuple[float, float]:
         return self.base ** self.min, self.base ** self.max
 
-    @validate("value")
-    def _validate_value(self, proposal):
-        return _check_range(self._exact_name, proposal["value"], *self._range())
 
-
-class ExactIntSlider(widgets.IntSlider):
+class ExactIntSlider(_Exact, widgets.IntSlider):
     """An IntSlider (step 1: the view never snaps it) that refuses a value outside its range.
 
     ``name`` is the control's name for the error message. ``continuous_update`` stays as
     given: with a step of 1 every integer is on the grid.
     """
 
+    _continuous_update = None
+
     def __init__(self, name: str, **kwargs):
         if kwargs.get("step", 1) != 1:
             raise ValueError(f"step must be 1 (the view snaps other values); got {kwargs['step']!r}")
-        self._exact_name = name
-        super().__init__(**kwargs)
-        _check_initial(self, kwargs)
-
-    def _range(self) -> tuple[int, int]:
-        return self.min, self.max
-
-    @validate("value")
-    def _validate_value(self, proposal):
-        return _check_range(self._exact_name, proposal["value"], *self._range())
+        super().__init__(name, **kwargs)
