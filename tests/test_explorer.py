@@ -681,6 +681,16 @@ def test_chinese_status_lines_join_sentences_without_a_space(chinese, small_engi
 
 
 # ----------------------------------------------------------------------------- drafts (issue 29)
+def _in_a_loop(coro):
+    """Run ``coro`` in a fresh event loop of its own thread, as a kernel runs a comm handler: the
+    test process may already run a loop in this thread (Playwright's, in make test's worker)."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
 def _drag(e, control: str, values, *, settle: bool = True):
     """Send ``values`` to ``e``'s control as the page does (``set_state`` inside the kernel's
     running event loop), then, with ``settle``, wait past ``e.settle_s``."""
@@ -693,7 +703,7 @@ def _drag(e, control: str, values, *, settle: bool = True):
         if settle:
             await asyncio.sleep(e.settle_s + 0.2)
 
-    asyncio.run(run())
+    _in_a_loop(run())
 
 
 def _recorded(monkeypatch):
@@ -756,12 +766,12 @@ def test_a_change_from_the_page_computes_the_other_depths_ahead_nearest_first(mo
         for _ in range(turns):
             await asyncio.sleep(0)
 
-    asyncio.run(run(6))
+    _in_a_loop(run(6))
     assert computed[0] == 60                               # the page's own depth, exact
     assert computed[1:5] == [61, 59, 62, 58], computed     # then one per turn, nearest first
     e.depth.value = 40                                     # a change in Python: nothing ahead
     n = len(computed)
-    asyncio.run(asyncio.sleep(0))
+    _in_a_loop(asyncio.sleep(0))
     assert computed[n - 1] == 40 and len(computed) == n
     ahead = gl.GradientExplorer(depth=61, engine=small_engine).report
     assert e._reports[e._key(61)].signal_norms.tolist() == ahead.signal_norms.tolist()  # the same reports

@@ -819,9 +819,14 @@ _SLOW_MARKS = [pytest.mark.slow, pytest.mark.skipif(
     not FULL_MATRIX, reason="a slow (tool, model) pair: make test-matrix (GRADLAB_FULL_MATRIX=1) runs it")]
 
 
+#: Tools whose every pair is slow (per-example gradients trace three functions per model; the
+#: fixed cases below and tests/test_per_example.py run in make test).
+SLOW_TOOLS = {"per_example"}
+
+
 def _params(tool, skip=lambda c: False):
-    return [pytest.param(n, marks=_SLOW_MARKS) if ZOO[n].slow or n in SLOW.get(tool, ()) else n
-            for n in ZOO if not skip(ZOO[n])]
+    return [pytest.param(n, marks=_SLOW_MARKS) if tool in SLOW_TOOLS or ZOO[n].slow or n in SLOW.get(tool, ())
+            else n for n in ZOO if not skip(ZOO[n])]
 
 
 def _refusal(c, *keys):

@@ -64,3 +64,30 @@ def test_refusals_name_the_argument():
         float64_copy([1])
     with pytest.raises(ValueError, match="built"):
         float64_copy(keras.Sequential([keras.layers.Dense(2)]))
+
+
+def test_a_layer_whose_config_loses_a_setting_is_not_copied():
+    class Half(keras.layers.Layer):
+        def __init__(self, on=True, **kw):
+            super().__init__(**kw)
+            self.on = on
+
+        def call(self, x):
+            return x * 0.5 if self.on else x
+
+    # Keras 3 rebuilds a layer from the arguments its constructor was given: a setting changed
+    # afterwards comes back as it was given
+    changed = Half(name="half")
+    changed.on = False
+    model = keras.Sequential([keras.Input((3,)), changed, keras.layers.Dense(2)])
+    with pytest.raises(ValueError, match=r"layer 'half'.*is not copied"):
+        float64_copy(model)
+    class Shift(keras.layers.Layer):  # chapter 04's kind of layer: nothing of its own in __init__
+        def build(self, input_shape):
+            self.shift = self.add_weight(shape=(input_shape[-1],), initializer="ones", name="shift")
+
+        def call(self, x):
+            return x - self.shift
+
+    kept = float64_copy(keras.Sequential([keras.Input((3,)), Shift(name="standardize"), keras.layers.Dense(2)]))
+    assert kept.layers[0].name == "standardize" and kept.weights[0].path.endswith("standardize/shift")

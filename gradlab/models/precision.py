@@ -51,6 +51,33 @@ def float64_copy(model):
             raise
         raise ValueError(f"model must be a Sequential or functional model to be copied layer by layer; "
                          f"got the subclassed {type(model).__name__}: build it with dtype='float64' instead") from None
+    _check_faithful(model, copy)
     copy.set_weights([np.asarray(w).astype(np.float64) if np.issubdtype(np.asarray(w).dtype, np.floating)
                       else w for w in model.get_weights()])
     return copy
+
+
+def _settings(layer) -> dict:
+    """A layer's plain public settings (``use_scale=False``, ``units=32``): what its config must carry."""
+    return {k: v for k, v in vars(layer).items()
+            if not k.startswith("_") and isinstance(v, (bool, int, float, str, type(None)))}
+
+
+def _check_faithful(model, copy) -> None:
+    """Refuse a copy whose layers are not the model's: a custom layer whose ``get_config`` leaves out
+    a setting (``use_scale``) would come back with its default, and a renamed layer moves its
+    variables' paths."""
+    import keras
+
+    for a, b in zip(model._flatten_layers(include_self=False), copy._flatten_layers(include_self=False)):
+        if isinstance(a, keras.layers.InputLayer):
+            continue
+        if a.name != b.name:
+            raise ValueError(f"layer {a.name!r} comes back from its config as {b.name!r}: its variables' paths "
+                             "would change, so the model is not copied")
+        lost = {k: v for k, v in _settings(a).items() if _settings(b).get(k, v) != v and k != "dtype"}
+        if lost:
+            raise ValueError(f"layer {a.name!r} ({type(a).__name__}) does not keep {sorted(lost)} in its get_config(): "
+                             "a copy would differ from the model, so it is not copied")
+    if [v.path for v in model.weights] != [v.path for v in copy.weights]:
+        raise ValueError("the copy's variables are not the model's (another structure or other paths)")

@@ -301,9 +301,9 @@ def _vanishing_lines(c: _Case) -> list[str]:
     elif (act not in ("relu", "leaky_relu") and INITIALIZER_FAMILIES.get(init) == "he"
           and pick.add("activation", "relu", "critical")):
         # He's variance is matched to ReLU exactly (½·n·Var W = 1); gelu's derivative is smaller on average
-        lines.append(_("{init} is matched to ReLU exactly (½·n·Var W = 1), and {act} passes less of the gradient "
-                       "per layer: try {labels} with it.").format(
-            init=c.pick.label("initializer", init), act=act, labels=pick.names("activation")))
+        lines.append(_("The He initializer in use is matched to ReLU exactly (½·n·Var W = 1), and this activation "
+                       "passes less of the gradient per layer: try {labels} with it.").format(
+            labels=pick.names("activation")))
     if pick.add("residual", True):
         lines.append(_("A residual connection ({label}) carries the gradient past every layer.").format(
             label=pick.names("residual")))

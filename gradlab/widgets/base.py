@@ -55,7 +55,7 @@ from ..i18n import _, pgettext
 from ..plots.gradients import STATUS_COLORS
 from .sliders import ExactFloatLogSlider
 
-__all__ = ["ClipControls", "Explorer", "FigureView", "Snapshot", "css", "rerun_note", "status_html"]
+__all__ = ["ClipControls", "Explorer", "FigureView", "Snapshot", "css", "rerun_note", "running_loop", "status_html"]
 
 
 def rerun_note() -> str:
@@ -71,7 +71,7 @@ def _from_page(change) -> bool:
     return owner is not None and change.get("name") in getattr(owner, "_property_lock", {})
 
 
-def _running_loop():
+def running_loop():
     """The running asyncio event loop (a Jupyter kernel's), or ``None`` (plain Python, pytest)."""
     try:
         return asyncio.get_running_loop()
@@ -300,7 +300,7 @@ class Explorer(widgets.VBox):
         """
         if self._muted:
             return
-        loop = _running_loop() if _from_page(change) else None
+        loop = running_loop() if _from_page(change) else None
         draft = loop is not None
         if getattr(self, "_settle_handle", None) is not None:
             self._settle_handle.cancel()  # a draft restarts it once drawn; an exact change is stored

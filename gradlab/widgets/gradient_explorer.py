@@ -20,7 +20,7 @@ from ..plots.gradients import ReportPlot, loss_scale_text
 from ..reports.advice import compare_with_paper, gradient_advice
 from ..reports.gradients import check_clip
 from ..reports.verdict import status_word
-from .base import ClipControls, Explorer, _running_loop, css
+from .base import ClipControls, Explorer, running_loop, css
 from .sliders import ExactIntSlider
 
 __all__ = ["GradientExplorer", "LOSS_SCALES"]
@@ -173,7 +173,7 @@ class GradientExplorer(ClipControls, Explorer):
         second one over the same depths 11.9). It starts only when a drag or a click has
         settled: running during a drag, it would delay every message. Never runs outside a kernel.
         """
-        loop = _running_loop()
+        loop = running_loop()
         if loop is None:
             return
         self._prefetch_turn = turn = getattr(self, "_prefetch_turn", 0) + 1
