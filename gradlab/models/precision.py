@@ -69,7 +69,10 @@ def _check_faithful(model, copy) -> None:
     variables' paths."""
     import keras
 
-    for a, b in zip(model._flatten_layers(include_self=False), copy._flatten_layers(include_self=False)):
+    ours, theirs = list(model._flatten_layers(include_self=False)), list(copy._flatten_layers(include_self=False))
+    if len(ours) != len(theirs):
+        raise ValueError(f"the copy has {len(theirs)} layers where the model has {len(ours)}: it is not copied")
+    for a, b in zip(ours, theirs, strict=True):
         if isinstance(a, keras.layers.InputLayer):
             continue
         if a.name != b.name:
