@@ -20,7 +20,7 @@ from ..plots.gradients import ReportPlot, loss_scale_text
 from ..reports.advice import compare_with_paper, gradient_advice
 from ..reports.gradients import check_clip
 from ..reports.verdict import status_word
-from .base import ClipControls, Explorer, running_loop, css
+from .base import ClipControls, Explorer, css, running_loop
 from .sliders import ExactIntSlider
 
 __all__ = ["GradientExplorer", "LOSS_SCALES"]
