@@ -734,6 +734,8 @@ def test_a_drag_from_the_page_draws_drafts_then_the_exact_png_once_it_settles(mo
 
 
 def test_the_settle_timer_runs_in_the_loop_and_a_python_change_is_exact(monkeypatch, small_engine):
+    from concurrent.futures import ThreadPoolExecutor
+
     stored = _recorded(monkeypatch)
     e = gl.GradientExplorer(depth=50, engine=small_engine)
     e._displayed = True
@@ -742,7 +744,8 @@ def test_the_settle_timer_runs_in_the_loop_and_a_python_change_is_exact(monkeypa
     assert e.plot.value == gl.GradientExplorer(depth=70, engine=small_engine).plot.value
     e.depth.value = 71                                    # from Python: exact and stored at once
     assert e.plot.format == "png" and len(stored) == 2 and not e._plot.drafted
-    e.depth.set_state({"value": 72})                      # from the page, but no loop runs: exact
+    with ThreadPoolExecutor(1) as pool:                   # from the page, but no loop runs there: exact
+        pool.submit(e.depth.set_state, {"value": 72}).result()
     assert e.plot.format == "png" and len(stored) == 3
 
 

@@ -54,6 +54,7 @@ def test_saved_explorers_reopen_with_a_fresh_kernel_and_show_their_pictures(page
     ex = page.locator(f".jp-OutputArea-output .{EXPLORER_ROOTS[0]}").first
     start_digest = labpage.image_digest(ex, "gradlab-plot")
     labpage.drive(page, ex, lambda: labpage.set_slider_by_readout(ex, "gradlab-depth", 37), ["depth 37 ·"])
+    page.wait_for_timeout(800)  # a change from the page is drawn as a draft; the exact picture follows
     last_status = labpage.status_text(ex, "gradlab-status")
     last_digest = labpage.image_digest(ex, "gradlab-plot")
     assert last_digest != start_digest
