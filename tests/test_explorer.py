@@ -780,6 +780,49 @@ def test_a_change_from_the_page_computes_the_other_depths_ahead_nearest_first(mo
     assert e._reports[e._key(61)].signal_norms.tolist() == ahead.signal_norms.tolist()  # the same reports
 
 
+def test_changes_from_the_page_return_at_once_and_draw_only_the_latest(monkeypatch, small_engine):
+    """Issue 29: the page sends its next value when the kernel is idle, so the handler only notes
+    the change; the loop's next turn draws the latest value once (a drag's backlog is one draft)."""
+    import asyncio
+
+    stored = _recorded(monkeypatch)
+    e = gl.GradientExplorer(depth=50, engine=small_engine)
+    e._displayed = True
+    computed = []
+    real = e.engine.report
+    monkeypatch.setattr(e.engine, "report", lambda depth, *a, **k: computed.append(depth) or real(depth, *a, **k))
+
+    async def run():
+        for v in (61, 72, 83):                            # three messages before the loop turns
+            e.depth.set_state({"value": v})
+        assert computed == [] and e.report.depth == 50     # nothing computed inside the handler
+        await asyncio.sleep(0)
+        assert computed == [83] and e.report.depth == 83   # one draft, of the latest value
+        assert e.status_text.startswith("depth 83 ·") and e.plot.format == "jpeg"
+        e.depth.set_state({"value": 84})
+        snap = e.snapshot()                               # a snapshot before the loop turns is exact
+        assert snap.text.startswith("depth 84 ·") and snap.png[:4] == b"\x89PNG"
+        await asyncio.sleep(0)
+        assert computed[:2] == [83, 84] and computed.count(84) == 1, computed  # not drawn twice
+        assert e.plot.format == "png"                      # (then work ahead: 85, 83 is known)
+
+    _in_a_loop(run())
+    assert len(stored) == 1 and stored[0][1] == repr(e)
+
+
+def test_a_draft_keeps_its_legend_and_the_exact_picture_updates_it(monkeypatch, small_engine):
+    _recorded(monkeypatch)
+    e = gl.GradientExplorer(depth=50, activation="sigmoid", engine=small_engine)
+    e._displayed = True
+    before = e._plot.legend_labels()
+    _drag(e, "depth", (60,), settle=False)               # sigmoid at 60: the signal underflows to 0
+    assert e._plot.legend_labels() == before and e._plot.drafted
+    e.settle()
+    exact = gl.GradientExplorer(depth=60, activation="sigmoid", engine=small_engine)
+    assert e._plot.legend_labels() == exact._plot.legend_labels() != before
+    assert e.plot.value == exact.plot.value
+
+
 def test_snapshot_and_display_never_show_a_draft(monkeypatch, small_engine):
     stored = _recorded(monkeypatch)
     e = gl.GradientExplorer(depth=50, engine=small_engine)

@@ -29,8 +29,10 @@ Everything else comes from the base: ``set(**values)`` (several controls, one re
 narrow screen and a figure that follows the width of the output area.
 
 A drag in the page is drawn as drafts (issue 29): ipywidgets' front end sends the next value
-only when the kernel has answered the last one, so the re-plot rate is one per round trip and
-the kernel's share of it must be small. A change from the page keeps the plot's background
+only when the kernel has reported idle after the last one. The handler of a change from the
+page therefore only notes it and returns; the event loop's next turn draws the controls'
+latest values, so the page's next message travels while the kernel draws and a backlog
+becomes one picture. A change from the page keeps the plot's background
 (:attr:`gradlab.plots.live.LivePlot.draft`), is sent as a JPEG and leaves the stored picture
 alone; :attr:`Explorer.settle_s` after the last one, :meth:`Explorer.settle` draws the exact
 PNG and stores it. Changes made in Python are always exact.
@@ -301,11 +303,32 @@ class Explorer(widgets.VBox):
         if self._muted:
             return
         loop = running_loop() if _from_page(change) else None
-        draft = loop is not None
         if getattr(self, "_settle_handle", None) is not None:
             self._settle_handle.cancel()  # a draft restarts it once drawn; an exact change is stored
             self._settle_handle = None
         self._prefetch_turn = getattr(self, "_prefetch_turn", 0) + 1  # stops work ahead (GradientExplorer)
+        if loop is None:
+            self._draw_pending = False  # an exact change draws everything a pending draft would
+            self._redraw(draft=False)
+        elif not getattr(self, "_draw_pending", False):
+            # The page's change is drawn on the event loop's next turn, and the handler returns
+            # at once: the kernel reports idle, the page sends its next value while the kernel
+            # draws, and the values that arrive meanwhile become one draft of the latest.
+            self._draw_pending = True
+            loop.call_soon(self._draw_draft, loop)
+
+    def _draw_draft(self, loop) -> None:
+        """Draw the controls' latest values as a draft, then (re)start the settle timer."""
+        if not getattr(self, "_draw_pending", False):
+            return  # an exact change drew it meanwhile
+        self._draw_pending = False
+        self._prefetch_turn = getattr(self, "_prefetch_turn", 0) + 1
+        self._redraw(draft=True)
+        if getattr(self, "_settle_handle", None) is not None:
+            self._settle_handle.cancel()
+        self._settle_handle = loop.call_later(self.settle_s, self.settle)
+
+    def _redraw(self, *, draft: bool) -> None:
         self._sync()
         self.report = self._compute()
         if self.plot is not None:
@@ -314,18 +337,21 @@ class Explorer(widgets.VBox):
             self.plot.refresh()
         self._set_status()
         self._after_change()
-        if draft:
-            self._settle_handle = loop.call_later(self.settle_s, self.settle)
-        else:
+        if not draft:
             self._store_picture()
 
     def settle(self) -> None:
         """Draw the exact picture of a drafted change and store it (the timer calls it; so do
         :meth:`snapshot` and the display, so neither ever shows a draft)."""
         handle, self._settle_handle = getattr(self, "_settle_handle", None), None
+        if handle is not None:
+            handle.cancel()  # a no-op when the timer itself calls
+        if getattr(self, "_draw_pending", False):  # a change from the page not drawn yet
+            self._draw_pending = False
+            self._redraw(draft=False)
+            return
         if handle is None:
             return
-        handle.cancel()  # a no-op when the timer itself calls
         if self.plot is not None:
             self._plot.draft = False
             if self._plot.drafted:

@@ -209,7 +209,7 @@ class GradientExplorer(ClipControls, Explorer):
 
     def settle(self) -> None:
         """The base's settle (the exact picture after a drag or a click), then :meth:`_prefetch`."""
-        pending = getattr(self, "_settle_handle", None) is not None
+        pending = getattr(self, "_settle_handle", None) is not None or getattr(self, "_draw_pending", False)
         super().settle()
         if pending:
             self._prefetch()
