@@ -171,6 +171,38 @@ def test_ch03_ex1_the_same_float_five_times_is_not_a_sweep():
     _fails(ch03.check_sweep(sweep), "made for a Python value", "same number")
 
 
+def test_ch03_ex1_one_tensor_value_five_times_is_not_a_sweep():
+    def noisy_step(x, scale):
+        return scale * tf.reduce_mean(x)
+
+    sweep = gl.TraceCounter(noisy_step)
+    for _ in [0.1, 0.2, 0.3, 0.4, 0.5]:
+        sweep(tf.ones([3]), tf.constant(0.3))  # one trace for a tensor, but one value
+    _fails(ch03.check_sweep(sweep), "scale = 0.3, 0.3, 0.3, 0.3, 0.3", "tf.constant(0.3)")
+    swept = gl.TraceCounter(noisy_step)
+    for scale in [0.1, 0.2, 0.3, 0.4, 0.5]:
+        swept(tf.ones([3]), np.float32(scale))  # a NumPy scalar is a tensor to tf.function
+    assert ch03.check_sweep(swept), swept.values
+
+
+def test_ch03_ex1_a_count_set_by_hand_is_caught():
+    def noisy_step(x, scale):
+        return scale * tf.reduce_mean(x)
+
+    sweep = gl.TraceCounter(noisy_step)
+    for scale in [0.1, 0.2, 0.3, 0.4, 0.5]:
+        sweep(tf.ones([3]), scale)
+    sweep.count = 1
+    _fails(ch03.check_sweep(sweep), "TensorFlow counted 5 traces")
+
+
+def test_trace_counter_keeps_each_calls_small_values():
+    counter = gl.TraceCounter(lambda x, a: x * a)
+    counter(tf.constant([1.0, 2.0]), 0.5)
+    counter(tf.zeros([20]), a=2)
+    assert counter.values == [((1.0, 2.0), 0.5), (None, 2)]
+
+
 def test_ch03_ex3_not_a_function_and_a_shared_optimizer_are_feedback():
     _fails(ch03.check_clipped_step(None), "expected your function make_clipped_step, got NoneType")
     shared = keras.optimizers.SGD(0.05)

@@ -66,12 +66,28 @@ def check_sweep(sweep, calls: int = 5) -> CheckResult:
         return CheckResult(name, False, _(
             "{count} traces for {made} calls: each new Python float is a new constant in the graph. What kind of "
             "value can change without a retrace?").format(count=count, made=made))
+    if count != getattr(sweep, "tracing_count", count):
+        return CheckResult(name, False, _(
+            "sweep.count says {count} but TensorFlow counted {traced} traces: leave the counter as the calls left "
+            "it").format(count=count, traced=sweep.tracing_count))
     log = list(getattr(sweep, "log", []))
     if log and _python_value_in(log[0]):
         return CheckResult(name, False, _(
             "1 trace, but it was made for a Python value ({value}): the five calls passed the same number, so the "
             "sweep no longer sweeps. Keep the five values and pass each as a tensor").format(value=log[0]))
+    scales = [call[-1] for call in getattr(sweep, "values", []) if call]
+    if len(scales) == made and len(set(scales)) < made:
+        return CheckResult(name, False, _(
+            "1 trace, but the five calls passed scale = {values}: a tensor of one fixed number, such as "
+            "tf.constant(0.3), does not sweep. Pass each value of the loop, tf.constant(scale)").format(
+                values=_list_values(scales)))
     return CheckResult(name, True, _("{made} calls, 1 trace").format(made=made))
+
+
+def _list_values(values) -> str:
+    """``0.3, 0.3, …``: each call's scale, a tensor's values shown as numbers."""
+    shown = [v[0] if isinstance(v, tuple) and len(v) == 1 else v for v in values]
+    return ", ".join(f"{v:.3g}" if isinstance(v, float) else str(v) for v in shown)
 
 
 # ----------------------------------------------------------------------------- exercise 2

@@ -75,13 +75,25 @@ def _describe(value) -> str:
     return _("python {type} {value}").format(type=type(value).__name__, value=repr(value))[:60]
 
 
+def _value_of(value):
+    """The value of one small argument (a Python value, or a tensor's values as a tuple); None when large."""
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        try:
+            array = np.asarray(value)
+        except Exception:  # noqa: BLE001 - a symbolic tensor (a call inside another tf.function) has no value
+            return None
+        return tuple(array.ravel().tolist()) if array.size <= 16 else None
+    return value if isinstance(value, (bool, int, float, str)) else None
+
+
 class TraceCounter:
     """A ``tf.function`` that counts its own traces with a Python side effect (chapter 03).
 
     ``TraceCounter(fn, **tf_function_kwargs)`` wraps ``fn`` in ``tf.function``. Python code in
     ``fn`` runs only while TensorFlow traces it, so a counter incremented there counts traces,
     not calls: :attr:`count` grows only when a call retraces, and :attr:`log` says which
-    arguments each trace was made for. :attr:`calls` counts every call.
+    arguments each trace was made for. :attr:`calls` counts every call, and :attr:`values`
+    holds each call's argument values (a tensor's as a tuple, or None when it has more than 16).
 
     >>> tc = TraceCounter(lambda x, a: x * a)
     >>> _ = tc(tf.constant(1.0), 0.5); _ = tc(tf.constant(1.0), 0.6)
@@ -99,6 +111,7 @@ class TraceCounter:
         self.count = 0
         self.calls = 0
         self.log: list[str] = []
+        self.values: list[tuple] = []
 
         @functools.wraps(fn)
         def traced(*args, **kwargs):
@@ -111,6 +124,7 @@ class TraceCounter:
 
     def __call__(self, *args, **kwargs):
         self.calls += 1
+        self.values.append(tuple(_value_of(a) for a in args) + tuple(_value_of(v) for v in kwargs.values()))
         return self.function(*args, **kwargs)
 
     @property
