@@ -49,7 +49,7 @@ def _cube(backward):
 
 def test_cube_gradient_right_and_wrong():
     assert ch10.check_cube_gradient(_cube(lambda x, dy: 3.0 * x * x * dy))
-    assert ch10.check_cube_gradient(lambda x: x ** 3)  # the tape's own gradient is right too
+    assert not ch10.check_cube_gradient(lambda x: x ** 3)  # right, but grad was not repaired: it is gone
     stub = ch10.check_cube_gradient(_cube(lambda x, dy: 3.0 * x * dy))
     assert not stub and "3x²" in stub.feedback
     wrong_forward = ch10.check_cube_gradient(lambda x: x ** 2)
@@ -337,3 +337,51 @@ def test_accumulate_with_a_typed_in_k_or_per_micro_batch_lists_fails():
 
     per_batch = ch10.check_accumulate(lists)
     assert not per_batch and "one per micro-batch" in per_batch.feedback
+
+
+# ----------------------------------------------------------------------------- answers review, fresh variants
+def _numpy_forward_cube(x):
+    @tf.custom_gradient
+    def cube(t):
+        return tf.constant(np.asarray(t) ** 3), lambda dy: 3.0 * t * t * dy
+
+    return cube(x)
+
+
+def test_ex2_a_numpy_forward_inside_custom_gradient_names_the_forward_pass():
+    r = ch10.check_cube_gradient(_numpy_forward_cube)
+    assert not r and "the forward pass raises" in r.feedback, r.feedback
+    assert "backward pass leaves" not in r.feedback
+
+
+def test_ex2_dropping_the_custom_gradient_is_rejected():
+    r = ch10.check_cube_gradient(lambda x: x ** 3)
+    assert not r and "no longer a custom gradient" in r.feedback, r.feedback
+    assert ch10.check_cube_gradient(_cube(lambda x, dy: 3.0 * x * x * dy))
+    assert ch10.check_cube_gradient(tf.function(_cube(lambda x, dy: 3.0 * x * x * dy)))
+
+
+def test_ex4_a_penalty_returned_with_the_input_gradient_is_named_a_pair():
+    def with_input_gradient(critic, x):
+        with tf.GradientTape() as inner:
+            inner.watch(x)
+            d = critic(x)
+        g = inner.gradient(d, x)
+        return tf.reduce_mean(tf.square(tf.norm(g, axis=1) - 1.0)), g
+
+    r = ch10.check_gradient_penalty(with_input_gradient)
+    assert not r and "pair (penalty, gradients)" in r.feedback, r.feedback
+    assert "ragged" not in r.feedback
+
+
+def _one_tape_for_all(model, x, y, k):
+    with tf.GradientTape() as tape:
+        pred = tf.concat([model(xb) for xb in tf.split(x, k)], axis=0)
+        loss = tf.reduce_mean(tf.square(y - pred))
+    return tape.gradient(loss, model.trainable_variables)
+
+
+def test_ex5_micro_batch_forwards_under_one_tape_are_rejected():
+    r = ch10.check_accumulate(_one_tape_for_all)
+    assert not r and "tape.gradient ran 1 times for the 3" in r.feedback, r.feedback
+    assert tf.GradientTape.gradient.__name__ == "gradient"  # the monitor put the method back

@@ -15,6 +15,7 @@ Every check returns a :class:`~gradlab.exercises.feedback.CheckResult` and never
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 import numpy as np
@@ -162,6 +163,16 @@ def _graph_problem(cube: Callable, x) -> str:
         return tape.gradient(out, t)
 
     try:
+        graph = tf.function(cube, autograph=False).get_concrete_function(tf.TensorSpec(x.shape, x.dtype)).graph
+    except Exception as err:  # noqa: BLE001 - a forward pass that needs eager values
+        return _("check_gradient (eager) accepts it, but inside tf.function, as in fit, the forward pass raises "
+                 "{error}: it leaves TensorFlow (.numpy(), NumPy). Keep the forward pass in TensorFlow ops, "
+                 "x ** 3").format(error=f"{type(err).__name__}: {clean_message(err, 120)}")
+    kinds = {op.type for op in graph.get_operations()}
+    if not kinds & {"IdentityN", "PartitionedCall", "StatefulPartitionedCall"}:
+        return _("the gradient is right, but cube is no longer a custom gradient: TensorFlow differentiated x ** 3 "
+                 "itself. Keep @tf.custom_gradient and repair grad: return the derivative 3x² times dy")
+    try:
         g = tf.function(run, autograph=False)(x)
     except Exception as err:  # noqa: BLE001 - a backward pass that needs eager values
         return _("check_gradient (eager) accepts it, but inside tf.function, as in fit, it raises {error}: the "
@@ -279,13 +290,13 @@ def check_gradient_penalty(gradient_penalty: Callable) -> CheckResult:
                     "tape follows it only after inner.watch(x), inside its `with` block, before the critic is "
                     "called.")))
             return problem
+        if _penalty_first(got):
+            return CheckResult(name, False, _("returned a pair (penalty, gradients), as the chapter's reference does: "
+                                              "return only the penalty, a scalar tensor; the check differentiates it "
+                                              "with respect to the critic's weights itself"))
         got, problem = _tensor_or_feedback(name, got, "gradient_penalty")
         if problem is not None:
             return problem
-    if isinstance(got, (tuple, list)) and len(got) == 2 and isinstance(got[1], (list, tuple)):
-        return CheckResult(name, False, _("returned a pair (penalty, gradients), as the chapter's reference does: "
-                                          "return only the penalty, a scalar tensor; the check differentiates it "
-                                          "with respect to the critic's weights itself"))
     with tf.GradientTape() as t2:
         t2.watch(x)
         d = critic(x)
@@ -335,6 +346,16 @@ def check_gradient_penalty(gradient_penalty: Callable) -> CheckResult:
                                      "by double backprop").format(value=f"{float(expected):.4g}", n=len(keep)))
 
 
+def _penalty_first(got) -> bool:
+    """Whether ``got`` is a tuple or list of two whose first item is one number (a penalty and what else)."""
+    if not isinstance(got, (tuple, list)) or len(got) != 2:
+        return False
+    try:
+        return np.size(np.asarray(got[0].numpy() if hasattr(got[0], "numpy") else got[0], dtype=np.float64)) == 1
+    except (TypeError, ValueError):
+        return False
+
+
 def _penalty_factor(got, expected: float, *, batch: int) -> str:
     """What a penalty that is a constant multiple of the right one says: the batch size or a λ."""
     try:
@@ -363,6 +384,22 @@ def regression_model_and_batch():
     x = tf.random.stateless_normal([12, 4], seed=[5, 1])
     y = tf.random.stateless_normal([12, 1], seed=[5, 2])
     return model, x, y
+
+
+@contextlib.contextmanager
+def _count_gradient_calls(calls: list):
+    """Count the calls of ``tf.GradientTape.gradient`` while the learner's function runs."""
+    original = tf.GradientTape.gradient
+
+    def watched(self, *args, **kwargs):
+        calls.append(1)
+        return original(self, *args, **kwargs)
+
+    tf.GradientTape.gradient = watched
+    try:
+        yield
+    finally:
+        tf.GradientTape.gradient = original
 
 
 class _RecordedModel:
@@ -416,7 +453,9 @@ def _check_accumulate_once(accumulate: Callable, k: int) -> CheckResult:
         loss = tf.reduce_mean(tf.square(y - model(x)))
     expected = [g.numpy() for g in tape.gradient(loss, model.trainable_variables)]
     recorded = _RecordedModel(model)
-    got, problem = call_answer(name, accumulate, recorded, x, y, k, what="accumulate")
+    gradient_calls: list = []
+    with _count_gradient_calls(gradient_calls):
+        got, problem = call_answer(name, accumulate, recorded, x, y, k, what="accumulate")
     if problem is not None:
         return problem
     if (isinstance(got, (list, tuple)) and len(got) == k and len(expected) != k
@@ -436,6 +475,12 @@ def _check_accumulate_once(accumulate: Callable, k: int) -> CheckResult:
             "ordinary step, not accumulation, and it needs the memory accumulation saves. Split x and y into k = {k} "
             "micro-batches of {m} (tf.split), take each one's gradient and average them").format(n=n, k=k, m=n // k))
     sizes = [b for b in recorded.batch_sizes if b is not None]
+    if len(sizes) == k and 0 < len(gradient_calls) < k:
+        return CheckResult(name, False, _(
+            "the gradients are right and the model ran on {k} micro-batches, but tape.gradient ran {calls} times for "
+            "the {k} of them: one tape around every micro-batch keeps all their activations, so it needs the memory "
+            "of the whole batch. Open one tape per micro-batch and take each one's gradient inside the loop").format(
+                k=k, calls=len(gradient_calls)))
     if sizes and any(b != n // k for b in sizes):
         return CheckResult(name, False, _(
             "the gradients are right, but the model was called on batches of {sizes}, not on k = {k} "
