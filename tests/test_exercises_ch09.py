@@ -378,3 +378,10 @@ def test_ex4_values_from_earlier_outputs(flat_4):
 def test_ex4_malformed_answers(answer, words):
     r = ch09.check_flat_pre_ln(answer)
     assert not r and words in r.feedback, r.feedback
+
+
+def test_ex2_a_decay_without_warmup_is_not_sent_to_warmup_steps():
+    decay = keras.optimizers.schedules.ExponentialDecay(3e-3, decay_steps=100, decay_rate=0.9)
+    r = ch09.check_warmup_schedule(decay)
+    assert not r and "does not rise: there is no warmup" in r.feedback, r.feedback
+    assert "check warmup_steps" not in r.feedback
