@@ -197,3 +197,9 @@ def test_ch05_ex2_the_exponent_is_named_and_ex1_accepts_residual_1():
     result = ch05.check_loss_scale(k)
     assert not result and "exponent" in result.feedback
     assert ch05.check_deep_fix({"norm": "layer", "residual": 1})
+
+
+def test_ex1_zero_weights_are_named_as_no_signal_not_as_growth():
+    r = ch05.check_deep_fix({"initializer": "zeros"})
+    assert not r and "exactly 0" in r.feedback and "'zeros'" in r.feedback, r.feedback
+    assert "slows the growth" not in r.feedback

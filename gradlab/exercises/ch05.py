@@ -144,6 +144,11 @@ def check_deep_fix(my_fix) -> CheckResult:
                 "keeps the input of each activation at unit scale, whatever the size of h? (A branch that "
                 "starts small works too.)"))
         return CheckResult(name, False, text, details=r)
+    if r.status != "healthy" and not np.any(r.signal_norms[:-1]):
+        return CheckResult(name, False, _(
+            "finite now, but the gradient signal below the output is exactly 0: with initializer={init!r} the "
+            "branches pass no signal, so nothing below the output learns. Keep random weights (he_normal for "
+            "ReLU) and normalize the input of each block").format(init=settings["initializer"]), details=r)
     if r.status != "healthy":
         text = _("finite now, but the verdict is {status} ({nums}): the gradient changes too much from layer 100 to "
                  "layer 1.").format(status=status_word(r.status), nums=nums)
