@@ -489,3 +489,8 @@ def test_ch08_ex2_an_answer_for_exactly_two_replicas_fails():
     _fails(ch08.check_clip_summed(two_only), "3")
     assert ch08.check_clip_summed(
         lambda rg, c: tf.clip_by_global_norm([tf.add_n(list(p)) for p in zip(*rg, strict=False)], c)[0])
+
+
+def test_ch06_ex2_aux_through_numpy_names_leaving_tensorflow():
+    model = TwoHeadsModel(lambda a, b: a + tf.constant(np.asarray(b)))
+    _fails(ch06.check_uses_every_layer(model, X6), "no gradient for", "leaves TensorFlow on the way")

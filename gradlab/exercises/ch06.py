@@ -199,7 +199,8 @@ def check_uses_every_layer(model, x, layer_names: tuple[str, ...] = ("body", "he
     none = [p for p, g in zip(paths, grads, strict=True) if g is None]
     if none:
         return CheckResult(name, False, _("still no gradient for {names}: its layer does not take part in computing "
-                                          "the output, or its output passes through tf.stop_gradient").format(
+                                          "the output, its output passes through tf.stop_gradient, or it leaves "
+                                          "TensorFlow on the way (NumPy, .numpy(), tf.constant of a value)").format(
                                               names=join_list(none)))
     zero = [p for p, g in zip(paths, grads, strict=True) if not np.any(tf.convert_to_tensor(g).numpy())]
     if zero:
