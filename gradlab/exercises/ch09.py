@@ -210,6 +210,10 @@ def check_warmup_schedule(schedule) -> CheckResult:
     if np.allclose(got[: warm + 1], want[: warm + 1], rtol=1e-5, atol=1e-9) and got[-1] < 0.5 * lr:
         return CheckResult(name, False, _("the warmup is right, but afterwards the rate decays towards 0: "
                                           "alpha=1.0 keeps it constant after the warmup"))
+    if got[0] > 1e-6 * lr and got[1] <= got[0]:
+        return CheckResult(name, False, _(
+            "the rate starts at {first} at step 0 and does not rise: there is no warmup. CosineDecay ramps from "
+            "initial_learning_rate (set it to 0.0) to warmup_target over warmup_steps").format(first=f"{got[0]:.3g}"))
     ramp = _ramp_feedback(got, lr, warm)
     if ramp:
         return CheckResult(name, False, ramp)
