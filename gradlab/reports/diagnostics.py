@@ -28,7 +28,7 @@ from ..i18n import _, ngettext
 from ..topics.tracing import TraceCounter, tracing_count
 from .causes import explain_none_gradients, find_nonfinite_source
 from .report import PROBLEM_KINDS, LayerStats, Problem, StepReport, VariableStats
-from .rules import StepContext, problems, step_status
+from .rules import StepContext, problems, report_status, step_status
 from .units import dead_fractions
 from .verdict import GAIN_TOLERANCE, MILD_RATIO, Verdict, judge
 
@@ -540,15 +540,13 @@ def inspect_training_step(
     first_bad, first_bad_grad = _first_nonfinite(layer_stats, var_stats)
     # dead ReLU units (gradlab.reports.units) and the word for a change normalization carries
     dead = () if inp.data else dead_fractions(tp.calls)
-    v, s, msg = step_status(finding.verdict, finding.status, finding.message, normalizers=finding.normalizers,
-                            dead=dead)
-    finding = dataclasses.replace(finding, verdict=v, status=s, message=msg)
+    v, s, msg = step_status(finding.verdict, finding.status, finding.message, normalizers=finding.normalizers)
     context = StepContext(
         dead_units=dead,
         loss=float(tp.loss.numpy()), variables=var_stats, layers=tuple(layer_stats),
         diagnosed_layers=tuple(finding.names), global_norm=float(core.global_norm(tp.grads).numpy()),
         first_nonfinite_layer=first_bad, first_nonfinite_gradient_layer=first_bad_grad, looks_untrained=untrained,
-        training=training, huge_above=inp.huge_above, data_problems=inp.data, verdict=finding.verdict,
+        training=training, huge_above=inp.huge_above, data_problems=inp.data, verdict=v,
         time_verdict=finding.time_verdict, time_step_norms=tp.time_norms,
         time_step_layer=None if tp.recurrent is None else tp.recurrent.name,
         recurrent_kind=None if tp.recurrent is None else type(tp.recurrent.layer).__name__,
@@ -557,11 +555,13 @@ def inspect_training_step(
         default_loss=inp.loss.default_for_custom_step, none_causes=none_causes, nonfinite_source=source,
         tracing_count=count, tracing_count_before=before, traced_this_call=traced,
     )
-    return _report(inp, context, finding, step_loss)
+    found = tuple(problems(context))
+    s, msg = report_status(found, s, msg)  # the status follows the first problem that has a word
+    return _report(inp, context, dataclasses.replace(finding, verdict=v, status=s, message=msg), step_loss, found)
 
 
-def _report(inp: _Inputs, context: StepContext, finding: _Finding, step_loss) -> StepReport:
-    """The :class:`StepReport` of the stages' results, with the rules' problems."""
+def _report(inp: _Inputs, context: StepContext, finding: _Finding, step_loss, found) -> StepReport:
+    """The :class:`StepReport` of the stages' results, with the rules' problems (``found``)."""
     return StepReport(
         loss=context.loss,
         layers=context.layers,
@@ -577,7 +577,7 @@ def _report(inp: _Inputs, context: StepContext, finding: _Finding, step_loss) ->
         step_loss=step_loss,
         looks_untrained=context.looks_untrained,
         tracing_count_before=context.tracing_count_before,
-        problems=tuple(problems(context)),
+        problems=found,
         time_step_norms=context.time_step_norms,
         time_step_layer=context.time_step_layer,
         loss_scale=context.loss_scale,
