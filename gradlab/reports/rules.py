@@ -225,6 +225,9 @@ _NONE_FIXES = (
      N_("use the layer's output in call (or remove the layer, or set trainable = False)")),
     (("numpy",), N_("keep the computation in TensorFlow ops: .numpy() and np.* leave the tape")),
     (("integer-variable",), N_("make the variable a float variable; integers never get gradients")),
+    (("no-loss",),
+     N_("give that output a loss in compile (with a small loss_weights entry if it should count less), drop it "
+        "from the model's outputs, or freeze its layers (trainable = False) if it is not to learn")),
 )
 
 
