@@ -364,3 +364,19 @@ def test_the_float32_copy_of_a_mixed_model_checks_tightly():
 def test_a_float32_function_has_no_low_precision_note():
     r = check_gradient(lambda t: tf.sin(tf.cast(t, tf.float32)), tf.constant([0.3, 1.1], tf.float64), progress=False)
     assert r.ok and r.dtype == "float32" and r.low_precision == "" and "float16" not in r.message
+
+
+@pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16])
+def test_a_float32_only_backward_pass_with_low_precision_inputs_falls_back_to_float32(dtype):
+    x = tf.constant([0.5, -1.0, 2.0], dtype)
+    with pytest.raises(tf.errors.InvalidArgumentError):  # the tape in the inputs' own dtype refuses too
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = square_float32_backward(x)
+        tape.gradient(y, x)
+    r = check_gradient(square_float32_backward, x, progress=False)
+    assert r.ok and r.dtype == "float32", r.message
+    assert "backward pass does not accept float64" in r.message
+    np.testing.assert_allclose(np.diag(r.theoretical[0]), 2 * x.numpy().astype(np.float64), rtol=1e-6)
+    bad = check_gradient(square_float32_backward_wrong, x, progress=False)
+    assert bad.verdict == "wrong" and bad.dtype == "float32"

@@ -476,6 +476,31 @@ def _tape_jacobian(f, xs, y_size: int):
     return jac, connected
 
 
+def _fallback(f, inputs, err):
+    """The tape's Jacobian where the backward pass refused float64: in the inputs' own precision, else
+    (float16/bfloat16 inputs, a backward pass written in float32) with the inputs cast to float32."""
+    tries = [list(inputs)]
+    if any(t.dtype.name != "float32" for t in inputs):
+        tries.append([tf.cast(t, tf.float32) for t in inputs])
+    for k, attempt in enumerate(tries):
+        work = _working_precision(f, attempt, allow_cast=False)
+        try:
+            jac, connected = _tape_jacobian(f, work.inputs, work.y0.size)
+        except _ERRORS:
+            if k + 1 < len(tries):
+                continue
+            raise ValueError(
+                f"the tape could not compute f's gradient at xs in float64 ({type(err).__name__}: "
+                f"{_first_line(err)}), nor in {' or '.join(dict.fromkeys(w[0].dtype.name for w in tries))}; "
+                "f's backward pass must accept float32 or the dtype of its inputs"
+            ) from err
+        work.notes.insert(0, _("f's backward pass does not accept float64 ({error}), so the check ran in "
+                               "{dtype}, with {dtype}'s step and tolerance.").format(
+            error=_first_line(err), dtype=work.dtype))
+        return work, jac, connected
+    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+
 def _theoretical(f, work: _Work, inputs):
     """Stage 4: the tape's Jacobian. Where only the backward pass refuses float64 (a custom
     gradient written in float32), the check falls back to the inputs' own precision: the
@@ -489,11 +514,7 @@ def _theoretical(f, work: _Work, inputs):
                 f"{_first_line(err)}); f's backward pass must accept the dtype of its inputs (pass float32 "
                 "inputs to check a backward pass written in float32)"
             ) from err
-        work = _working_precision(f, inputs, allow_cast=False)
-        work.notes.insert(0, _("f's backward pass does not accept float64 ({error}), so the check ran in "
-                               "{dtype}, with {dtype}'s step and tolerance.").format(
-            error=_first_line(err), dtype=work.dtype))
-        jac, connected = _tape_jacobian(f, work.inputs, work.y0.size)
+        work, jac, connected = _fallback(f, inputs, err)
     for k, ok in enumerate(connected):
         if not ok:
             work.notes.append(_("The tape found no path from xs[{k}] to f's output (tape.gradient returned None): "
