@@ -298,3 +298,51 @@ def test_inspect_training_step_names_the_cause(make, loss_fn, kind, words):
     assert fix_words[words] in found[0].fix, found[0].fix  # the fix matches the named cause
     # the finding holds no fix of its own: the printed problem says "Fix:" exactly once
     assert "Fix:" not in found[0].finding and found[0].fix.count("Fix:") == 0 and str(found[0]).count("Fix:") == 1
+
+
+# ----------------------------------------------------------------------------- a head without a loss (diag 4)
+def _two_heads():
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((8,))
+    trunk = keras.layers.Dense(16, activation="relu", name="trunk")(inputs)
+    head_a = keras.layers.Dense(1, name="head_a")(trunk)
+    head_b = keras.layers.Dense(2, name="head_b")(keras.layers.Dense(4, name="head_b_hidden")(trunk))
+    return keras.Model(inputs, [head_a, head_b])
+
+
+HX = tf.random.stateless_normal([16, 8], [4, 1])
+HY = [tf.random.stateless_normal([16, 1], [4, 2]), tf.random.stateless_normal([16, 2], [4, 3])]
+
+
+@pytest.mark.parametrize("loss", [["mse", None], {"head_a": "mse", "head_b": None}])
+def test_a_head_compiled_without_a_loss_is_named(loss):
+    model = _two_heads()
+    model.compile(optimizer="sgd", loss=loss)
+    # the independent view: Keras 3 leaves that output out of the loss, so its own variables get None
+    with tf.GradientTape() as tape:
+        value = model.compute_loss(HX, HY, model(HX, training=True))
+    grads = tape.gradient(value, model.trainable_variables)
+    none = [v.path for v, g in zip(model.trainable_variables, grads, strict=True) if g is None]
+    assert none == ["head_b_hidden/kernel", "head_b_hidden/bias", "head_b/kernel", "head_b/bias"]
+    report = gl.inspect_training_step(model, HX, HY)
+    assert report.none_gradients == tuple(none) and report.problem_kinds == ("none-gradient",)
+    p = report.problems[0]
+    assert "'head_b' has no loss" in p.finding and "discarded" not in p.finding
+    assert "loss_weights" in p.fix and "trainable = False" in p.fix and "use the layer's output" not in p.fix
+    assert report.status == "healthy"  # a None gradient says nothing about the size of the others
+
+
+def test_both_heads_with_a_loss_have_nothing_to_explain():
+    model = _two_heads()
+    model.compile(optimizer="sgd", loss=["mse", "mse"])
+    report = gl.inspect_training_step(model, HX, HY)
+    assert report.none_gradients == () and "none-gradient" not in report.problem_kinds
+
+
+def test_a_lossless_head_with_a_loss_passed_in_is_not_blamed():
+    """loss= given to the inspector: the compiled None is not what ran."""
+    model = _two_heads()
+    model.compile(optimizer="sgd", loss=["mse", None])
+    report = gl.inspect_training_step(model, HX, HY, loss=lambda y, p: tf.reduce_mean(tf.square(y[0] - p[0])))
+    p = next(p for p in report.problems if p.kind == "none-gradient")
+    assert "has no loss" not in p.finding

@@ -607,12 +607,15 @@ def test_normalized_network_gets_no_initializer_advice():
     s = r.signal_norms
     assert s[0] / s[-1] > 1e2 and r.verdict.rule in ("total", "per-layer")
     # ... but every Dense layer feeds a BatchNormalization, so it says nothing about the initializer:
-    # the word is "uneven" (the change happens across the normalization layers), and no problem
-    assert r.status == "uneven" and "exploding" not in r.problem_kinds
-    assert "uneven, not exploding" in r.message and "batch_normalization" in r.message
+    # the verdict's word is "uneven" (the change happens across the normalization layers), no signal problem
+    assert r.verdict.status == "uneven" and "exploding" not in r.problem_kinds
+    assert "uneven, not exploding" in r.verdict.message and "batch_normalization" in r.verdict.message
     assert "glorot" not in str(r) and "he_normal" not in str(r) and "smaller-variance" not in str(r)
     assert "initializer" not in str(r)
-    assert r.verdict.cause == "normalization" and "not a sign of badly scaled weights" in r.message
+    assert r.verdict.cause == "normalization" and "not a sign of badly scaled weights" in r.verdict.message
+    # the first kernel's gradient is large all the same (BatchNorm divides by its input's scale, 1e-3):
+    # the large-gradient problem is listed, and the status follows it
+    assert r.global_norm > 1e3 and r.problem_kinds == ("large-gradient",) and r.status == "exploding"
 
 
 def test_batchnorm_finding_only_explains_a_present_finding():

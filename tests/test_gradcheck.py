@@ -313,3 +313,70 @@ def test_float16_input_check_prints_its_bound_within_the_tolerance():
     r = check_gradient(lambda t: tf.reduce_sum(t * t * tf.constant(1.0, tf.float16)), tf.constant([0.5, 1.5], tf.float16))
     assert r.dtype == "float16" and r.ok, r.message
     assert float(r.printed_error) <= r.tolerance and f"at most {r.printed_error}," in r.message
+
+
+# ----------------------------------------------------------------------------- low precision inside (diag 3)
+def _mixed_model(policy, last_dtype="float32"):
+    """A tanh MLP built under ``policy``; its last layer in ``last_dtype`` (float32: what the Keras
+    mixed-precision guide recommends, so f returns float32 while it computes in float16)."""
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, activation="tanh"),
+                                  keras.layers.Dense(2, dtype=last_dtype)])
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    return model
+
+
+X23 = np.random.default_rng(0).normal(size=(2, 3))
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+@pytest.mark.parametrize("last", ["float32", None])
+def test_low_precision_inside_is_named_not_wrong(policy, last):
+    model = _mixed_model(policy, last)
+    low = policy.removeprefix("mixed_")
+    for x in (tf.constant(X23, tf.float32), tf.constant(X23, tf.float64)):
+        r = check_gradient(lambda t, model=model: model(t), x, progress=False)
+        assert r.verdict in ("ok", "kink") and r.verdict != "wrong", r.message
+        assert r.dtype == low and r.low_precision == low and r.tolerance == gradcheck.TOLERANCES[low]
+        assert f"computes in {low} inside" in r.message and "float64_copy" in r.message
+        assert 'set_global_policy("float32")' in r.message and "custom gradient" not in r.message
+
+
+def test_the_float32_copy_of_a_mixed_model_checks_tightly():
+    """The advice works: the same weights under the policy "float32" pass in float32/float64 with no note."""
+    mixed = _mixed_model("mixed_float16")
+    plain = _mixed_model("float32")
+    plain.set_weights(mixed.get_weights())
+    r = check_gradient(lambda t: plain(t), tf.constant(X23, tf.float32), progress=False)
+    assert r.ok and r.dtype == "float32" and r.low_precision == "" and r.max_rel_error < 1e-3
+    # the reference: the closed form of the float32 copy's Jacobian in float64, from its weights
+    (k1, b1, k2, b2) = (np.asarray(w, np.float64) for w in plain.get_weights())
+    x = X23.astype(np.float32).astype(np.float64)
+    d = 1 - np.tanh(x @ k1 + b1) ** 2
+    for n in range(2):
+        jac = np.einsum("ij,jo->io", k1 * d[n], k2)  # d out[n, o] / d x[n, i]
+        assert np.allclose(r.theoretical[0].reshape(2, 2, 2, 3)[n, :, n, :], jac.T, atol=1e-5)
+
+
+def test_a_float32_function_has_no_low_precision_note():
+    r = check_gradient(lambda t: tf.sin(tf.cast(t, tf.float32)), tf.constant([0.3, 1.1], tf.float64), progress=False)
+    assert r.ok and r.dtype == "float32" and r.low_precision == "" and "float16" not in r.message
+
+
+@pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16])
+def test_a_float32_only_backward_pass_with_low_precision_inputs_falls_back_to_float32(dtype):
+    x = tf.constant([0.5, -1.0, 2.0], dtype)
+    with pytest.raises(tf.errors.InvalidArgumentError):  # the tape in the inputs' own dtype refuses too
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = square_float32_backward(x)
+        tape.gradient(y, x)
+    r = check_gradient(square_float32_backward, x, progress=False)
+    assert r.ok and r.dtype == "float32", r.message
+    assert "backward pass does not accept float64" in r.message
+    np.testing.assert_allclose(np.diag(r.theoretical[0]), 2 * x.numpy().astype(np.float64), rtol=1e-6)
+    bad = check_gradient(square_float32_backward_wrong, x, progress=False)
+    assert bad.verdict == "wrong" and bad.dtype == "float32"

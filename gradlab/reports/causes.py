@@ -9,6 +9,11 @@
 * :func:`find_nonfinite_source` says where a NaN/inf is born, in the forward or the backward
   pass, by re-running one forward and backward pass eagerly under
   ``tf.debugging.enable_check_numerics()``, and suggests the fix that fits that op.
+* :func:`lossless_outputs` and :func:`lossless_head_causes` name the cause the graph cannot
+  see: an output compiled with a loss of ``None`` (``compile(loss=["mse", None])`` or a dict
+  with ``None``). Keras 3 leaves that output out of the loss, eagerly, in ``tf.function`` and
+  under ``jit_compile=True`` alike, and ``fit`` runs without a word; the variables that feed only
+  that head get no gradient.
 
 Pure computation: TensorFlow in, plain strings out. Nothing here imports ipywidgets.
 """
@@ -25,11 +30,12 @@ from ..i18n import N_, _, end_sentence, join_clauses, join_list
 
 tf = quiet_import_tensorflow()
 
-__all__ = ["CAUSE_KINDS", "Cause", "NonfiniteSource", "explain_none_gradients", "find_nonfinite_source"]
+__all__ = ["CAUSE_KINDS", "Cause", "NonfiniteSource", "explain_none_gradients", "find_nonfinite_source",
+           "lossless_head_causes", "lossless_outputs"]
 
 #: The kinds of cause of a ``None`` gradient, as data (:attr:`Cause.kinds`).
 CAUSE_KINDS: tuple[str, ...] = ("no-gradient-op", "stop-gradient", "integer-cast", "comparison", "numpy",
-                                "never-read", "discarded", "integer-variable", "nested", "unknown")
+                                "never-read", "discarded", "integer-variable", "nested", "no-loss", "unknown")
 
 
 class Cause(str):
@@ -458,3 +464,57 @@ def find_nonfinite_source(loss_closure: Callable[[], object], variables: Sequenc
         where = _location(op_type, counts=counts)
     return NonfiniteSource(_("The forward pass is finite; the first NaN/inf is born in the backward pass, in "
                              "{where}: {what}.").format(where=where, what=what), fix)
+
+
+# ----------------------------------------------------------------------------- outputs without a loss
+def lossless_outputs(model) -> list[tuple[object, str]]:
+    """``(key, name)`` of each output of a compiled ``model`` whose compiled loss is ``None``.
+
+    ``key`` is the output's position in a list of outputs (``None`` where unknown); ``name`` is the
+    output's name as a learner wrote it (the key of the loss dict, which is also the key of a dict of
+    outputs, or the output layer's name). Empty for a model not compiled with a list or dict of losses.
+    """
+    loss = getattr(model, "loss", None) if getattr(model, "compiled", False) else None
+    names = list(getattr(model, "output_names", None) or [])
+    if isinstance(loss, dict):
+        return [(names.index(key) if key in names else None, str(key)) for key, value in loss.items()
+                if value is None]
+    if isinstance(loss, (list, tuple)):
+        return [(i, names[i] if i < len(names) else f"output {i}") for i, value in enumerate(loss) if value is None]
+    return []
+
+
+def _head(y_pred, key, name):
+    """The prediction of one output: by name in a dict of outputs, by position in a list."""
+    if isinstance(y_pred, dict):
+        return y_pred.get(name)
+    if isinstance(y_pred, (list, tuple)) and isinstance(key, int) and key < len(y_pred):
+        return y_pred[key]
+    return None
+
+
+def lossless_head_causes(tape, y_pred, variables: Sequence, grads: Sequence, heads) -> dict[int, Cause]:
+    """``index -> Cause`` for each variable whose gradient is ``None`` but that a lossless output reaches.
+
+    ``tape`` recorded the forward pass that gave ``y_pred`` (persistent, so that ``gradient`` can
+    be asked again; the head's sum is taken as ``output_gradients`` of ones, since the tape no longer
+    records); ``heads`` are :func:`lossless_outputs`. A variable whose gradient of the loss
+    is ``None`` while the sum of that output has one feeds that head only.
+    """
+    causes: dict[int, Cause] = {}
+    none = [k for k, g in enumerate(grads) if g is None]
+    for key, name in heads:
+        if not none:
+            break
+        parts = [t for t in tf.nest.flatten(_head(y_pred, key, name)) if isinstance(t, tf.Tensor) and t.dtype.is_floating]
+        if not parts:
+            continue
+        reached = tape.gradient(parts, [variables[k] for k in none],  # the sum of the head's outputs
+                                output_gradients=[tf.ones_like(t) for t in parts])
+        for k, g in zip(list(none), reached, strict=True):
+            if g is not None:
+                causes[k] = Cause(_("the output {name!r} has no loss (it is compiled with None), so Keras leaves "
+                                    "it out of the loss and the variables that feed only that head get no "
+                                    "gradient").format(name=name), "no-loss")
+                none.remove(k)
+    return causes

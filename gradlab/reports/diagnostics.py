@@ -26,9 +26,14 @@ from .._env import quiet_import_tensorflow
 from .._validate import check_positive, renamed_keywords
 from ..i18n import _, ngettext
 from ..topics.tracing import TraceCounter, tracing_count
-from .causes import explain_none_gradients, find_nonfinite_source
+from .causes import (
+    explain_none_gradients,
+    find_nonfinite_source,
+    lossless_head_causes,
+    lossless_outputs,
+)
 from .report import PROBLEM_KINDS, LayerStats, Problem, StepReport, VariableStats
-from .rules import StepContext, problems, step_status
+from .rules import StepContext, problems, report_status, step_status
 from .units import dead_fractions
 from .verdict import GAIN_TOLERANCE, MILD_RATIO, Verdict, judge
 
@@ -254,6 +259,8 @@ class _Tapped:
     flat_grads: list
     recurrent: object
     time_norms: np.ndarray | None
+    #: ``variable index -> Cause`` for the variables that feed only an output compiled without a loss.
+    no_loss: dict = dataclasses.field(default_factory=dict)
 
 
 def _tapped_pass(inp: _Inputs) -> _Tapped:
@@ -270,12 +277,15 @@ def _tapped_pass(inp: _Inputs) -> _Tapped:
     flat = [t for ts in signal_targets for t in ts]
     n = len(inp.variables)
     all_grads = p.gradients(inp.variables + flat + rnn_inputs, inp.optimizer if inp.scale is not None else None)
+    heads = lossless_outputs(inp.model) if inp.loss.kind == "compiled" else []
+    no_loss = lossless_head_causes(p.tape, p.y_pred, inp.variables, all_grads[:n], heads) if heads else {}
     del p.tape
     rnn_grad = all_grads[n + len(flat):]
     time_norms = None
     if recurrent is not None and rnn_grad and rnn_grad[0] is not None and rnn_grad[0].shape.rank >= 2:
         time_norms = core.step_norms(rnn_grad[0], recurrent.mask)
-    return _Tapped(p.loss, calls, signal_targets, all_grads[:n], all_grads[n:n + len(flat)], recurrent, time_norms)
+    return _Tapped(p.loss, calls, signal_targets, all_grads[:n], all_grads[n:n + len(flat)], recurrent, time_norms,
+                   no_loss)
 
 
 # ----------------------------------------------------------------------------- stage 3: statistics
@@ -430,8 +440,10 @@ def _loss_scale_overflow(inp: _Inputs, tp: _Tapped, var_stats, saved) -> bool:
 
 
 # ----------------------------------------------------------------------------- stage 7: causes
-def _explain(inp: _Inputs, grads, var_stats, overflow: bool, saved) -> tuple[dict, str | None]:
-    """Why gradients are ``None`` and where a NaN is born (:mod:`gradlab.reports.causes`)."""
+def _explain(inp: _Inputs, grads, var_stats, overflow: bool, saved, no_loss=None) -> tuple[dict, str | None]:
+    """Why gradients are ``None`` and where a NaN is born (:mod:`gradlab.reports.causes`); ``no_loss``
+    (an output compiled without a loss, :func:`gradlab.reports.causes.lossless_head_causes`) names the
+    cause first where it applies."""
     none_idx = [k for k, g in enumerate(grads) if g is None]
     nonfinite = any(not vs.grad_finite for vs in var_stats) and not overflow
     if not (none_idx or nonfinite) or inp.data:
@@ -442,6 +454,7 @@ def _explain(inp: _Inputs, grads, var_stats, overflow: bool, saved) -> tuple[dic
                                  sample_weight=inp.sw)[1]
 
     reasons, source = _causes(loss_closure, inp.variables, bool(none_idx), nonfinite)
+    reasons.update(no_loss or {})
     core.restore(saved)
     causes = {core.variable_path(inp.variables[k]): c for k, c in reasons.items() if 0 <= k < len(inp.variables)}
     return causes, source
@@ -532,7 +545,7 @@ def inspect_training_step(
         layer_stats = _layer_stats(inp, tp, var_stats)
         finding = _verdict(inp, tp, layer_stats)
         overflow = _loss_scale_overflow(inp, tp, var_stats, saved)
-        none_causes, source = _explain(inp, tp.grads, var_stats, overflow, saved)
+        none_causes, source = _explain(inp, tp.grads, var_stats, overflow, saved, tp.no_loss)
     finally:
         core.restore(saved)
     untrained = _looks_untrained(model)  # before step_fn trains it
@@ -540,15 +553,13 @@ def inspect_training_step(
     first_bad, first_bad_grad = _first_nonfinite(layer_stats, var_stats)
     # dead ReLU units (gradlab.reports.units) and the word for a change normalization carries
     dead = () if inp.data else dead_fractions(tp.calls)
-    v, s, msg = step_status(finding.verdict, finding.status, finding.message, normalizers=finding.normalizers,
-                            dead=dead)
-    finding = dataclasses.replace(finding, verdict=v, status=s, message=msg)
+    v, s, msg = step_status(finding.verdict, finding.status, finding.message, normalizers=finding.normalizers)
     context = StepContext(
         dead_units=dead,
         loss=float(tp.loss.numpy()), variables=var_stats, layers=tuple(layer_stats),
         diagnosed_layers=tuple(finding.names), global_norm=float(core.global_norm(tp.grads).numpy()),
         first_nonfinite_layer=first_bad, first_nonfinite_gradient_layer=first_bad_grad, looks_untrained=untrained,
-        training=training, huge_above=inp.huge_above, data_problems=inp.data, verdict=finding.verdict,
+        training=training, huge_above=inp.huge_above, data_problems=inp.data, verdict=v,
         time_verdict=finding.time_verdict, time_step_norms=tp.time_norms,
         time_step_layer=None if tp.recurrent is None else tp.recurrent.name,
         recurrent_kind=None if tp.recurrent is None else type(tp.recurrent.layer).__name__,
@@ -557,11 +568,13 @@ def inspect_training_step(
         default_loss=inp.loss.default_for_custom_step, none_causes=none_causes, nonfinite_source=source,
         tracing_count=count, tracing_count_before=before, traced_this_call=traced,
     )
-    return _report(inp, context, finding, step_loss)
+    found = tuple(problems(context))
+    s, msg = report_status(found, s, msg)  # the status follows the first problem that has a word
+    return _report(inp, context, dataclasses.replace(finding, verdict=v, status=s, message=msg), step_loss, found)
 
 
-def _report(inp: _Inputs, context: StepContext, finding: _Finding, step_loss) -> StepReport:
-    """The :class:`StepReport` of the stages' results, with the rules' problems."""
+def _report(inp: _Inputs, context: StepContext, finding: _Finding, step_loss, found) -> StepReport:
+    """The :class:`StepReport` of the stages' results, with the rules' problems (``found``)."""
     return StepReport(
         loss=context.loss,
         layers=context.layers,
@@ -577,7 +590,7 @@ def _report(inp: _Inputs, context: StepContext, finding: _Finding, step_loss) ->
         step_loss=step_loss,
         looks_untrained=context.looks_untrained,
         tracing_count_before=context.tracing_count_before,
-        problems=tuple(problems(context)),
+        problems=found,
         time_step_norms=context.time_step_norms,
         time_step_layer=context.time_step_layer,
         loss_scale=context.loss_scale,

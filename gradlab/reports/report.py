@@ -98,11 +98,12 @@ class StepReport:
     """What :func:`inspect_training_step` found in one training step (chapter 04).
 
     Print it (or let the notebook show it) for a table; read :attr:`problems` for the
-    findings in plain words, each with its fix. ``status`` is the verdict's word for the
-    back-propagated signal (``healthy``, ``vanishing``, ``exploding``, ``non-finite``, or
-    ``uneven`` when normalization layers carry the change), ``"dead-units"`` when a ReLU layer
-    has dead units (never ``healthy`` then), or ``"n/a"`` when the model gave no per-layer signal; ``message`` is its explanation, with the
-    layers named as in the table; ``verdict`` is the :class:`gradlab.reports.verdict.Verdict` itself
+    findings in plain words, each with its fix. ``status`` is the word of the first problem that
+    has one (:data:`gradlab.reports.rules.STATUS_OF_PROBLEM`: ``"non-finite"``, ``"dead-units"`` when
+    a ReLU layer has dead units, ``"vanishing"``/``"exploding"`` for the signal, over time, or a huge
+    global norm), else the verdict's word for the back-propagated signal (``healthy``, or ``uneven``
+    when normalization layers carry the change), or ``"n/a"`` when the model gave no per-layer
+    signal; ``message`` is its explanation, with the layers named as in the table; ``verdict`` is the :class:`gradlab.reports.verdict.Verdict` itself
     (finding, advice, ratio, gain and the kind of cause apart), ``None`` for ``"n/a"``.
     ``first_nonfinite_layer`` is the first layer whose *output* is NaN/inf (forward overflow);
     ``first_nonfinite_gradient_layer`` is the layer where the *backward* pass first goes NaN/inf,

@@ -6,10 +6,12 @@ returns the :class:`gradlab.reports.report.Problem` each one finds (a finding an
 current language). A rule reads only the context; adding a check is adding one function and
 one row.
 
-:func:`step_status` gives the inspector's status its last two words, for what the rule on
-norms cannot see: ``"uneven"`` for a change that normalization layers carry
-(:func:`gradlab.reports.verdict.uneven`) and ``"dead-units"`` for a ReLU layer whose units never
-fire (:mod:`gradlab.reports.units`), which is never called healthy.
+:func:`step_status` gives the verdict the word the rule on norms cannot see, ``"uneven"`` for a
+change that normalization layers carry (:func:`gradlab.reports.verdict.uneven`); then
+:func:`report_status` makes the inspector's status follow its first problem that has a word
+(:data:`STATUS_OF_PROBLEM`): ``"dead-units"`` for a ReLU layer whose units never fire
+(:mod:`gradlab.reports.units`), which is never called healthy, ``"exploding"`` for a huge global
+norm, ``"non-finite"`` for NaN/inf.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from .report import LayerStats, Problem, VariableStats
 from .units import DeadUnits, dead_layers
 from .verdict import Verdict, uneven
 
-__all__ = ["RULES", "StepContext", "problems", "step_status"]
+__all__ = ["RULES", "STATUS_OF_PROBLEM", "StepContext", "problems", "report_status", "step_status"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -223,6 +225,9 @@ _NONE_FIXES = (
      N_("use the layer's output in call (or remove the layer, or set trainable = False)")),
     (("numpy",), N_("keep the computation in TensorFlow ops: .numpy() and np.* leave the tape")),
     (("integer-variable",), N_("make the variable a float variable; integers never get gradients")),
+    (("no-loss",),
+     N_("give that output a loss in compile (with a small loss_weights entry if it should count less), drop it "
+        "from the model's outputs, or freeze its layers (trainable = False) if it is not to learn")),
 )
 
 
@@ -475,21 +480,44 @@ def problems(context: StepContext) -> list[Problem]:
     return out
 
 
-def step_status(verdict: Verdict | None, status: str, message: str, *, normalizers=(),
-                dead: tuple[DeadUnits, ...] = ()) -> tuple[Verdict | None, str, str]:
-    """The inspector's ``(verdict, status, message)`` with the two words the rule on norms cannot give.
+#: The status word a problem gives the whole report, by kind; the kinds not listed (a None gradient,
+#: retracing, ...) say nothing about the size of the gradients and leave the verdict's word.
+STATUS_OF_PROBLEM = {
+    "non-finite-weights": "non-finite", "non-finite-forward": "non-finite", "non-finite-loss": "non-finite",
+    "non-finite-gradient": "non-finite", "dead-units": "dead-units", "vanishing": "vanishing",
+    "exploding": "exploding", "vanishing-through-time": "vanishing", "exploding-through-time": "exploding",
+    "large-gradient": "exploding",
+}
+
+
+def step_status(verdict: Verdict | None, status: str, message: str, *,
+                normalizers=()) -> tuple[Verdict | None, str, str]:
+    """The verdict's ``(verdict, status, message)`` with the word the rule on norms cannot give.
 
     A vanishing or exploding verdict that ``normalizers`` (the normalization layers that carry the
     change) explain becomes ``"uneven"`` (:func:`gradlab.reports.verdict.uneven`), which is no
-    problem; a network with a layer of dead ReLU units (``dead``:
-    :func:`gradlab.reports.units.dead_fractions`) is never ``"healthy"`` (or uneven): its status is
-    ``"dead-units"`` and its message the finding of :func:`_dead_units`.
+    problem. :func:`report_status` then lets the problems have the last word.
     """
     if verdict is not None and normalizers and verdict.status in ("vanishing", "exploding") \
             and status == verdict.status:
         verdict = uneven(verdict, tuple(normalizers))
         status, message = verdict.status, verdict.message
-    layers = dead_layers(dead)
-    if layers and status in ("healthy", "uneven", "n/a"):
-        status, message = "dead-units", _dead_finding(layers)
     return verdict, status, message
+
+
+def report_status(found, status: str, message: str) -> tuple[str, str]:
+    """The report's ``(status, message)``: the word of its first problem that has one (:data:`STATUS_OF_PROBLEM`).
+
+    The problems are listed in :data:`RULES` order, the most basic first (NaN before dead units,
+    dead units before the ratio they cause, the ratio before the global norm), so the status never
+    contradicts the first problem a learner reads: a whole dead layer reads ``"dead-units"``, not
+    the ``"vanishing"`` its zeros give the rule on norms, and a huge global norm reads
+    ``"exploding"`` even where normalization layers make the ratio merely ``"uneven"``. When that
+    word is the verdict's own, the verdict's message stays; otherwise the message is the problem's
+    finding. With no such problem the verdict's word (``healthy``, ``uneven``, ``n/a``) stays.
+    """
+    for p in found:
+        word = STATUS_OF_PROBLEM.get(p.kind)
+        if word is not None:
+            return (status, message) if word == status else (word, p.finding)
+    return status, message

@@ -117,6 +117,9 @@ class GradientCheck:
     wrong_entries: int
     notes: tuple[str, ...]
     repeat_difference: float = 0.0  # two evaluations of f at xs: largest difference / max |f|
+    #: ``"float16"`` or ``"bfloat16"`` when f computes in it inside (a mixed-precision Keras model),
+    #: whatever dtype it takes and returns; ``""`` otherwise.
+    low_precision: str = ""
 
     def __bool__(self) -> bool:
         return self.ok
@@ -159,12 +162,15 @@ class GradientCheck:
 
     def _failed(self) -> str:
         w = self.worst
-        return _("❌ gradient check failed: {n} Jacobian entries differ from finite differences by more than "
+        head = _("❌ gradient check failed: {n} Jacobian entries differ from finite differences by more than "
                  "their own error. Largest error {err} of the largest entry (tolerance {tol}), at {entry}: "
-                 "the tape gives {tape}, finite differences {fd}. A custom gradient or a hand-written "
-                 "backward pass is the usual cause.").format(
+                 "the tape gives {tape}, finite differences {fd}.").format(
             n=self.wrong_entries, err=self.printed_error, tol=f"{self.tolerance:.0e}",
             entry=w.label, tape=f"{w.theoretical:.6g}", fd=f"{w.numerical:.6g}")
+        cause = (_("With {dtype} inside, its rounding alone can be the cause (see below).").format(
+            dtype=self.low_precision) if self.low_precision else
+            _("A custom gradient or a hand-written backward pass is the usual cause."))
+        return join_sentences(head, cause)
 
     def _kinked(self) -> str:
         k = self.kinks[0]
@@ -321,6 +327,7 @@ class _Work:
     notes: list
     y0: np.ndarray = None
     y_shapes: list = None
+    low_precision: str = ""
 
 
 def _lowest_precision(inputs) -> str:
@@ -358,7 +365,13 @@ def _working_precision(f, inputs, *, allow_cast: bool = True) -> _Work:
     work.y0 = _flat_output(y0_struct)
     work.y_shapes = [tuple(int(d) for d in tf.convert_to_tensor(p).shape) for p in tf.nest.flatten(y0_struct)]
     out_dtype = _output_dtype(y0_struct)
-    if work.dtype == "float64" and out_dtype != "float64":
+    low = _low_precision_inside(f, work.inputs) if work.dtype in ("float64", "float32") else ""
+    if low:  # float16/bfloat16 inside: its step and tolerance, and how to check for real
+        if work.cast:  # the cast up gained nothing: f rounds to low inside
+            work.notes = []
+        work.dtype = work.low_precision = low
+        work.notes.append(_low_precision_note(low))
+    elif work.dtype == "float64" and out_dtype != "float64":
         work.dtype = out_dtype
         if work.cast:  # the cast up gained nothing: f works in out_dtype
             work.notes = []
@@ -369,6 +382,36 @@ def _working_precision(f, inputs, *, allow_cast: bool = True) -> _Work:
         work.notes.append(_("f ignores changes of its input below float32's resolution (it computes in float32 "
                             "inside), so the step and the tolerance are float32's."))
     return work
+
+
+_LOW_ENUMS = {tf.float16.as_datatype_enum: "float16", tf.bfloat16.as_datatype_enum: "bfloat16"}
+
+
+def _low_precision_inside(f, xs) -> str:
+    """``"float16"`` or ``"bfloat16"`` when ``f``, traced as a graph at ``xs``'s signature, holds an op
+    on that dtype (a mixed-precision Keras layer casts its float32 variables and inputs to it), the
+    coarser of the two when both; ``""`` when none does, or when ``f`` cannot be traced (a NumPy
+    round-trip): then only its output dtype and its resolution (:func:`_ignores_float64_digits`) tell."""
+    try:
+        graph = tf.function(f).get_concrete_function(*(tf.TensorSpec(x.shape, x.dtype) for x in xs)).graph
+        graph_def = graph.as_graph_def()
+    except Exception:  # noqa: BLE001 - an untraceable f is judged by its values alone
+        return ""
+    nodes = list(graph_def.node) + [n for fn in graph_def.library.function for n in fn.node_def]
+    found = set()
+    for node in nodes:
+        for value in node.attr.values():
+            found.update(_LOW_ENUMS[t] for t in (value.type, *value.list.type) if t in _LOW_ENUMS)
+    return max(found, key=lambda n: _EPS[n]) if found else ""
+
+
+def _low_precision_note(dtype: str) -> str:
+    return _("f computes in {dtype} inside (a Keras model under the mixed_{dtype} policy, or a cast to {dtype}), "
+             "whatever dtype it takes and returns, so the step and the tolerance are {dtype}'s and the check can "
+             "verify the gradient only to about {tol}. A gradient check needs float32 or float64 end to end: "
+             "check a copy of the model built under keras.mixed_precision.set_global_policy(\"float32\") with "
+             "the same weights (copy.set_weights(model.get_weights())), or gl.models.precision.float64_copy(model)."
+             ).format(dtype=dtype, tol=f"{TOLERANCES[dtype]:.0e}")
 
 
 def _check_output_size(work: _Work, inputs) -> None:
@@ -433,6 +476,31 @@ def _tape_jacobian(f, xs, y_size: int):
     return jac, connected
 
 
+def _fallback(f, inputs, err):
+    """The tape's Jacobian where the backward pass refused float64: in the inputs' own precision, else
+    (float16/bfloat16 inputs, a backward pass written in float32) with the inputs cast to float32."""
+    tries = [list(inputs)]
+    if any(t.dtype.name != "float32" for t in inputs):
+        tries.append([tf.cast(t, tf.float32) for t in inputs])
+    for k, attempt in enumerate(tries):
+        work = _working_precision(f, attempt, allow_cast=False)
+        try:
+            jac, connected = _tape_jacobian(f, work.inputs, work.y0.size)
+        except _ERRORS:
+            if k + 1 < len(tries):
+                continue
+            raise ValueError(
+                f"the tape could not compute f's gradient at xs in float64 ({type(err).__name__}: "
+                f"{_first_line(err)}), nor in {' or '.join(dict.fromkeys(w[0].dtype.name for w in tries))}; "
+                "f's backward pass must accept float32 or the dtype of its inputs"
+            ) from err
+        work.notes.insert(0, _("f's backward pass does not accept float64 ({error}), so the check ran in "
+                               "{dtype}, with {dtype}'s step and tolerance.").format(
+            error=_first_line(err), dtype=work.dtype))
+        return work, jac, connected
+    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+
 def _theoretical(f, work: _Work, inputs):
     """Stage 4: the tape's Jacobian. Where only the backward pass refuses float64 (a custom
     gradient written in float32), the check falls back to the inputs' own precision: the
@@ -446,11 +514,7 @@ def _theoretical(f, work: _Work, inputs):
                 f"{_first_line(err)}); f's backward pass must accept the dtype of its inputs (pass float32 "
                 "inputs to check a backward pass written in float32)"
             ) from err
-        work = _working_precision(f, inputs, allow_cast=False)
-        work.notes.insert(0, _("f's backward pass does not accept float64 ({error}), so the check ran in "
-                               "{dtype}, with {dtype}'s step and tolerance.").format(
-            error=_first_line(err), dtype=work.dtype))
-        jac, connected = _tape_jacobian(f, work.inputs, work.y0.size)
+        work, jac, connected = _fallback(f, inputs, err)
     for k, ok in enumerate(connected):
         if not ok:
             work.notes.append(_("The tape found no path from xs[{k}] to f's output (tape.gradient returned None): "
@@ -627,7 +691,7 @@ def check_gradient(f: Callable, *xs, delta: float | None = None, progress: bool 
             ok=False, verdict="random", max_rel_error=math.nan, theoretical=tuple(theoretical),
             numerical=tuple(np.full_like(t, np.nan) for t in theoretical), worst=None, kinks=(),
             dtype=work.dtype, cast=work.cast, tolerance=tol, steps=(), wrong_entries=0,
-            notes=tuple(work.notes), repeat_difference=repeat)
+            notes=tuple(work.notes), repeat_difference=repeat, low_precision=work.low_precision)
     with Progress(sum(_size(t) for t in work.inputs), _("checking the gradient"), enabled=progress) as bar:
         diffs = [_differences_of(f, work, k, delta, bar) for k in range(len(work.inputs))]
     out = _Comparison()
@@ -641,6 +705,7 @@ def check_gradient(f: Callable, *xs, delta: float | None = None, progress: bool 
         theoretical=tuple(theoretical), numerical=tuple(d.d1 for d in diffs), worst=out.worst,
         kinks=tuple(out.kinks), dtype=work.dtype, cast=work.cast, tolerance=tol,
         steps=tuple(d.steps for d in diffs), wrong_entries=out.wrong, notes=tuple(notes),
+        low_precision=work.low_precision,
     )
 
 
