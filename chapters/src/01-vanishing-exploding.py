@@ -339,7 +339,8 @@ lab.snapshot()
 # measured $\mathbb{E}[f'(z)^2]$, and compares with the measured gain:
 
 # %%
-print(f"{'activation':10s} {'initializer':15s} {'predicted':>9s} {'measured':>9s}  status at depth 30")
+print(gl.i18n.pad("activation", 10), gl.i18n.pad("initializer", 15), gl.i18n.pad("predicted", 9, ">"),
+      gl.i18n.pad("measured", 9, ">") + "  status at depth 30")
 for act, init in [("sigmoid", "glorot_uniform"), ("tanh", "glorot_uniform"), ("relu", "glorot_uniform"),
                   ("relu", "he_normal"), ("selu", "lecun_normal"), ("linear", "orthogonal"),
                   ("tanh", "large_normal")]:

@@ -472,10 +472,13 @@ lab.snapshot()
 # the order of magnitude and the direction, not the digits. All presets at once:
 
 # %%
+titles = {key: gl.i18n._(p.title) for key, p in presets.PRESETS.items()}
+quantities = {key: gl.i18n._(presets.QUANTITIES[p.quantity]) for key, p in presets.PRESETS.items()}
+title_width, quantity_width = (max(map(gl.i18n.text_width, texts.values())) for texts in (titles, quantities))
 for key in presets.PRESETS:
     _, res = presets.run_preset(key, engine)
     p = res.preset
-    print(f"{gl.i18n.pad(gl.i18n._(p.title), 58)} {gl.i18n.pad(gl.i18n._(presets.QUANTITIES[p.quantity]), 40)} paper {res.format(p.paper_value):>8}"
+    print(f"{gl.i18n.pad(titles[key], title_width)} {gl.i18n.pad(quantities[key], quantity_width)} paper {res.format(p.paper_value):>8}"
           f"  measured {res.format(res.measured):>8}")
 
 # %% [markdown]

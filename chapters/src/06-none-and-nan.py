@@ -643,7 +643,7 @@ def loss_and_gradient(fn):
 for name, fn in losses.items():
     for mode, run in (("eager", loss_and_gradient(fn)), ("tf.function", tf.function(loss_and_gradient(fn)))):
         out, grad = run(logits)
-        print(f"{name:40s} {mode:12s} loss {float(out):8.4g}  gradient {grad.numpy()}")
+        print(f"{gl.i18n.pad(name, 40)} {mode:12s} loss {float(out):8.4g}  gradient {grad.numpy()}")
 
 # %% [markdown]
 # The hand-written version is `inf` with NaN gradients, in both modes. Keras's loss on
@@ -760,8 +760,8 @@ def tape_inside():  # as in fit: forward and backward in one graph
     return tape.gradient(out, xs_var)
 
 
-dumps = {"tape outside": dump(tape_outside, "gradlab-dbg-out-"), "tape inside": dump(tape_inside, "gradlab-dbg-in-")}
-print(sorted(name.rsplit(".", 1)[-1] for name in os.listdir(dumps["tape inside"])))
+dumps = {"outside": dump(tape_outside, "gradlab-dbg-out-"), "inside": dump(tape_inside, "gradlab-dbg-in-")}  # where the tape is
+print(sorted(name.rsplit(".", 1)[-1] for name in os.listdir(dumps["inside"])))
 
 # %% [markdown]
 # To browse a dump, run `tensorboard --logdir <folder>` and open the **Debugger V2** tab: it
@@ -985,9 +985,10 @@ def health_rows(folder):
     return rows
 
 
-for label, folder in dumps.items():
+dump_labels = {"outside": "tape outside", "inside": "tape inside"}
+for where, folder in dumps.items():
     rows = health_rows(folder)
-    print(f"{label}: {len(rows)} rows")
+    print(f"{dump_labels[where]}: {len(rows)} rows")
     for op_name, elements, minus_inf, plus_inf, nan in rows:
         if minus_inf or plus_inf or nan or op_name in ("pow", "SelectV2"):
             print(f"    {op_name:26s} elements {elements}  -inf {minus_inf}  +inf {plus_inf}  NaN {nan}")

@@ -136,7 +136,7 @@ gap = np.max(np.abs(engine_lstm.time_step_norms / keras_lstm.time_step_norms - 1
 print("largest relative difference, Keras vs engine:", "< 1e-6" if gap < 1e-6 else f"{gap:.0e}")
 
 # %%
-print(f"{'ratio step 1 / step T':>22} {'32 units, 8 inputs':>22} {'64 units, 1 input':>22}")
+print(*(gl.i18n.pad(header, 22, ">") for header in ("ratio step 1 / step T", "32 units, 8 inputs", "64 units, 1 input")))
 for steps in (50, 200):
     for cell in gl.models.rnn.CELLS:
         a, b = (engines[k].report(cell, steps) for k in engines)
@@ -220,8 +220,8 @@ w_out = np.random.default_rng(2).normal(size=(units, 1)) / 4
 xs = np.random.default_rng(3).normal(size=(16, steps, 4))
 ys = np.random.default_rng(4).normal(size=(16, 1))
 
-print(f"{'':>9} {'inputs x0.01':>23} {'inputs x1':>23}")
-print(f"{'sigma_max':>9} {'mean gain':>11} {'max gain':>11} {'mean gain':>11} {'max gain':>11}")
+print(" " * 9, gl.i18n.pad("inputs x0.01", 23, ">"), gl.i18n.pad("inputs x1", 23, ">"))
+print(f"{'sigma_max':>9}", *(gl.i18n.pad(header, 11, ">") for header in ("mean gain", "max gain") * 2))
 for s in (0.5, 0.9, 1.0, 1.1, 1.5, 2.0, 3.0):
     bound = gl.topics.rnn_theory.pascanu_bound(s * Q)["bound"]
     row = []
@@ -250,7 +250,7 @@ for s in (0.5, 0.9, 1.0, 1.1, 1.5, 2.0, 3.0):
 # %%
 engine = gl.engines.rnn.TimeGradientEngine()  # 32 units, 8 inputs, batch 32
 scales = (0.01, 0.1, 0.3, 1.0, 3.0, 10.0)
-print(f"{'SimpleRNN, 50 steps':>20} {'rho':>5} {'sigma_max':>9} " + " ".join(f"{f'x{s:g}':>8}" for s in scales))
+print(gl.i18n.pad("SimpleRNN, 50 steps", 20, ">"), f"{'rho':>5} {'sigma_max':>9} " + " ".join(f"{f'x{s:g}':>8}" for s in scales))
 for init in gl.models.rnn.RECURRENT_INITIALIZERS:
     recurrent = np.asarray(engine.weights("simple_rnn", init)[1])
     rho = np.max(np.abs(np.linalg.eigvals(recurrent)))  # spectral radius
@@ -356,10 +356,11 @@ def ratio_range(r: float) -> str:
     return ">= 0.1" if r >= 0.1 else ("1e-3 to 0.1" if r >= 1e-3 else "< 1e-3")
 
 
-print(f"{'cell':>10} {'learned it':>10} | ratio step 1 / step T, init -> trained (verdict after training)")
+print(gl.i18n.pad("cell", 10, ">"), gl.i18n.pad("learned it", 10, ">"),
+      "| ratio step 1 / step T, init -> trained (verdict after training)")
 for cell, (losses, before, after) in results.items():
     learned = "yes" if after[50].loss < 0.05 else "no"  # test MSE against the baseline of 0.167
-    print(f"{cell:>10} {learned:>10} | 50 steps: {before[50].ratio:.2g} -> {ratio_range(after[50].ratio)} "
+    print(f"{cell:>10} {gl.i18n.pad(learned, 10, '>')} | 50 steps: {before[50].ratio:.2g} -> {ratio_range(after[50].ratio)} "
           f"({gl.reports.verdict.status_word(after[50].status)}); 200 steps: {before[200].ratio:.2g} -> {ratio_range(after[200].ratio)} "
           f"({gl.reports.verdict.status_word(after[200].status)})")
 lstm_last = results["lstm"][0][-50:]
@@ -400,10 +401,11 @@ with Progress(2, "control task, 600 steps") as bar:
                               learning_rate=0.01, clip=1.0)
         after = gl.time_report(model, x50, last_two(x50), compiled=True)
         learned = "yes" if losses[-50:].mean() < 0.01 else "no"
-        rows.append(f"{cell:>6} {learned:>20} | {before.ratio:.2g} -> {ratio_range(after.ratio)} "
+        rows.append(f"{cell:>6} {gl.i18n.pad(learned, 20, '>')} | {before.ratio:.2g} -> {ratio_range(after.ratio)} "
                     f"({gl.reports.verdict.status_word(after.status)})")
         bar.update(note=cell)
-print(f"{'cell':>6} {'learned the control':>20} | ratio step 1 / step 50, init -> trained (verdict)")
+print(gl.i18n.pad("cell", 6, ">"), gl.i18n.pad("learned the control", 20, ">"),
+      "| ratio step 1 / step 50, init -> trained (verdict)")
 print("\n".join(rows))
 
 # %% [markdown]

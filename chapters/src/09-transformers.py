@@ -496,7 +496,7 @@ for position in ("post", "pre"):
     for w in (0, 25):
         label = f"{position}-LN, " + ("25 warmup steps" if w else "no warmup")
         sweep[label] = trainers[6, position].sweep(rates[position], w)
-        print(f"{label:>26}:", " · ".join(f"lr {lr:g} {outcome(c)}" for lr, c in sweep[label].items()))
+        print(f"{gl.i18n.pad(label, 26, '>')}:", " · ".join(f"lr {lr:g} {outcome(c)}" for lr, c in sweep[label].items()))
 tplots.plot_lr_sweep(sweep, title="6 blocks, loss after 100 steps")
 
 # %% [markdown]

@@ -194,7 +194,7 @@ for fn in (log1pexp, log1pexp_slip, sign_ste, clip_backward):
 # sends a large `dy` through it:
 
 # %%
-print(gl.check_gradient(lambda t: tf.reduce_sum(100.0 * clip_backward(t)), t).verdict)  # wrong: by design
+print(gl.check_gradient(lambda t: tf.reduce_sum(100.0 * clip_backward(t)), t).verdict_word)  # wrong: by design
 
 # %% [markdown]
 # A correct float32 function raises no false alarm. A Keras layer computes in float32 even
@@ -227,7 +227,7 @@ print(gl.check_gradient(tf.nn.relu, tf.constant([-1.0, 0.0, 2.0])))
 # %%
 drop = keras.layers.Dropout(0.5, seed=0)
 print(gl.check_gradient(lambda v: drop(v, training=True), tf.constant([0.3, -1.2, 2.5, 0.7])))
-print(gl.check_gradient(lambda v: drop(v, training=False), tf.constant([0.3, -1.2, 2.5, 0.7])).verdict)  # ok
+print(gl.check_gradient(lambda v: drop(v, training=False), tf.constant([0.3, -1.2, 2.5, 0.7])).verdict_word)  # ok
 
 # %% [markdown]
 # ## Take one gradient per example · 逐样本梯度
@@ -738,21 +738,21 @@ def training_gradient(segment, jit_compile=False):
 
 
 # %% tags=["nbval-ignore-output"]
-segments = {"none": 0, "every layer": 1, "4 layers": 4, "all 16": 16}
-memory = {name: measure_peak(training_gradient(s), repeats=3) for name, s in segments.items()}
-for name, m in memory.items():
-    print(f"recompute {name:12s} peak {m.peak_mib:5.1f} MiB  time {m.seconds * 1e3:6.1f} ms")
-plot_memory([f"recompute:\n{name}" for name in memory], [m.peak_mib for m in memory.values()],
+segments = {0: "none", 1: "every layer", 4: "4 layers", 16: "all 16"}  # layers per recompute_grad segment: label
+memory = {s: measure_peak(training_gradient(s), repeats=3) for s in segments}
+for s, m in memory.items():
+    print(f"recompute {gl.i18n.pad(segments[s], 12)} peak {m.peak_mib:5.1f} MiB  time {m.seconds * 1e3:6.1f} ms")
+plot_memory([f"recompute:\n{segments[s]}" for s in memory], [m.peak_mib for m in memory.values()],
             [m.seconds for m in memory.values()])
 
 # %% [markdown]
 # The verdicts, which do not depend on the clock:
 
 # %%
-plain_peak, four = memory["none"].peak_bytes, memory["4 layers"].peak_bytes
+plain_peak, four = memory[0].peak_bytes, memory[4].peak_bytes
 print("segments of 4 save at least 40 % of the plain peak:", four < 0.6 * plain_peak)
-for name in ("every layer", "all 16"):
-    print(f"{name:12s} peaks at least 1.5x as high as segments of 4: {memory[name].peak_bytes > 1.5 * four}")
+for s in (1, 16):
+    print(f"{gl.i18n.pad(segments[s], 12)} peaks at least 1.5x as high as segments of 4: {memory[s].peak_bytes > 1.5 * four}")
 
 # %% [markdown]
 # Segments of 4 (√16) cut the peak roughly in half. Wrapping **every layer** saves little or
@@ -774,15 +774,14 @@ for name in ("every layer", "all 16"):
 # peaks higher than TensorFlow's executor does; segments of 4 help there too:
 
 # %% tags=["nbval-ignore-output"]
-xla = {name: measure_peak(training_gradient(segments[name], jit_compile=True), repeats=2)
-       for name in ("none", "4 layers")}
-for name, m in xla.items():
-    print(f"jit_compile, recompute {name:9s} peak {m.peak_mib:5.1f} MiB  time {m.seconds * 1e3:6.1f} ms")
+xla = {s: measure_peak(training_gradient(s, jit_compile=True), repeats=2) for s in (0, 4)}
+for s, m in xla.items():
+    print(f"jit_compile, recompute {gl.i18n.pad(segments[s], 9)} peak {m.peak_mib:5.1f} MiB  time {m.seconds * 1e3:6.1f} ms")
 
 # %%
 print("XLA without recompute_grad peaks higher than the graph executor:",
-      xla["none"].peak_bytes > memory["none"].peak_bytes)
-print("with XLA, segments of 4 save at least half:", xla["4 layers"].peak_bytes < xla["none"].peak_bytes / 2)
+      xla[0].peak_bytes > memory[0].peak_bytes)
+print("with XLA, segments of 4 save at least half:", xla[4].peak_bytes < xla[0].peak_bytes / 2)
 
 # %% [markdown]
 # ### Accumulate gradients on one device · 单设备上的梯度累加
@@ -858,24 +857,25 @@ def sequential_accumulation(x, k):
 
 
 # %% tags=["nbval-ignore-output"]
-ways = {
-    "one batch of 2048": tf.function(lambda: accumulated_gradient(x_deep, 1)),
-    "4 x 512, unrolled in tf.function": tf.function(lambda: accumulated_gradient(x_deep, 4)),
-    "4 x 512, tf.while_loop(parallel_iterations=1)": tf.function(lambda: sequential_accumulation(x_deep, 4)),
-    "4 x 512, eagerly": lambda: accumulated_gradient(x_deep, 4),
+ways = {  # key: (label, gradient function)
+    "one": ("one batch of 2048", tf.function(lambda: accumulated_gradient(x_deep, 1))),
+    "unrolled": ("4 x 512, unrolled in tf.function", tf.function(lambda: accumulated_gradient(x_deep, 4))),
+    "while_loop": ("4 x 512, tf.while_loop(parallel_iterations=1)",
+                   tf.function(lambda: sequential_accumulation(x_deep, 4))),
+    "eager": ("4 x 512, eagerly", lambda: accumulated_gradient(x_deep, 4)),
 }
-acc = {name: measure_peak(fn, repeats=1, warmup=False) if "eagerly" in name else measure_peak(fn, repeats=2)
-       for name, fn in ways.items()}  # eagerly there is nothing to trace, and each call is slow
-for name, m in acc.items():
-    print(f"{name:46s} peak {m.peak_mib:5.1f} MiB  time {m.seconds * 1e3:6.1f} ms")
+acc = {key: measure_peak(fn, repeats=1, warmup=False) if key == "eager" else measure_peak(fn, repeats=2)
+       for key, (_label, fn) in ways.items()}  # eagerly there is nothing to trace, and each call is slow
+for key, m in acc.items():
+    print(f"{gl.i18n.pad(ways[key][0], 46)} peak {m.peak_mib:5.1f} MiB  time {m.seconds * 1e3:6.1f} ms")
 
 # %%
-one = acc["one batch of 2048"].peak_bytes
-in_order = acc["4 x 512, tf.while_loop(parallel_iterations=1)"].peak_bytes
+one = acc["one"].peak_bytes
+in_order = acc["while_loop"].peak_bytes
 print("sequential micro-batches need less than half the peak of one batch:", in_order < one / 2)
-print("eagerly too:", acc["4 x 512, eagerly"].peak_bytes < one / 2)
+print("eagerly too:", acc["eager"].peak_bytes < one / 2)
 print("the unrolled loop in tf.function needs more than the sequential one:",
-      acc["4 x 512, unrolled in tf.function"].peak_bytes > 1.2 * in_order)
+      acc["unrolled"].peak_bytes > 1.2 * in_order)
 same = max(float(tf.reduce_max(tf.abs(a - b))) for a, b in zip(sequential_accumulation(x_deep, 4), four))
 print("and the while_loop gives the same gradient (1e-6):", same < 1e-6)
 
