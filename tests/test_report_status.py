@@ -108,3 +108,26 @@ def test_a_large_global_norm_alone_reads_exploding():
     assert report.verdict.status == "healthy" and report.global_norm > 1e3
     assert report.problem_kinds == ("large-gradient",) and report.status == "exploding"
 
+
+
+def test_dead_units_behind_an_untrained_batchnorm_point_at_its_statistics_first():
+    """Three Dense → BatchNorm → ReLU blocks, the middle Dense with bias -20: with its initial moving
+    statistics (training=False) that BatchNorm normalizes nothing and every ReLU unit after it stays
+    below 0; with the batch's statistics (training=True) the same units fire. The dead-units advice
+    then names the statistics first."""
+    keras.utils.set_random_seed(0)
+    layers = [keras.Input((8,))]
+    for i in range(3):
+        layers += [keras.layers.Dense(16, bias_initializer=keras.initializers.Constant(-20.0 if i == 1 else 0.0)),
+                   keras.layers.BatchNormalization(), keras.layers.ReLU()]
+    model = keras.Sequential([*layers, keras.layers.Dense(1)])
+    h = model.layers[2](model.layers[1](model.layers[0](X), training=False))
+    pre = model.layers[4](model.layers[3](h), training=False)
+    assert float(tf.reduce_max(pre)) < 0                  # the independent view: every unit below 0
+    assert float(tf.reduce_max(model.layers[4](model.layers[3](h), training=True))) > 0
+    r = gl.inspect_training_step(model, X, Y, training=False)
+    kinds = [p.kind for p in r.problems]
+    assert kinds[0] == "batchnorm-statistics" and "dead-units" in kinds, kinds
+    dead = r.problems[kinds.index("dead-units")]
+    assert "BatchNormalization statistics" in dead.fix and "LeakyReLU" in dead.fix, dead.fix
+    assert "dead-units" not in [p.kind for p in gl.inspect_training_step(model, X, Y, training=True).problems]

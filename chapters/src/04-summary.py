@@ -316,9 +316,10 @@ for problem in mobile.problems:
 # feature maps are 1×1, so each BatchNormalization layer there normalizes every channel over
 # only 4 numbers (batch 4 × 1×1): its mean and variance are mostly noise, and the gradient
 # through the division by that variance is erratic. The report names this cause instead of
-# suggesting another initializer. In inference mode (`training=False`) the picture flips to
-# "vanishing", for a related reason: the moving statistics have never been trained, so
-# BatchNorm normalizes nothing:
+# suggesting another initializer. In inference mode (`training=False`) the picture changes, for
+# a related reason: the moving statistics have never been trained, so BatchNorm normalizes
+# nothing. Two thirds of the units of two late ReLU layers then never fire (the status reads "dead units"),
+# and the signal vanishes toward the input. The report puts the statistics first:
 
 # %%
 mobile_eval = gl.inspect_training_step(backbone64, images, labels, loss=cce, training=False)

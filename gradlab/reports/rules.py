@@ -308,6 +308,11 @@ def _dead_units(c: StepContext) -> Problem | None:
     layers = dead_layers(c.dead_units)
     if not layers:
         return None
+    if c.batchnorm:  # a BatchNormalization that normalizes nothing can leave the ReLU after it below 0
+        return Problem("dead-units", _dead_finding(layers), _(
+            "the BatchNormalization statistics (see above) first: a BatchNormalization layer that does not "
+            "normalize can hold the ReLU after it below 0 for every example. Inspect again once they are fixed; "
+            "units still dead then need the usual fixes (LeakyReLU or ELU, He initialization)."))
     if any(not d.symmetric for d in layers):
         return Problem("dead-units", _dead_finding(layers), _(
             "look for what pushed the pre-activations that far down (a large negative bias, a huge learning-rate "
