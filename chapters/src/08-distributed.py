@@ -469,8 +469,10 @@ for number in range(start, start + 12):
 #
 # ### Other scales
 #
-# - **GPUs.** `MirroredStrategy()` without arguments takes every visible GPU and all-reduces
-#   with NCCL. Loss scaling and clipping are exactly as above; with mixed precision, Keras'
+# - **GPUs.** `MirroredStrategy()` without arguments takes every visible GPU (and the CPU
+#   when there is none: `all_local_devices` in TF 2.21's
+#   `tensorflow/python/distribute/mirrored_strategy.py`) and all-reduces with NCCL under the
+#   conditions of the first section. Loss scaling and clipping are exactly as above; with mixed precision, Keras'
 #   `LossScaleOptimizer` multiplies the loss by a dynamic factor on top (the
 #   [distributed training guide](https://www.tensorflow.org/guide/distributed_training)),
 #   with the one-replica check above.
