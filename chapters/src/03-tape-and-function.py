@@ -680,8 +680,14 @@ for line in (run.stdout + run.stderr).splitlines():
 # %% [markdown]
 # The log says `Ignoring Assert operator`; about `check_numerics` it says nothing, and the
 # NaN from `sqrt(-1)` comes back. (This notebook runs on a CPU and shows what TF 2.21
-# does there. XLA compiles these ops separately for each kind of device, so on a GPU the
-# result may differ: run the probe above on your own hardware before you rely on either
+# does there; nothing here was measured on a GPU. TensorFlow's source says where a GPU can
+# differ. Its XLA kernel for `Assert` (`tensorflow/compiler/tf2xla/kernels/assert_op.cc`)
+# ignores the op on every device. Its XLA kernel for `CheckNumerics`
+# (`tensorflow/compiler/tf2xla/kernels/check_numerics_op.cc`, as of commit `3c7602c1` of
+# tensorflow/tensorflow) builds a runtime check, a `__xla_gpu_assert` call, only when it
+# compiles for a GPU, and elsewhere logs "Ignoring CheckNumerics operator ... on non-GPU
+# backend". TF 2.21 on this CPU logs no such line, so which path 2.21 takes on a GPU is not
+# settled here: run the probe above on your own hardware before you rely on either
 # behaviour.)
 
 # %% [markdown]

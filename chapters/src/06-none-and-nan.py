@@ -697,8 +697,11 @@ print("log(1 + exp(100)):", tf.math.log(1.0 + tf.exp(tf.constant(100.0))).numpy(
 # ### `tf.debugging.enable_check_numerics`
 #
 # After this call every op checks its output, eager ops and ops in `tf.function`s traced
-# afterwards, and the first NaN or inf raises an error that names the op. Turn it off again:
-# it slows everything down.
+# afterwards, and the first NaN or inf raises an error that names the op. A function with
+# `jit_compile=True` does not run at all while it is on, even on finite inputs: TF 2.21
+# raises `InvalidArgumentError: Detected unsupported operations when trying to compile
+# graph ... DebugNumericSummaryV2`, the op the check inserts, which XLA cannot compile. Turn
+# it off again: it slows everything down.
 
 # %%
 xs_var = tf.Variable([-4.0, 0.0, 4.0])

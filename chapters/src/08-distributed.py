@@ -66,8 +66,11 @@ print("two devices again: accepted;", len(tf.config.list_logical_devices("CPU"))
 # `MirroredStrategy` keeps one copy of every variable on each device ("replica") and
 # keeps the copies equal: each replica computes gradients on its share of the batch, the
 # gradients are summed across replicas (an *all-reduce*), and every replica applies the
-# same sum. Here the sum runs between two logical CPU devices; between GPUs,
-# `MirroredStrategy` computes the same sum with NCCL by default.
+# same sum. Here the sum runs between two logical CPU devices, through one device
+# (`ReductionToOneDevice`). Between GPUs, `MirroredStrategy` picks NCCL by default, when every
+# device is a GPU, each physical GPU is one logical device and TensorFlow has the NCCL kernel;
+# otherwise it falls back to one device (`select_cross_device_ops` in TF 2.21's
+# `tensorflow/python/distribute/cross_device_ops.py`; not measured here: no GPU).
 
 # %%
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
@@ -466,8 +469,10 @@ for number in range(start, start + 12):
 #
 # ### Other scales
 #
-# - **GPUs.** `MirroredStrategy()` without arguments takes every visible GPU and all-reduces
-#   with NCCL. Loss scaling and clipping are exactly as above; with mixed precision, Keras'
+# - **GPUs.** `MirroredStrategy()` without arguments takes every visible GPU (and the CPU
+#   when there is none: `all_local_devices` in TF 2.21's
+#   `tensorflow/python/distribute/mirrored_strategy.py`) and all-reduces with NCCL under the
+#   conditions of the first section. Loss scaling and clipping are exactly as above; with mixed precision, Keras'
 #   `LossScaleOptimizer` multiplies the loss by a dynamic factor on top (the
 #   [distributed training guide](https://www.tensorflow.org/guide/distributed_training)),
 #   with the one-replica check above.

@@ -261,8 +261,9 @@ for depth in (6, 12):
 # %% [markdown]
 # On average over the initializations the post-LN gradient near the output is about as large
 # as at the input in 6 blocks and larger (1.2×) in 12, while pre-LN's falls for every seed.
-# Single post-LN models at 12 blocks range from about half to almost three times: one
-# measurement of one model can show either picture, and only the average shows the paper's.
+# Single post-LN models at 12 blocks range from about half to almost three times: six of
+# these eight grow towards the output and two fall, so one measurement of one model can show
+# either picture, and the paper's statement is about the average.
 
 # %% [markdown]
 # Eight initializations are few for a quantity that varies this much. The same measurement
