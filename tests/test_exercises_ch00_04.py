@@ -359,3 +359,23 @@ def test_ch03_ex1_a_repeated_python_int_is_not_a_sweep():
     for scale in [0.1, 0.2, 0.3, 0.4, 0.5]:
         ok(tf.ones([3]), np.float32(scale))  # NumPy scalars are converted to tensors: one trace, a real sweep
     assert ch03.check_sweep(ok)
+
+
+# ----------------------------------------------------------------------------- second pass (answers2)
+@pytest.mark.parametrize("loss_of, words", [
+    (lambda p, y: tf.reduce_mean(tf.abs(p - y)), ["mean absolute error", "tf.square"]),
+    (lambda p, y: keras.losses.MeanAbsoluteError()(y, p), ["mean absolute error"]),
+    (lambda p, y: tf.sqrt(tf.reduce_mean(tf.square(p - y))), ["root of the mean squared error", "RMSE"]),
+    (lambda p, y: tf.reduce_mean(p - y), ["without the square"]),
+])
+def test_ch00_ex2_other_losses_are_named(small_model, loss_of, words):
+    _fails(ch00.check_model_gradients(_grads(loss_of), *small_model), *words)
+
+
+def test_ch00_ex1_a_coincidental_ratio_of_one_number_is_not_read_as_a_mean():
+    x = 1.5  # the second derivative of sin(x)·x² is 0.05554× the slope: near 1/18 only by chance
+    second = float(-np.sin(x) * x**2 + 4 * x * np.cos(x) + 2 * np.sin(x))
+    r = ch00.check_derivative(second)
+    _fails(r, "values differ")
+    assert "1/18" not in r.feedback and "a mean where a sum" not in r.feedback
+    _fails(ch00.check_derivative(ch00.expected_derivative() / 4), "(1/4)")  # an exact factor is still named

@@ -189,11 +189,14 @@ def _ratio_text(r: float, single: bool = False, *, across: bool = False, explain
     while f"{r:.{digits}g}" in ("1", "-1") and digits < 12:
         digits += 1  # a factor near 1 is shown with the digits that tell it from 1 (never "1×")
     factor = f"{r:.{digits}g}"
-    if abs(r + 1.0) < 1e-3:
+    # One number is always some multiple of another: for it, only a factor met to float32 rounding is telling
+    # (0.05554 is 1/18 to 3e-4, a coincidence, not a mean).
+    tol = 1e-5 if single else 1e-3
+    if abs(r + 1.0) < tol:
         kind = "sign"
-    elif abs(r) >= 2 and abs(r - round(r)) < 1e-3 * abs(r):
+    elif abs(r) >= 2 and abs(r - round(r)) < tol * abs(r):
         kind = "whole"
-    elif abs(r) < 0.5 and abs(1 / r - round(1 / r)) < 1e-3 / abs(r):
+    elif abs(r) < 0.5 and abs(1 / r - round(1 / r)) < tol / abs(r):
         kind = "fraction"
     else:
         kind = "plain"
