@@ -494,3 +494,28 @@ def test_ch08_ex2_an_answer_for_exactly_two_replicas_fails():
 def test_ch06_ex2_aux_through_numpy_names_leaving_tensorflow():
     model = TwoHeadsModel(lambda a, b: a + tf.constant(np.asarray(b)))
     _fails(ch06.check_uses_every_layer(model, X6), "no gradient for", "leaves TensorFlow on the way")
+
+
+# ----------------------------------------------------------------------------- second pass (answers2)
+def test_ch06_ex1_a_zero_gradient_is_named_as_zeros_not_as_ones():
+    @tf.custom_gradient
+    def round_zero(t):
+        return tf.round(t), lambda dy: tf.zeros_like(dy)
+
+    r = ch06.check_round_ste(round_zero)
+    _fails(r, "returned zeros", "Return dy itself")
+    assert "ones, 1.0" not in r.feedback
+
+
+def test_ch06_ex6_exp_overflow_is_told_from_a_log_of_zero():
+    r = ch06.check_bce_from_logits(lambda y, z: tf.reduce_mean(tf.math.log(1.0 + tf.exp(z)) - y * z))
+    _fails(r, "exp(z) overflows", "softplus")
+    assert "sigmoid followed by a log" not in r.feedback
+    naive = lambda y, z: tf.reduce_mean(-y * tf.math.log(tf.sigmoid(z)) - (1 - y) * tf.math.log(1 - tf.sigmoid(z)))  # noqa: E731
+    _fails(ch06.check_bce_from_logits(naive), "a sigmoid followed by a log")
+
+
+def test_ch06_ex6_clipped_logits_are_named():
+    r = ch06.check_bce_from_logits(
+        lambda y, z: tf.reduce_mean(tf.math.softplus(tf.clip_by_value(z, -20.0, 20.0)) - y * tf.clip_by_value(z, -20.0, 20.0)))
+    _fails(r, "smaller than the true loss", "the logits clipped")
