@@ -519,3 +519,23 @@ def test_ch06_ex6_clipped_logits_are_named():
     r = ch06.check_bce_from_logits(
         lambda y, z: tf.reduce_mean(tf.math.softplus(tf.clip_by_value(z, -20.0, 20.0)) - y * tf.clip_by_value(z, -20.0, 20.0)))
     _fails(r, "smaller than the true loss", "the logits clipped")
+
+
+def test_ch07_ex1_a_norm_over_the_batch_only_is_named():
+    def over_batch(model, x, y):
+        x = tf.convert_to_tensor(x)
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            loss = tf.reduce_mean(tf.square(model(x) - y))
+        dx = tf.cast(tape.gradient(loss, x), tf.float64)
+        return tf.sqrt(tf.reduce_sum(tf.square(dx), axis=[0]))
+
+    r = ch07.check_step_norms(over_batch)
+    _fails(r, "shape (60, 8)", "axis=[0, 2]")
+    assert "jacobian" not in r.feedback
+
+
+def test_ch07_ex2_the_first_vanishing_length_is_named():
+    best = next(t for t in range(2, 60) if ch07.check_longest_healthy(t))  # the check's own passing answer
+    _fails(ch07.check_longest_healthy(best + 1), "the first length whose verdict is", "one step fewer")
+    _fails(ch07.check_longest_healthy(best + 2), "already", "try fewer")
