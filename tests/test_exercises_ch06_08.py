@@ -539,3 +539,15 @@ def test_ch07_ex2_the_first_vanishing_length_is_named():
     best = next(t for t in range(2, 60) if ch07.check_longest_healthy(t))  # the check's own passing answer
     _fails(ch07.check_longest_healthy(best + 1), "the first length whose verdict is", "one step fewer")
     _fails(ch07.check_longest_healthy(best + 2), "already", "try fewer")
+
+
+def test_ch08_ex1_a_mean_divided_again_is_named_as_divided_twice():
+    r = ch08.check_replica_loss(lambda loss, n: tf.reduce_mean(loss) / n)
+    _fails(r, "divided twice")
+    assert "a mean where a sum" not in r.feedback
+
+
+def test_ch08_ex1_a_typed_in_replica_count_is_named():
+    r = ch08.check_replica_loss(lambda loss, n: tf.reduce_mean(loss) / 2)  # right on 2 replicas only
+    _fails(r, "right with 2 replicas, wrong with 4", "typed in")
+    assert "a sum is taken where a mean" not in r.feedback

@@ -385,3 +385,9 @@ def test_ex5_micro_batch_forwards_under_one_tape_are_rejected():
     r = ch10.check_accumulate(_one_tape_for_all)
     assert not r and "tape.gradient ran 1 times for the 3" in r.feedback, r.feedback
     assert tf.GradientTape.gradient.__name__ == "gradient"  # the monitor put the method back
+
+
+# ----------------------------------------------------------------------------- second pass (answers2)
+def test_ch10_ex3_clip_by_value_is_named():
+    r = ch10.check_clip_per_example(lambda grads, c: [tf.clip_by_value(g, -c, c) for g in grads])
+    assert not r and "tf.clip_by_value" in r.feedback and "not on the norm" in r.feedback, r.feedback

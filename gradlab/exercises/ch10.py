@@ -241,6 +241,9 @@ def _check_clip_once(name: str, clip_per_example: Callable, clip_norm: float) ->
              (per_variable, _("that clips each variable of each example separately: an example's norm is taken "
                               "over all of its variables together")),
              (arrays, _("nothing was clipped: example 2's norm is far above the bound")),
+             ([np.clip(a, -clip_norm, clip_norm) for a in arrays],
+              _("that clips each element to ±clip_norm (tf.clip_by_value): a bound on the values, not on the norm. "
+                "Scale each example's whole gradient by min(1, clip_norm / norm)")),
              (_rescaled(arrays, clip_norm), _("every example was rescaled to norm clip_norm, the short ones "
                                               "lengthened too: scale by min(1, clip_norm / norm), which only "
                                               "shortens"))]
