@@ -359,3 +359,57 @@ def test_ch03_ex1_a_repeated_python_int_is_not_a_sweep():
     for scale in [0.1, 0.2, 0.3, 0.4, 0.5]:
         ok(tf.ones([3]), np.float32(scale))  # NumPy scalars are converted to tensors: one trace, a real sweep
     assert ch03.check_sweep(ok)
+
+
+# ----------------------------------------------------------------------------- second pass (answers2)
+@pytest.mark.parametrize("loss_of, words", [
+    (lambda p, y: tf.reduce_mean(tf.abs(p - y)), ["mean absolute error", "tf.square"]),
+    (lambda p, y: keras.losses.MeanAbsoluteError()(y, p), ["mean absolute error"]),
+    (lambda p, y: tf.sqrt(tf.reduce_mean(tf.square(p - y))), ["root of the mean squared error", "RMSE"]),
+    (lambda p, y: tf.reduce_mean(p - y), ["without the square"]),
+])
+def test_ch00_ex2_other_losses_are_named(small_model, loss_of, words):
+    _fails(ch00.check_model_gradients(_grads(loss_of), *small_model), *words)
+
+
+def test_ch00_ex1_a_coincidental_ratio_of_one_number_is_not_read_as_a_mean():
+    x = 1.5  # the second derivative of sin(x)·x² is 0.05554× the slope: near 1/18 only by chance
+    second = float(-np.sin(x) * x**2 + 4 * x * np.cos(x) + 2 * np.sin(x))
+    r = ch00.check_derivative(second)
+    _fails(r, "values differ")
+    assert "1/18" not in r.feedback and "a mean where a sum" not in r.feedback
+    _fails(ch00.check_derivative(ch00.expected_derivative() / 4), "(1/4)")  # an exact factor is still named
+
+
+def _advice(losses):
+    from gradlab.exercises.training import step_length_advice
+    return step_length_advice(losses, np.full(len(losses), 0.5), optimizer=keras.optimizers.Adam(0.01), clip=None,
+                              below=0.1)
+
+
+def test_ch04_a_loss_flat_from_the_start_is_a_vanishing_signal_not_too_long_steps():
+    text = _advice(np.r_[np.linspace(0.9, 0.735, 20), np.full(180, 0.735)])
+    assert "stopped changing" in text and "It never got lower" in text and "initializer" in text
+    assert "too long" not in text and "too short" not in text
+
+
+def test_ch04_a_loss_stuck_above_its_best_asks_for_a_lower_rate():
+    text = _advice(np.r_[np.linspace(30.0, 4.36, 20), np.full(180, 21.5)])
+    assert "It was lower before (best 4.36)" in text and "lower learning rate" in text
+    assert "too long for this problem" not in text  # a flat loss is not one that keeps jumping
+    jumping = _advice(np.r_[np.linspace(3.0, 1.0, 100), np.tile([1.2, 2.48], 50)])
+    assert "not settling" in jumping and "stopped changing" not in jumping
+
+
+@pytest.mark.slow
+def test_ch04_capstone_sigmoid_small_weights_with_adam_names_the_signal():
+    def make():
+        layers = [keras.Input((8,)), _Standardize(name="standardize")]
+        layers += [keras.layers.Dense(32, activation="sigmoid", name=f"hidden_{i + 1}",
+                                      kernel_initializer=keras.initializers.RandomNormal(stddev=0.01, seed=i))
+                   for i in range(8)]
+        layers.append(keras.layers.Dense(1, name="output", kernel_initializer=keras.initializers.GlorotUniform(seed=100)))
+        return keras.Sequential(layers, name="mine")
+    r = ch04.check_capstone(make, lambda: keras.optimizers.Adam(0.01))
+    _fails(r, "stopped changing", "It never got lower")
+    assert "too long" not in r.feedback

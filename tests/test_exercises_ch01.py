@@ -224,3 +224,15 @@ def test_clip_a_reference_taken_early_is_still_forbidden():
 def test_clip_by_value_is_named():
     result = ch01.check_clip_by_global_norm(lambda grads, t: [tf.clip_by_value(g, -t, t) for g in grads])
     assert not result and "tf.clip_by_value" in result.feedback
+
+
+def test_ch01_ex2_a_clip_computed_in_float16_names_half_precision_not_a_factor():
+    def clip16(grads, t):
+        g16 = [tf.cast(g, tf.float16) for g in grads]
+        norm = tf.sqrt(tf.add_n([tf.reduce_sum(tf.square(g)) for g in g16]))
+        scale = tf.minimum(tf.constant(1.0, tf.float16), tf.cast(t, tf.float16) / norm)
+        return [tf.cast(g * scale, tf.float32) for g in g16]
+
+    r = ch01.check_clip_by_global_norm(clip16)
+    assert not r and "half precision" in r.feedback and "float16" in r.feedback, r.feedback
+    assert "×" not in r.feedback and "rounding in float32 explains" not in r.feedback, r.feedback

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import gradlab as gl
@@ -209,3 +210,58 @@ def test_ch03_ex3_not_a_function_and_a_shared_optimizer_are_feedback():
     r = ch03.check_clipped_step(lambda m: gl.make_train_step(m, shared, clip=1.0))
     _fails(r, "optimizer")
     assert "Traceback" not in r.feedback and len(r.feedback) < 900
+
+
+# ----------------------------------------------------------------------------- second pass (answers2)
+def _softmax_parts():
+    z = np.array(ch02.SOFTMAX_Z, dtype=np.float64)
+    s = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
+    return s
+
+
+def test_ch02_ex1_each_half_and_log_softmax_are_named():
+    s = _softmax_parts()
+    _fails(ch02.check_softmax_jacobian(np.diag(s)), "only the first term")
+    _fails(ch02.check_softmax_jacobian(-np.outer(s, s)), "only the second term")
+    z = tf.constant(ch02.SOFTMAX_Z)
+    with tf.GradientTape() as tape:
+        tape.watch(z)
+        out = tf.nn.log_softmax(z)
+    _fails(ch02.check_softmax_jacobian(tape.jacobian(out, z)), "tf.nn.log_softmax")
+
+
+def _row(weights):
+    with tf.GradientTape() as tape:
+        tape.watch(X3)
+        y = _f(X3)
+    return tape.gradient(y, X3, output_gradients=tf.constant(weights))
+
+
+def test_ch02_ex3_a_weight_of_two_is_named_not_read_as_a_batch_sum():
+    r = ch02.check_jacobian_row(_row([0.0, 2.0]), _f, X3)
+    _fails(r, "another number than 1", "exactly 1 at position 1")
+    assert "batch size" not in r.feedback
+    # the weight row without tanh's derivative is a multiple too, but not this slip
+    r = ch02.check_jacobian_row(tf.constant([0.3, 0.8, -1.0]), _f, X3)
+    _fails(r, "values differ")
+    assert "another number than 1" not in r.feedback
+
+
+@pytest.mark.parametrize("value, words", [
+    (5, ["one trace per call"]), (4, ["A repeat was counted as new"]),
+    (2, ["A new signature was missed", "Python int"]), (0, ["at least 1"]),
+])
+def test_ch03_ex2_each_wrong_count_names_its_slip(value, words):
+    _fails(ch03.check_prediction(value), *words)
+
+
+@pytest.mark.parametrize("optimizer, words", [
+    (lambda: keras.optimizers.SGD(0.05, clipnorm=1.0), ["each variable's gradient", "clipnorm="]),
+    (lambda: keras.optimizers.SGD(0.05, clipvalue=1.0), ["each element clipped", "clipvalue="]),
+    (lambda: keras.optimizers.SGD(), ["learning rate of 0.01, not 0.05", "SGD() alone"]),
+])
+def test_ch03_ex3_other_clips_and_the_default_rate_are_named(optimizer, words):
+    clip = None if optimizer().clipnorm or optimizer().clipvalue else 1.0
+    r = ch03.check_clipped_step(lambda m: gl.make_train_step(m, optimizer(), clip=clip))
+    _fails(r, *words)
+    assert "global norm of" not in r.feedback and "momentum or Adam" not in r.feedback

@@ -203,3 +203,19 @@ def test_ex1_zero_weights_are_named_as_no_signal_not_as_growth():
     r = ch05.check_deep_fix({"initializer": "zeros"})
     assert not r and "exactly 0" in r.feedback and "'zeros'" in r.feedback, r.feedback
     assert "slows the growth" not in r.feedback
+
+
+# ----------------------------------------------------------------------------- second pass (answers2)
+def test_ex3_a_float16_loss_scaled_is_named_even_when_the_float32_loss_is_returned():
+    def train_step(model, optimizer, x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(x, training=True) - y))  # float32, returned
+            half = tf.reduce_mean(tf.square(tf.cast(model(x, training=True), tf.float16) - tf.cast(y, tf.float16)))
+            scaled = optimizer.scale_loss(half)
+        grads = tape.gradient(scaled, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        return loss
+
+    r = ch05.check_scaled_step(train_step)
+    _fails(r, "the loss is float16")
+    assert "about the right size" not in r.feedback

@@ -494,3 +494,60 @@ def test_ch08_ex2_an_answer_for_exactly_two_replicas_fails():
 def test_ch06_ex2_aux_through_numpy_names_leaving_tensorflow():
     model = TwoHeadsModel(lambda a, b: a + tf.constant(np.asarray(b)))
     _fails(ch06.check_uses_every_layer(model, X6), "no gradient for", "leaves TensorFlow on the way")
+
+
+# ----------------------------------------------------------------------------- second pass (answers2)
+def test_ch06_ex1_a_zero_gradient_is_named_as_zeros_not_as_ones():
+    @tf.custom_gradient
+    def round_zero(t):
+        return tf.round(t), lambda dy: tf.zeros_like(dy)
+
+    r = ch06.check_round_ste(round_zero)
+    _fails(r, "returned zeros", "Return dy itself")
+    assert "ones, 1.0" not in r.feedback
+
+
+def test_ch06_ex6_exp_overflow_is_told_from_a_log_of_zero():
+    r = ch06.check_bce_from_logits(lambda y, z: tf.reduce_mean(tf.math.log(1.0 + tf.exp(z)) - y * z))
+    _fails(r, "exp(z) overflows", "softplus")
+    assert "sigmoid followed by a log" not in r.feedback
+    naive = lambda y, z: tf.reduce_mean(-y * tf.math.log(tf.sigmoid(z)) - (1 - y) * tf.math.log(1 - tf.sigmoid(z)))  # noqa: E731
+    _fails(ch06.check_bce_from_logits(naive), "a sigmoid followed by a log")
+
+
+def test_ch06_ex6_clipped_logits_are_named():
+    r = ch06.check_bce_from_logits(
+        lambda y, z: tf.reduce_mean(tf.math.softplus(tf.clip_by_value(z, -20.0, 20.0)) - y * tf.clip_by_value(z, -20.0, 20.0)))
+    _fails(r, "smaller than the true loss", "the logits clipped")
+
+
+def test_ch07_ex1_a_norm_over_the_batch_only_is_named():
+    def over_batch(model, x, y):
+        x = tf.convert_to_tensor(x)
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            loss = tf.reduce_mean(tf.square(model(x) - y))
+        dx = tf.cast(tape.gradient(loss, x), tf.float64)
+        return tf.sqrt(tf.reduce_sum(tf.square(dx), axis=[0]))
+
+    r = ch07.check_step_norms(over_batch)
+    _fails(r, "shape (60, 8)", "axis=[0, 2]")
+    assert "jacobian" not in r.feedback
+
+
+def test_ch07_ex2_the_first_vanishing_length_is_named():
+    best = next(t for t in range(2, 60) if ch07.check_longest_healthy(t))  # the check's own passing answer
+    _fails(ch07.check_longest_healthy(best + 1), "the first length whose verdict is", "one step fewer")
+    _fails(ch07.check_longest_healthy(best + 2), "already", "try fewer")
+
+
+def test_ch08_ex1_a_mean_divided_again_is_named_as_divided_twice():
+    r = ch08.check_replica_loss(lambda loss, n: tf.reduce_mean(loss) / n)
+    _fails(r, "divided twice")
+    assert "a mean where a sum" not in r.feedback
+
+
+def test_ch08_ex1_a_typed_in_replica_count_is_named():
+    r = ch08.check_replica_loss(lambda loss, n: tf.reduce_mean(loss) / 2)  # right on 2 replicas only
+    _fails(r, "right with 2 replicas, wrong with 4", "typed in")
+    assert "a sum is taken where a mean" not in r.feedback

@@ -385,3 +385,25 @@ def test_ex2_a_decay_without_warmup_is_not_sent_to_warmup_steps():
     r = ch09.check_warmup_schedule(decay)
     assert not r and "does not rise: there is no warmup" in r.feedback, r.feedback
     assert "check warmup_steps" not in r.feedback
+
+
+# ----------------------------------------------------------------------------- second pass (answers2)
+def _combined(combine):
+    def per_block(model, x, y):
+        variables, grads = _grads(model, x, y)
+        return [float(combine([float(tf.norm(tf.cast(tf.convert_to_tensor(g), tf.float64)))
+                               for v, g in zip(variables, grads, strict=True) if v.path.startswith(f"block_{i}/")]))
+                for i in range(3)]
+    return per_block
+
+
+@pytest.mark.parametrize("combine, words", [
+    (np.sum, "the sum of its variables' norms"),
+    (np.mean, "the mean of its variables' norms"),
+    (np.max, "its largest variable norm"),
+])
+def test_block_norms_variable_norms_combined_otherwise_are_named(combine, words):
+    result = ch09.check_block_norms(_combined(combine))
+    assert not result.ok and words in result.feedback, result.feedback
+    assert _combined(lambda n: np.sqrt(np.sum(np.square(n)))) and ch09.check_block_norms(
+        _combined(lambda n: np.sqrt(np.sum(np.square(n))))).ok  # combined as a global norm: right

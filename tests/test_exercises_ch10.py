@@ -385,3 +385,30 @@ def test_ex5_micro_batch_forwards_under_one_tape_are_rejected():
     r = ch10.check_accumulate(_one_tape_for_all)
     assert not r and "tape.gradient ran 1 times for the 3" in r.feedback, r.feedback
     assert tf.GradientTape.gradient.__name__ == "gradient"  # the monitor put the method back
+
+
+# ----------------------------------------------------------------------------- second pass (answers2)
+def test_ch10_ex3_clip_by_value_is_named():
+    r = ch10.check_clip_per_example(lambda grads, c: [tf.clip_by_value(g, -c, c) for g in grads])
+    assert not r and "tf.clip_by_value" in r.feedback and "not on the norm" in r.feedback, r.feedback
+
+
+def test_ch10_ex1_dividing_by_4h_gets_the_half_hint():
+    r = ch10.check_central_difference(lambda f, x, h: (f(x + h) - f(x - h)) / (4 * h))
+    assert not r and "half the expected value" in r.feedback and "not by 4h" in r.feedback, r.feedback
+
+
+def test_ch10_ex2_a_grad_that_ignores_dy_is_named():
+    @tf.custom_gradient
+    def cube(x):
+        return x**3, lambda dy: 3.0 * x**2  # the local derivative, without dy
+
+    r = ch10.check_cube_gradient(cube)
+    assert not r and "ignores dy" in r.feedback and "3x² · dy" in r.feedback, r.feedback
+
+    @tf.custom_gradient
+    def cube_3x(x):
+        return x**3, lambda dy: 3.0 * x * dy  # uses dy: the other hint, not this one
+
+    r = ch10.check_cube_gradient(cube_3x)
+    assert not r and "ignores dy" not in r.feedback and "3x·dy" in r.feedback, r.feedback

@@ -126,6 +126,7 @@ def check_model_gradients(model_gradients: Callable, model, x, y) -> CheckResult
                 "it). The exercise asks for the mean squared error itself, tf.reduce_mean(tf.square(model(x) - "
                 "y)).")),
              ]
+    hints += _other_loss_hints(model, x, y)
     if len(y.shape) == 2 and y.shape[-1] == 1:
         with tf.GradientTape() as tape:  # the (n, 1) - (n,) broadcast that gives an (n, n) residual
             wrong = tf.reduce_mean(tf.square(model(x) - tf.reshape(y, [-1])))
@@ -138,3 +139,29 @@ def check_model_gradients(model_gradients: Callable, model, x, y) -> CheckResult
                             shape=tuple(model(x).shape), batch=batch)))
     return check_arrays(name, got, reference, labels=[v.path for v in model.trainable_variables],
                         what=_("one gradient per trainable variable"), hints=hints)
+
+
+#: Losses that are not the mean squared error, as a learner writes them by slip, and what they are.
+_OTHER_LOSSES = (
+    (lambda p, y: tf.reduce_mean(tf.abs(p - y)),
+     N_("these are the gradients of the mean absolute error, mean(|model(x) - y|) (tf.abs or "
+        "keras.losses.MeanAbsoluteError): square the errors instead, tf.square.")),
+    (lambda p, y: tf.sqrt(tf.reduce_mean(tf.square(p - y))),
+     N_("these are the gradients of the root of the mean squared error (tf.sqrt of it, the RMSE): the exercise asks "
+        "for the mean squared error itself, without the square root.")),
+    (lambda p, y: tf.reduce_mean(p - y),
+     N_("these are the gradients of mean(model(x) - y), the errors without the square: square them first, "
+        "tf.square(model(x) - y).")),
+)
+
+
+def _other_loss_hints(model, x, y) -> list:
+    """Hints for the gradients of a loss other than the mean squared error (:data:`_OTHER_LOSSES`)."""
+    hints = []
+    for loss_of, text in _OTHER_LOSSES:
+        with tf.GradientTape() as tape:
+            loss = loss_of(model(x), y)
+        other = tape.gradient(loss, model.trainable_variables)
+        hints.append((lambda arrs, other=other: all(np.allclose(a, np.asarray(r), rtol=1e-3, atol=1e-6)
+                                                    for a, r in zip(arrs, other, strict=True)), _(text)))
+    return hints

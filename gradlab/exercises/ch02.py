@@ -71,7 +71,13 @@ def check_softmax_jacobian(j) -> CheckResult:
         return CheckResult(name, False, _(
             "got 4 zeros, shape (4,): that is tape.gradient, the gradient of the sum of the outputs. The outputs of a "
             "softmax always sum to 1, so that gradient is 0. tape.jacobian keeps one row per output."))
-    result = check_array(name, j, expected, rtol=1e-4, atol=1e-6)
+    hints = [(np.diag(s), _("your matrix is diag(s), only the first term of diag(s) - s sᵀ: the derivative of s_i with "
+                            "respect to z_j (j ≠ i) is -s_i s_j, not 0.")),
+             (-np.outer(s, s), _("your matrix is -s sᵀ, only the second term: the diagonal also has s_i, so the "
+                                 "Jacobian is diag(s) - s sᵀ.")),
+             (np.eye(4) - s[None, :], _("that is the Jacobian of tf.nn.log_softmax (I - 1 sᵀ): take the Jacobian of "
+                                       "tf.nn.softmax itself."))]
+    result = check_array(name, j, expected, rtol=1e-4, atol=1e-6, hints=hints)
     if not result:
         return result
     got = np.asarray(j.numpy() if hasattr(j, "numpy") else j, dtype=np.float64)
@@ -123,7 +129,25 @@ def check_jacobian_row(row, f: Callable, x, index: int = 1) -> CheckResult:
             return CheckResult(name, False, _(
                 "shape {shape} is the output's shape, the shape of output_gradients. The result of tape.gradient has "
                 "the source's shape {source}.").format(shape=np.shape(row), source=tuple(full.shape[1:])))
-    return check_array(name, row, expected, rtol=1e-4, atol=1e-6)
+    hints = [(lambda arr: _multiple_of(arr, expected),
+              _("a multiple of row {index}: output_gradients weighted output {index} by another number than 1. Put "
+                "exactly 1 at position {index} and 0 elsewhere.").format(index=index))]
+    return check_array(name, row, expected, rtol=1e-4, atol=1e-6, hints=hints)
+
+
+def _multiple_of(arr: np.ndarray, expected: np.ndarray) -> bool:
+    """Whether ``arr`` is k or 1/k times ``expected`` for a whole k ≥ 2 (a 2.0 typed into output_gradients).
+
+    Other factors are not this slip: the row of the weight matrix without tanh's derivative is a
+    multiple of the right row too.
+    """
+    nonzero = np.abs(expected) > 1e-12
+    if arr.shape != expected.shape or not nonzero.any():
+        return False
+    r = abs(float(np.median(arr[nonzero] / expected[nonzero])))
+    k = r if r >= 1 else 1 / max(r, 1e-12)
+    return round(k) >= 2 and abs(k - round(k)) < 1e-3 * k and bool(
+        np.allclose(np.abs(arr), r * np.abs(expected), rtol=1e-4, atol=1e-6))
 
 
 # ----------------------------------------------------------------------------- exercise 4

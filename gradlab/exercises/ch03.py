@@ -24,7 +24,7 @@ import numpy as np
 
 from .._env import quiet_import_tensorflow
 from ..core import mean_squared_error, true_global_norm
-from ..i18n import _
+from ..i18n import _, end_sentence, join_sentences
 from ..topics.tracing import TraceCounter
 from .feedback import CheckResult, describe_error
 
@@ -145,8 +145,22 @@ def check_prediction(predicted) -> CheckResult:
                   "for each: is this signature (shape, dtype, or Python value) new?") if value > count else
                 _("you predicted {value}; TensorFlow made more traces than that. Go through the five calls and ask "
                   "for each: is this signature (shape, dtype, or Python value) new?"))
-        return CheckResult(name, False, text.format(value=value))
+        return CheckResult(name, False, join_sentences(text.format(value=value), _prediction_slip(value, count)))
     return CheckResult(name, True, _("{count} traces{note}: {log}").format(count=count, note=note, log=log))
+
+
+def _prediction_slip(value: int, count: int, calls: int = 5) -> str:
+    """What a wrong prediction of exercise 2 most likely missed (one sentence)."""
+    if value < 1:
+        return _("The first call always traces: the count is at least 1.")
+    if value >= calls:
+        return _("You counted one trace per call: a call whose signature was seen before reuses its trace (the "
+                 "second tensor of shape [2], the second Python 1).")
+    if value > count:
+        return _("A repeat was counted as new: the second tensor of shape [2] and the second Python 1 each reuse a "
+                 "trace made before.")
+    return _("A new signature was missed: a tensor of a new shape ([3]) traces again, and so does a Python int (1), "
+             "whose value is part of the signature, unlike a tensor's value.")
 
 
 # ----------------------------------------------------------------------------- exercise 3
@@ -207,6 +221,25 @@ def _distance_moved(make_step: Callable, x, y, steps: int = 1):
     return moved, None
 
 
+def _other_clip(applied: float, x, y, clip: float) -> str:
+    """A sentence when the applied gradient norm ``applied`` is that of a per-variable or per-element clip at ``clip``."""
+    model = _fresh_model()
+    with tf.GradientTape() as tape:
+        loss = mean_squared_error(y, model(x))
+    grads = [g.numpy().astype(np.float64) for g in tape.gradient(loss, model.trainable_variables)]
+    per_variable = math.sqrt(sum(min(float(np.sum(g**2)), clip**2) for g in grads))
+    per_element = math.sqrt(sum(float(np.sum(np.clip(g, -clip, clip) ** 2)) for g in grads))
+    if abs(applied - per_variable) <= 2e-3 * per_variable:
+        return _("That is each variable's gradient clipped to norm {clip} on its own (clipnorm= on a Keras optimizer, "
+                 "or tf.clip_by_norm per tensor), not the global norm: pass clip={clip} to gl.make_train_step "
+                 "instead.").format(clip=clip)
+    if abs(applied - per_element) <= 2e-3 * per_element:
+        return _("That is each element clipped to ±{clip} (clipvalue= on a Keras optimizer, or "
+                 "tf.clip_by_value), not the global norm: pass clip={clip} to gl.make_train_step instead.").format(
+                     clip=clip)
+    return ""
+
+
 def check_clipped_step(make_step: Callable, lr: float = 0.05, clip: float = 1.0) -> CheckResult:
     """Exercise 3: ``make_step(model)`` trains ``model`` with ``SGD(lr)``, global norm clipped to ``clip``.
 
@@ -262,10 +295,18 @@ def check_clipped_step(make_step: Callable, lr: float = 0.05, clip: float = 1.0)
         return CheckResult(name, False, _(
             "{facts}. The big step moved by the learning rate times the raw norm: nothing was clipped. Pass "
             "clip={clip} to gl.make_train_step.").format(facts=facts, clip=clip))
+    other = _other_clip(big / lr_seen, x, y, clip)
+    if other:
+        return CheckResult(name, False, join_sentences(end_sentence(facts), other))
     if small_ok:
         return CheckResult(name, False, _(
             "{facts}. The learning rate is right; the big step was clipped to a global norm of {norm}, not "
             "{clip}.").format(facts=facts, norm=f"{big / lr:.3g}", clip=clip))
+    if abs(big - lr_seen * clip) <= tol * lr_seen * clip:
+        return CheckResult(name, False, _(
+            "{facts}. Both steps are clipped at {clip} correctly, but with a learning rate of {seen}, not {lr}: "
+            "create SGD(learning_rate={lr}) (SGD() alone uses 0.01).").format(
+                facts=facts, clip=clip, seen=f"{lr_seen:.3g}", lr=lr))
     return CheckResult(name, False, _(
         "{facts}. Neither step matches plain SGD({lr}) clipped at {clip} (a momentum or Adam optimizer moves by other "
         "amounts).").format(facts=facts, lr=lr, clip=clip))

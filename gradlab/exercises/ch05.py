@@ -280,7 +280,8 @@ class _Spy:
             return apply(grads, trainable_variables)
 
         def spy_scale_loss(loss):
-            self.scale_inputs.append(str(getattr(loss, "dtype", type(loss).__name__)))
+            dtype = getattr(loss, "dtype", None)  # str(tf.float16) is "<dtype: 'float16'>": keep the name
+            self.scale_inputs.append(getattr(dtype, "name", str(dtype)) if dtype is not None else type(loss).__name__)
             self.python_numbers |= not hasattr(loss, "dtype")
             return scale_loss(loss)
 

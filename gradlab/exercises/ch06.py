@@ -139,7 +139,11 @@ def check_round_ste(round_ste: Callable) -> CheckResult:
         if not np.all(np.isfinite(got)):
             return CheckResult(name, False, _("the gradient holds NaN or inf: {got}").format(got=got))
         if not np.allclose(got, dy):
-            if np.allclose(got, got.flat[0]):
+            if not np.any(got):
+                text = _("the gradient is 0 everywhere, expected the incoming gradient {want}: grad(dy) returned zeros "
+                         "(tf.zeros_like, 0 * dy), so nothing upstream learns, as if there were no gradient at all. "
+                         "Return dy itself").format(want=dy)
+            elif np.allclose(got, got.flat[0]):
                 text = _("the gradient is {value} everywhere, expected the incoming gradient {want}: grad(dy) "
                          "returned a constant (ones, 1.0) instead of dy, so every weight upstream would get the "
                          "same gradient whatever the loss").format(value=f"{got.flat[0]:g}", want=dy)
@@ -378,6 +382,20 @@ def check_safe_log(safe_log: Callable) -> CheckResult:
 
 
 # ----------------------------------------------------------------------------- exercise 6
+def _nonfinite_bce(bce: Callable, got: float) -> str:
+    """Why the loss is NaN or inf: exp(z) overflowing (log(1 + exp(z)) by hand), or log(σ(z)) reaching log(0)."""
+    try:  # at z = -200 with y = 1 log(1 + exp(z)) - y·z is 200, finite; -log σ(z) is -log(0) = inf
+        probe = float(np.asarray(bce(tf.constant([1.0]), tf.constant([-200.0]))))
+    except Exception:  # noqa: BLE001 - the learner's function on another batch: no verdict from it
+        probe = math.nan
+    if math.isfinite(probe):
+        return _("the loss is {value}: exp(z) overflows float32 (to inf) at large logits, so log(1 + exp(z)) written "
+                 "by hand is inf at z = 200. Write it with tf.math.softplus, which never forms exp of a large "
+                 "z").format(value=got)
+    return _("the loss is {value}: a sigmoid followed by a log underflows to log(0) at large logits. Write it with "
+             "tf.math.softplus").format(value=got)
+
+
 def check_bce_from_logits(bce: Callable) -> CheckResult:
     """Exercise 6: mean binary cross-entropy from logits, finite for logits up to ±200.
 
@@ -415,8 +433,7 @@ def check_bce_from_logits(bce: Callable) -> CheckResult:
     ref_g = (1.0 / (1.0 + np.exp(-zz)) - labels) / n
     got = float(np.asarray(loss))
     if not math.isfinite(got):
-        return CheckResult(name, False, _("the loss is {value}: a sigmoid followed by a log underflows to log(0) at "
-                                          "large logits. Write it with tf.math.softplus").format(value=got))
+        return CheckResult(name, False, _nonfinite_bce(bce, got))
     if not math.isclose(got, ref, rel_tol=1e-4):
         swapped_signs = (float(np.mean(labels * np.logaddexp(0.0, zz) + (1 - labels) * np.logaddexp(0.0, -zz))),
                          float(np.mean(np.logaddexp(0.0, -zz) - labels * zz)),
@@ -438,7 +455,8 @@ def check_bce_from_logits(bce: Callable) -> CheckResult:
                      "y·softplus(-z) + (1 - y)·softplus(z) = softplus(z) - y·z")
         elif got < ref:
             hint = _("smaller than the true loss, as when the probabilities are clipped (or a small epsilon added) "
-                     "before the log, which caps each example's loss. Use softplus, which is exact")
+                     "before the log, or the logits clipped, which caps each example's loss. Use softplus on the "
+                     "logits as they are, which is exact")
         else:
             hint = _("compare your formula with y·softplus(-z) + (1 - y)·softplus(z), averaged over the batch")
         return CheckResult(name, False, _("the loss is {got}, expected {want}: {hint}").format(

@@ -96,6 +96,10 @@ def check_step_norms(fn) -> CheckResult:
     if arr is not None and arr.shape == (60, 16):
         return CheckResult(name, False, _("shape (60, 16): the norm must cover the whole batch at each step, not one "
                                           "example at a time"))
+    if arr is not None and arr.shape == (60, 8):
+        return CheckResult(name, False, _("shape (60, 8): one norm per step and feature (a reduction over the batch "
+                                          "only). Take each step's norm over the batch and the features together "
+                                          "(axis=[0, 2])"))
     if arr is not None and arr.shape == (16, 60, 8):
         return CheckResult(name, False, _("you returned the gradient itself: reduce it to one norm per step"))
     if arr is not None and arr.shape == expected.shape and np.all(np.isfinite(arr)):
@@ -142,6 +146,10 @@ def check_longest_healthy(answer) -> CheckResult:
             "{steps} steps: {nums}; at {next} the ratio is {next_ratio} and the verdict {status}: the per-step rule "
             "(gain < 0.95, ratio < 0.1)").format(steps=steps, nums=nums, next=steps + 1,
                                                  next_ratio=f"{nxt.ratio:.3g}", status=status_word(nxt.status)))
+    if r.status != "healthy" and report(steps - 1).status == "healthy":
+        return CheckResult(name, False, _(
+            "{steps} is the first length whose verdict is {status} ({nums}): the task asks for the largest length "
+            "that is still healthy, one step fewer").format(steps=steps, status=status_word(r.status), nums=nums))
     if r.status != "healthy":
         return CheckResult(name, False, _("at {steps} steps the verdict is already {status} ({nums}): try "
                                           "fewer").format(steps=steps, status=status_word(r.status), nums=nums))

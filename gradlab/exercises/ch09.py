@@ -14,6 +14,7 @@ typical mistakes get feedback that says what is wrong.
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 
@@ -82,16 +83,35 @@ def _exercise_case(norm_position: str):
     return model, x, y, block_gradient_report(model, x, y)
 
 
-@functools.lru_cache(maxsize=2)
-def _norms_without_from_logits(norm_position: str) -> np.ndarray:
-    """A typical wrong answer to exercise 1: the loss taken as if the logits were probabilities."""
+@functools.lru_cache(maxsize=4)
+def _variable_norms(norm_position: str, from_logits: bool = True) -> tuple:
+    """Each block's per-variable gradient norms (float64), for the loss on logits or, by slip, on probabilities."""
     model, x, y, __ = _exercise_case(norm_position)
     with tf.GradientTape() as tape:
-        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=False)(y, model(x))
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=from_logits)(y, model(x))
     grads = tape.gradient(loss, model.trainable_variables)
     paths = [core.variable_path(v) for v in model.trainable_variables]
-    return np.array([float(core.global_norm([g for p, g in zip(paths, grads, strict=True) if p.startswith(b)]))
-                     for b in block_paths(model)])
+    return tuple(np.array([float(core.global_norm([g])) for p, g in zip(paths, grads, strict=True) if p.startswith(b)])
+                 for b in block_paths(model))
+
+
+def _norms_without_from_logits(norm_position: str) -> np.ndarray:
+    """A typical wrong answer to exercise 1: the loss taken as if the logits were probabilities."""
+    return np.array([math.sqrt(float(np.sum(n**2))) for n in _variable_norms(norm_position, from_logits=False)])
+
+
+def _block_norm_hints(norm_position: str) -> list:
+    """Hints for per-variable norms combined otherwise than as the root of the sum of their squares."""
+    per_block = _variable_norms(norm_position)
+    return [(np.array([n.sum() for n in per_block]), _(
+                "each block's value is the sum of its variables' norms: a global norm is the square root of the sum "
+                "of their squared norms (tf.linalg.global_norm, or tf.sqrt of tf.add_n of the squares)")),
+            (np.array([n.mean() for n in per_block]), _(
+                "each block's value is the mean of its variables' norms: combine them as the square root of the sum "
+                "of their squared norms")),
+            (np.array([n.max() for n in per_block]), _(
+                "each block's value is its largest variable norm: combine all of its variables, the square root of "
+                "the sum of their squared norms"))]
 
 
 # ----------------------------------------------------------------------------- exercise 1
@@ -147,7 +167,8 @@ def _check_block_norms_on(name: str, fn, model, x, y, expected) -> CheckResult:
     if arr is not None and arr.size == 16 * 3:
         return CheckResult(name, False, _("48 values: one norm per variable. Combine the 16 variables of each block "
                                           "into one norm: the square root of the sum of their squared norms"))
-    result = check_array(name, arr if arr is not None else got, want, rtol=1e-3, atol=0.0)
+    result = check_array(name, arr if arr is not None else got, want, rtol=1e-3, atol=0.0,
+                         hints=_block_norm_hints(expected.norm_position))
     if (not result and arr is not None and arr.size == 3
             and np.allclose(arr, _norms_without_from_logits(expected.norm_position), rtol=1e-3)):
         return CheckResult(name, False, _("the model returns logits, not probabilities: compute the loss with "

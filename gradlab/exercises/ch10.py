@@ -79,6 +79,8 @@ def check_central_difference(central_difference: Callable) -> CheckResult:
         hints = [(forward, _("that is the forward difference (f(x + h) - f(x)) / h, whose error falls only as h; "
                              "step to both sides")),
                  (2 * expected, _("twice the expected value: divide by 2h, the distance between x - h and x + h")),
+                 (expected / 2, _("half the expected value: divide by 2h, the distance between x - h and x + h, "
+                                  "not by 4h")),
                  (expected * h * h, _("that is the central difference times h²: `/ 2 * h` divides by 2 and then "
                                       "multiplies by h (Python reads it left to right); write `/ (2 * h)`")),
                  (expected * 4, _("that divides by h / 2: write `/ (2 * h)`")),
@@ -143,6 +145,9 @@ def check_cube_gradient(cube: Callable) -> CheckResult:
         hint = ""
         if w is not None and abs(w.numerical) > 0 and abs(w.theoretical / w.numerical - 1 / x.numpy()[w.input[0]]) < 1e-6:
             hint = _("The backward pass returns 3x·dy: the derivative of x³ is 3x².")
+        elif _ignores_dy(cube, x):
+            hint = _("The backward pass ignores dy: doubling the incoming gradient leaves its result unchanged. "
+                     "grad must return the local derivative times dy, 3x² · dy (the chain rule)")
         text = _("check_gradient says the backward pass is wrong: at {entry} the tape gives {tape}, finite "
                  "differences {fd}.").format(entry=w.label if w else "?", tape=f"{w.theoretical:.6g}" if w else "?",
                                              fd=f"{w.numerical:.6g}" if w else "?")
@@ -152,6 +157,20 @@ def check_cube_gradient(cube: Callable) -> CheckResult:
         return CheckResult(name, False, graph)
     return CheckResult(name, True, _("check_gradient accepts it: largest error {err} of the largest entry").format(
         err="< 1e-9" if result.max_rel_error < 1e-9 else f"{result.max_rel_error:.1g}"))
+
+
+def _ignores_dy(cube: Callable, x) -> bool:
+    """Whether ``cube``'s backward pass gives the same result for dy and 2·dy (it never multiplies by dy)."""
+    try:
+        with tf.GradientTape(persistent=True) as tape:
+            tape.watch(x)
+            out = cube(x)
+        once = tape.gradient(out, x, output_gradients=tf.ones_like(out))
+        twice = tape.gradient(out, x, output_gradients=2 * tf.ones_like(out))
+    except Exception:  # noqa: BLE001 - a backward pass that raises is reported by the caller
+        return False
+    return once is not None and twice is not None and bool(np.any(once.numpy())) and bool(
+        np.allclose(once.numpy(), twice.numpy()))
 
 
 def _graph_problem(cube: Callable, x) -> str:
@@ -241,6 +260,9 @@ def _check_clip_once(name: str, clip_per_example: Callable, clip_norm: float) ->
              (per_variable, _("that clips each variable of each example separately: an example's norm is taken "
                               "over all of its variables together")),
              (arrays, _("nothing was clipped: example 2's norm is far above the bound")),
+             ([np.clip(a, -clip_norm, clip_norm) for a in arrays],
+              _("that clips each element to ±clip_norm (tf.clip_by_value): a bound on the values, not on the norm. "
+                "Scale each example's whole gradient by min(1, clip_norm / norm)")),
              (_rescaled(arrays, clip_norm), _("every example was rescaled to norm clip_norm, the short ones "
                                               "lengthened too: scale by min(1, clip_norm / norm), which only "
                                               "shortens"))]

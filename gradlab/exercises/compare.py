@@ -189,11 +189,14 @@ def _ratio_text(r: float, single: bool = False, *, across: bool = False, explain
     while f"{r:.{digits}g}" in ("1", "-1") and digits < 12:
         digits += 1  # a factor near 1 is shown with the digits that tell it from 1 (never "1×")
     factor = f"{r:.{digits}g}"
-    if abs(r + 1.0) < 1e-3:
+    # One number is always some multiple of another: for it, only a factor met to float32 rounding is telling
+    # (0.05554 is 1/18 to 3e-4, a coincidence, not a mean).
+    tol = 1e-5 if single else 1e-3
+    if abs(r + 1.0) < tol:
         kind = "sign"
-    elif abs(r) >= 2 and abs(r - round(r)) < 1e-3 * abs(r):
+    elif abs(r) >= 2 and abs(r - round(r)) < tol * abs(r):
         kind = "whole"
-    elif abs(r) < 0.5 and abs(1 / r - round(1 / r)) < 1e-3 / abs(r):
+    elif abs(r) < 0.5 and abs(1 / r - round(1 / r)) < tol / abs(r):
         kind = "fraction"
     else:
         kind = "plain"
@@ -295,7 +298,10 @@ def _check_array(name: str, got, exp: np.ndarray, *, rtol: float, atol: float, h
         while f"{got_v:.{digits}g}" == f"{exp_v:.{digits}g}" and digits < 17:
             digits += 1  # show enough digits that the two numbers look different
         hint = _hint_sentences(hints, arr)
-        if (low_precision and np.allclose(arr, exp, rtol=1e-3, atol=max(atol, 1e-6))
+        half = _half_precision_gap(arr, exp, low_precision, atol)
+        if half:
+            rounded, ratio = " " + half, False  # a factor like 1.0002× is rounding, not a cause
+        elif (low_precision and np.allclose(arr, exp, rtol=1e-3, atol=max(atol, 1e-6))
                 and not _uniform_factor(arr, exp, _ROUNDING_RTOL[low_precision])):
             rounded = " " + _("The answer is {dtype}: rounding in {dtype} explains a gap this small, and this check "
                               "needs more digits. Compute in float64 (Python floats, NumPy or tf.float64).").format(
@@ -317,6 +323,25 @@ def _check_array(name: str, got, exp: np.ndarray, *, rtol: float, atol: float, h
         return CheckResult(name, True, join_sentences(_("shape {shape} and values match.").format(shape=arr.shape),
                                                       note))
     return CheckResult(name, True, _("shape {shape} and values match").format(shape=arr.shape))
+
+
+def _half_precision_gap(arr: np.ndarray, exp: np.ndarray, low_precision: str, atol: float) -> str:
+    """A sentence when a float32 answer is off by float16/bfloat16 rounding: computed in half precision, cast back.
+
+    Rounding in float32 gives gaps near 1e-7; scattered gaps of 1e-5 to 1e-3 (no common factor, which
+    would be a rounded constant) are what a step in float16 (2^-11) or bfloat16 (2^-8) leaves.
+    """
+    if low_precision != "float32" or not np.allclose(arr, exp, rtol=_ROUNDING_RTOL["bfloat16"], atol=max(atol, 1e-6)):
+        return ""
+    nonzero = np.abs(exp) > 1e-12
+    if not nonzero.any():
+        return ""
+    rel = float(np.max(np.abs(arr - exp)[nonzero] / np.abs(exp[nonzero])))
+    if rel <= 1e-5 or _uniform_factor(arr, exp, _ROUNDING_RTOL["float32"]):
+        return ""
+    return _("The answer is float32, but a relative gap of {gap} is far beyond float32 rounding (about 1e-7) and what "
+             "rounding in float16 or bfloat16 leaves: was a step computed in half precision and cast back? Compute in "
+             "float64 (Python floats, NumPy or tf.float64).").format(gap=f"{rel:.1g}")
 
 
 def _want_list(n: int, what: str) -> str:

@@ -79,6 +79,8 @@ def step_length_advice(losses, global_norms, *, optimizer, clip: float | None, b
                _("Make each step count for more: a larger learning rate (with a clip for the first large gradients), "
                  "momentum (SGD(..., momentum=0.9)), or Adam."))
         return join_sentences(falling, clip_text, fix)
+    if spread <= 1e-3 * max(abs(last), 1e-12):
+        return join_sentences(_stalled_advice(losses, last), clip_text)
     numbers = dict(low=f"{losses[-20:].min():.3g}", high=f"{losses[-20:].max():.3g}", last=f"{last:.3g}",
                    before=f"{before:.3g}")
     unsettled = _("The loss is not settling: over the last 20 steps it ranges from {low} to {high} (mean {last} over "
@@ -86,6 +88,22 @@ def step_length_advice(losses, global_norms, *, optimizer, clip: float | None, b
     fix = (_("Lower the learning rate (keep the clip), or use momentum or Adam with a smaller rate.") if clip is not None
            else _("Lower the learning rate, or use momentum or Adam with a smaller rate."))
     return join_sentences(unsettled, clip_text, fix)
+
+
+def _stalled_advice(losses: np.ndarray, last: float) -> str:
+    """Advice for a loss that no longer changes at all: the model stopped learning, whatever the step length."""
+    best = float(np.nanmin(losses))
+    stalled = _("The loss has stopped changing: the last 20 steps all give {last}. The model no longer learns, "
+                "and a longer or shorter step now will not restart it.").format(last=f"{last:.3g}")
+    if best < 0.9 * last:
+        return join_sentences(stalled, _(
+            "It was lower before (best {best}): a step too large pushed the units where they pass no gradient (ReLUs "
+            "that output 0 for every example, saturated sigmoids). Train again from the start with a lower learning "
+            "rate.").format(best=f"{best:.3g}"))
+    return join_sentences(stalled, _(
+        "It never got lower: the model predicts nearly the same value for every input, so the signal of the input "
+        "vanishes on its way through the layers. Fix the activation and the initializer first (the explorer, "
+        "gl.inspect_training_step on a fresh model), then the step length."))
 
 
 FINAL_WINDOW = 10  # check_trains judges the mean loss of this many last steps
