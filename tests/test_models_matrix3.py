@@ -29,6 +29,7 @@ import pytest
 import tensorflow as tf
 
 import gradlab as gl
+from tests._matrix import Case, registry, seq
 
 B = 6
 RNG = np.random.default_rng(29)
@@ -50,26 +51,8 @@ MASKED_RNN = {"vectorized_map": "cannot convert this model with pfor", "jacobian
 
 
 # ----------------------------------------------------------------------------- the zoo
-class Case:
-    def __init__(self, build, x, y, *, sw=None, loss_fn=None, dense=False, per_example=True, fit=True,
-                 train=True, rtol=1e-4, slow=False, refused=(), training=True, gradcheck=True):
-        self.build, self.x, self.y, self.sw, self.loss_fn = build, x, y, sw, loss_fn
-        self.dense, self.per_example, self.fit, self.train, self.rtol = dense, per_example, fit, train, rtol
-        self.slow, self.refused, self.training, self.gradcheck = slow, dict(refused), training, gradcheck
-
-
 ZOO: dict[str, Case] = {}
-
-
-def case(name, x, y, **kw):
-    def register(build):
-        ZOO[name] = Case(build, x, y, **kw)
-        return build
-    return register
-
-
-def seq(*layers, inp=(4,), **kw):
-    return keras.Sequential([keras.Input(inp, **kw), *layers])
+case = registry(ZOO, rtol=1e-4)
 
 
 def compiled(model, loss="mse", **kw):
