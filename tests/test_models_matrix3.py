@@ -330,6 +330,25 @@ def _():
     return seq(CountingDense(6, penalty=0.3), keras.layers.Dense(1))
 
 
+class PlainVariableCounter(keras.layers.Layer):
+    """Counts its training calls in a plain ``tf.Variable`` (TF 2 Keras style): Keras 3 keeps it out of
+    ``layer.variables``, but every training-mode pass moves it."""
+
+    def build(self, shape):
+        self.kernel = self.add_weight(shape=(shape[-1], 3), name="kernel")
+        self.calls = tf.Variable(0.0, trainable=False, name="calls")
+
+    def call(self, x, training=None):
+        if training:
+            self.calls.assign_add(1.0)
+        return x @ self.kernel
+
+
+@case("layer counting its calls in a plain tf.Variable", X4, Y1)
+def _():
+    return seq(PlainVariableCounter(), keras.layers.Activation("tanh"), keras.layers.Dense(1))
+
+
 class RunningMean(keras.layers.Layer):
     """Keeps a running mean of its input in a non-trainable variable (as BatchNorm does)."""
 
@@ -585,6 +604,7 @@ def _state_variables(model):
         gen = getattr(layer, "seed_generator", None)
         if gen is not None:
             out.append(("seed", gen.state))
+        out += [("attr", v) for v in vars(layer).values() if isinstance(v, tf.Variable)]  # a plain tf.Variable
     out += [("metric", v) for v in model.metrics_variables]
     opt = getattr(model, "optimizer", None)
     if opt is not None and opt.built:
