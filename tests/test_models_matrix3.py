@@ -704,8 +704,11 @@ def ref_loss(model, c, x, y, sw, pred, training):
         parts = []
         for t, p in zip(tf.nest.flatten(y), tf.nest.flatten(pred), strict=True):
             dt = tf.float64 if p.dtype == tf.float64 else tf.float32
-            p, t = tf.cast(p, dt), tf.cast(t, dt)
+            p_raw, p, t = p, tf.cast(p, dt), tf.cast(t, dt)
             per = c.loss_fn(t, p) if c.loss_fn is not None else tf.reduce_mean(tf.square(p - t), axis=-1)
+            mask = getattr(p_raw, "_keras_mask", None) if c.loss_fn is None else None
+            if mask is not None and mask.shape.rank == per.shape.rank:  # padded steps out, as Keras's MSE
+                per = per * tf.cast(mask, dt) * tf.cast(tf.size(mask), dt) / tf.reduce_sum(tf.cast(mask, dt))
             if sw is not None:
                 w = tf.cast(sw, dt)
                 per = per * tf.reshape(w, w.shape.as_list() + [1] * (per.shape.rank - w.shape.rank))
