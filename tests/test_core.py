@@ -401,3 +401,35 @@ def test_stateful_rnn_layers_are_found_inside_bidirectional():
     assert not _same(before, [v.numpy() for layer in core.stateful_rnn_layers(model) for v in layer.states])
     core.restore(saved)
     assert _same(before, [v.numpy() for layer in core.stateful_rnn_layers(model) for v in layer.states])
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("graph", [False, True])
+def test_the_default_loss_leaves_out_masked_steps_as_compile_mse_does(weighted, graph):
+    """A per-step output that carries a mask (Masking, mask_zero=True): Keras's MeanSquaredError
+    weighs the valid steps by total/valid and the padded ones by 0; so does the default loss."""
+    rng = np.random.default_rng(3)
+    lengths = np.array([5, 3, 2, 4])
+    x = np.where(np.arange(5)[None, :, None] < lengths[:, None, None], rng.normal(size=(4, 5, 4)), 0)
+    x, y = x.astype("float32"), rng.normal(size=(4, 5, 1)).astype("float32")
+    sw = np.array([1.0, 2.0, 0.0, 0.5], "float32") if weighted else None
+    keras.utils.set_random_seed(3)
+    model = keras.Sequential([keras.Input((5, 4)), keras.layers.Masking(0.0),
+                              keras.layers.GRU(3, return_sequences=True), keras.layers.Dense(1)])
+    model(x)
+    default = core.resolve_loss(model)
+    assert default.kind == "mse"
+
+    def both(x, y, sw):
+        pred = model(x, training=False)
+        return default(x, y, pred, False, sample_weight=sw), pred
+
+    got, pred = (tf.function(both) if graph else both)(tf.constant(x), tf.constant(y), sw)
+    valid = np.arange(5)[None, :] < lengths[:, None]  # computed here, not read from Keras
+    se = np.mean((np.asarray(pred) - y) ** 2, axis=-1)
+    w = np.ones(4) if sw is None else sw
+    want = np.sum(se * valid * w[:, None]) / valid.sum()
+    assert float(got) == pytest.approx(want, rel=1e-6)
+    if not graph and not weighted:  # Keras itself: its compute_loss fails on a (batch,) weight with a mask
+        model.compile(optimizer="sgd", loss="mse")
+        assert float(got) == pytest.approx(float(model.compute_loss(x=x, y=y, y_pred=pred)), rel=1e-6)

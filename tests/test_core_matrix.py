@@ -21,6 +21,7 @@ import pytest
 import tensorflow as tf
 
 import gradlab as gl
+from tests._matrix import Case, registry, seq
 
 B = 8
 RNG = np.random.default_rng(0)
@@ -38,26 +39,8 @@ SW = np.array([1, 2, 0, 1, 0.5, 3, 1, 1], "float32")
 
 
 # ----------------------------------------------------------------------------- the zoo
-class Case:
-    def __init__(self, build, x, y, *, sw=None, loss_fn=None, dense=False, sequence=False, train=True,
-                 rtol=1e-5):
-        self.build, self.x, self.y, self.sw, self.loss_fn = build, x, y, sw, loss_fn
-        self.dense, self.sequence, self.train, self.rtol = dense, sequence, train, rtol
-
-
 ZOO: dict[str, Case] = {}
-
-
-def case(name, x, y, **kw):
-    def register(build):
-        ZOO[name] = Case(build, x, y, **kw)
-        return build
-    return register
-
-
-def seq(*layers, inp=(4,), **kw):
-    return keras.Sequential([keras.Input(inp, **kw), *layers])
-
+case = registry(ZOO, rtol=1e-5)
 
 D = keras.layers.Dense
 

@@ -29,6 +29,7 @@ import pytest
 import tensorflow as tf
 
 import gradlab as gl
+from tests._matrix import Case, registry, seq
 
 B = 6
 RNG = np.random.default_rng(29)
@@ -50,26 +51,8 @@ MASKED_RNN = {"vectorized_map": "cannot convert this model with pfor", "jacobian
 
 
 # ----------------------------------------------------------------------------- the zoo
-class Case:
-    def __init__(self, build, x, y, *, sw=None, loss_fn=None, dense=False, per_example=True, fit=True,
-                 train=True, rtol=1e-4, slow=False, refused=(), training=True, gradcheck=True):
-        self.build, self.x, self.y, self.sw, self.loss_fn = build, x, y, sw, loss_fn
-        self.dense, self.per_example, self.fit, self.train, self.rtol = dense, per_example, fit, train, rtol
-        self.slow, self.refused, self.training, self.gradcheck = slow, dict(refused), training, gradcheck
-
-
 ZOO: dict[str, Case] = {}
-
-
-def case(name, x, y, **kw):
-    def register(build):
-        ZOO[name] = Case(build, x, y, **kw)
-        return build
-    return register
-
-
-def seq(*layers, inp=(4,), **kw):
-    return keras.Sequential([keras.Input(inp, **kw), *layers])
+case = registry(ZOO, rtol=1e-4)
 
 
 def compiled(model, loss="mse", **kw):
@@ -347,6 +330,70 @@ def _():
     return seq(CountingDense(6, penalty=0.3), keras.layers.Dense(1))
 
 
+class PlainVariableCounter(keras.layers.Layer):
+    """Counts its training calls in a plain ``tf.Variable`` (TF 2 Keras style): Keras 3 keeps it out of
+    ``layer.variables``, but every training-mode pass moves it."""
+
+    def build(self, shape):
+        self.kernel = self.add_weight(shape=(shape[-1], 3), name="kernel")
+        self.calls = tf.Variable(0.0, trainable=False, name="calls")
+
+    def call(self, x, training=None):
+        if training:
+            self.calls.assign_add(1.0)
+        return x @ self.kernel
+
+
+@case("layer counting its calls in a plain tf.Variable", X4, Y1)
+def _():
+    return seq(PlainVariableCounter(), keras.layers.Activation("tanh"), keras.layers.Dense(1))
+
+
+class PenalizedComputeLoss(keras.Model):
+    """A learner's own ``compute_loss`` (the compiled loss plus a penalty on the output)."""
+
+    def __init__(self):
+        super().__init__()
+        self.d1, self.d2 = keras.layers.Dense(6, activation="relu"), keras.layers.Dense(1)
+
+    def call(self, x):
+        return self.d2(self.d1(x))
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        return super().compute_loss(x, y, y_pred, sample_weight, training) + 0.1 * tf.reduce_mean(tf.abs(y_pred))
+
+
+@case("overridden compute_loss, compiled", X4, Y1)
+def _():
+    return compiled(PenalizedComputeLoss())
+
+
+@case("Dense kernel_constraint MaxNorm", X4, Y1, dense=True)
+def _():
+    return seq(keras.layers.Dense(6, activation="tanh", kernel_constraint=keras.constraints.MaxNorm(0.3)),
+               keras.layers.Dense(1))
+
+
+@case("LSTM dropout + recurrent_dropout (seeded)", XS, Y1, gradcheck=False)  # Keras's LSTM(dropout) moves its
+# seed generator even in model(x, training=False): check_gradient, given a function, cannot put it back
+def _():
+    return seq(keras.layers.LSTM(3, dropout=0.2, recurrent_dropout=0.2, seed=1), keras.layers.Dense(1), inp=(5, 4))
+
+
+@case("Embedding with repeated ids (IndexedSlices gradient)",
+      np.array([[1, 1, 2], [1, 3, 3], [2, 2, 2], [0, 1, 1], [3, 3, 1], [1, 2, 3]], "int32"), Y1)
+def _():
+    return seq(keras.layers.Embedding(5, 3), keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(1), inp=(3,),
+               dtype="int32")
+
+
+@case("MultiHeadAttention cross-attention (two lengths)", [XS, f32(B, 3, 4)], Y1)
+def _():
+    q, v = keras.Input((5, 4)), keras.Input((3, 4))
+    h = keras.layers.MultiHeadAttention(2, 2)(q, v)
+    return keras.Model([q, v], keras.layers.Dense(1)(keras.layers.GlobalAveragePooling1D()(h)))
+
+
 class RunningMean(keras.layers.Layer):
     """Keeps a running mean of its input in a non-trainable variable (as BatchNorm does)."""
 
@@ -602,6 +649,7 @@ def _state_variables(model):
         gen = getattr(layer, "seed_generator", None)
         if gen is not None:
             out.append(("seed", gen.state))
+        out += [("attr", v) for v in vars(layer).values() if isinstance(v, tf.Variable)]  # a plain tf.Variable
     out += [("metric", v) for v in model.metrics_variables]
     opt = getattr(model, "optimizer", None)
     if opt is not None and opt.built:
@@ -656,8 +704,11 @@ def ref_loss(model, c, x, y, sw, pred, training):
         parts = []
         for t, p in zip(tf.nest.flatten(y), tf.nest.flatten(pred), strict=True):
             dt = tf.float64 if p.dtype == tf.float64 else tf.float32
-            p, t = tf.cast(p, dt), tf.cast(t, dt)
+            p_raw, p, t = p, tf.cast(p, dt), tf.cast(t, dt)
             per = c.loss_fn(t, p) if c.loss_fn is not None else tf.reduce_mean(tf.square(p - t), axis=-1)
+            mask = getattr(p_raw, "_keras_mask", None) if c.loss_fn is None else None
+            if mask is not None and mask.shape.rank == per.shape.rank:  # padded steps out, as Keras's MSE
+                per = per * tf.cast(mask, dt) * tf.cast(tf.size(mask), dt) / tf.reduce_sum(tf.cast(mask, dt))
             if sw is not None:
                 w = tf.cast(sw, dt)
                 per = per * tf.reshape(w, w.shape.as_list() + [1] * (per.shape.rank - w.shape.rank))
@@ -894,6 +945,8 @@ def test_one_train_step_is_the_plain_sgd_step(name):
     for v, g in zip(model.trainable_variables, grads, strict=True):
         if g is not None:
             v.assign(v - lr * tf.cast(g, v.dtype))
+            if v.constraint is not None:  # optimizer.apply projects a constrained variable after the update
+                v.assign(v.constraint(v))
     expected = everything(model)
     _restore(model, start)
     run = gl.train_steps(model, c.x, c.y, optimizer=keras.optimizers.SGD(lr), steps=1, loss=c.loss_fn,

@@ -4,6 +4,11 @@ models, every method; weights, regularizers, the batch mean, and nothing of the 
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import keras
 import numpy as np
 import pytest
@@ -466,3 +471,36 @@ def test_loss_fn_spelling_names_loss():
     model, x, y = shared("dense")
     with pytest.raises(TypeError, match="takes loss= instead of loss_fn="):
         per_example_gradients(model, x, y, loss_fn=keras.losses.mean_squared_error)
+
+
+_ONEDNN_SCRIPT = """
+import numpy as np, tensorflow as tf, keras  # TensorFlow first: oneDNN's graph rewrites stay on
+import gradlab as gl
+x = np.random.default_rng(0).normal(size=(4, 5, 4)).astype("float32")
+y = np.random.default_rng(1).normal(size=(4, 1)).astype("float32")
+inp = keras.Input((5, 4))
+h = keras.layers.MultiHeadAttention(2, 2)(inp, inp)
+model = keras.Model(inp, keras.layers.Dense(1)(keras.layers.GlobalAveragePooling1D()(h)))
+auto = gl.per_example_gradients(model, x, y, progress=False)
+loop = gl.per_example_gradients(model, x, y, method="loop", progress=False)
+print(auto.method, max(float(np.abs(np.asarray(a) - np.asarray(b)).max()) for a, b in zip(auto, loop)))
+try:
+    gl.per_example_gradients(model, x, y, method="vectorized_map", progress=False)
+except ValueError as err:
+    print("refused:", err)
+"""
+
+
+def test_auto_survives_einsum_layers_when_tensorflow_came_first_with_onednn_rewrites():
+    """TF 2.21 with oneDNN's graph rewrites on (TensorFlow imported before gradlab, without
+    TF_ENABLE_ONEDNN_OPTS=0) kills the process (``munmap_chunk(): invalid pointer``) when pfor
+    vectorizes an EinsumDense, as in every MultiHeadAttention, on an AVX-512 CPU (measured on TF 2.21;
+    oneDNN capped at AVX2, as gradlab sets it, survives): "auto" must not pick vectorized_map there."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_ENABLE_ONEDNN_OPTS", "ONEDNN_MAX_CPU_ISA")}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    run = subprocess.run([sys.executable, "-c", _ONEDNN_SCRIPT], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-800:]
+    method, diff = run.stdout.splitlines()[0].split()
+    assert method == "jacobian" and float(diff) < 1e-5
+    assert "refused: method='vectorized_map' on a model with EinsumDense layers" in run.stdout

@@ -23,6 +23,7 @@ __all__ = [
     "NORMALIZATION_LAYERS",
     "LayerCall",
     "Taps",
+    "attribute_variables",
     "has_custom_train_step",
     "is_normalization",
     "is_recurrent",
@@ -151,6 +152,26 @@ def stateful_rnn_layers(model) -> list:
 
     for leaf in leaf_layers(model):
         walk(leaf)
+    return out
+
+
+def attribute_variables(model) -> list:
+    """The plain ``tf.Variable`` objects that ``model``, its nested models and their layers hold as
+    attributes (``self.calls = tf.Variable(0.0)``, as TF 2's Keras allowed). Keras 3 leaves them out
+    of ``model.variables``, yet a counter that a layer updates in ``call`` moves in every pass."""
+    out, seen = [], set()
+
+    def walk(layer, depth=0):
+        if id(layer) in seen or depth > 8:
+            return
+        seen.add(id(layer))
+        for value in vars(layer).values():
+            items = value if isinstance(value, (list, tuple)) else [value]
+            out.extend(v for v in items if isinstance(v, tf.Variable))
+        for sub in (list(layer.layers) if isinstance(layer, keras.Model) else []) + sublayers(layer):
+            walk(sub, depth + 1)
+
+    walk(model)
     return out
 
 

@@ -72,13 +72,28 @@ def reduce_weighted(values, sample_weight=None):
     return loss / replicas if replicas > 1 else loss
 
 
+def _mask_weights(y_pred, values):
+    """Keras's weights for an output that carries a mask (``Masking``, ``mask_zero=True``): a valid
+    value weighs ``total / valid``, a padded one 0 (``keras.losses.Loss`` under
+    ``"sum_over_batch_size"``); ``None`` without a mask of the values' shape."""
+    mask = getattr(y_pred, "_keras_mask", None)
+    if mask is None or mask.shape.rank != values.shape.rank:
+        return None
+    mask = tf.cast(mask, values.dtype)
+    return mask * tf.math.divide_no_nan(tf.cast(tf.size(mask), values.dtype), tf.reduce_sum(mask))
+
+
 def mean_squared_error(y, y_pred, sample_weight=None, *, per_example: bool = False):
     """The mean squared error of one output, as ``keras.losses.MeanSquaredError`` computes it,
-    in the output's dtype (at least float32). ``per_example`` returns the per-example values
-    (the mean over the last axis) instead of their weighted reduction."""
+    in the output's dtype (at least float32), the padded steps of a masked output left out as
+    Keras leaves them out. ``per_example`` returns the per-example values (the mean over the
+    last axis, unmasked) instead of their weighted reduction."""
     dtype = _loss_dtype(y_pred)
     values = tf.reduce_mean(tf.square(tf.cast(y_pred, dtype) - tf.cast(y, dtype)), axis=-1)
-    return values if per_example else reduce_weighted(values, sample_weight)
+    if per_example:
+        return values
+    mask = _mask_weights(y_pred, values)
+    return reduce_weighted(values if mask is None else values * mask, sample_weight)
 
 
 def _pairs(y, y_pred, sample_weight=None):

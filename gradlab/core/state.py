@@ -4,7 +4,9 @@ the model (chapters 04, 07 and every report).
 A forward and backward pass in training mode moves more than the weights:
 
 * every variable of the model, trainable or not: BatchNormalization's moving statistics, the
-  seed generators behind ``Dropout``;
+  seed generators behind ``Dropout``; and a plain ``tf.Variable`` that a layer holds as an
+  attribute (a counter updated in ``call``), which Keras 3 leaves out of ``model.variables``
+  (:func:`gradlab.core.layers.attribute_variables`);
 * the carried states of ``stateful=True`` recurrent layers, which live **outside**
   ``model.variables`` (:func:`gradlab.core.layers.stateful_rnn_layers`);
 * the metric and loss trackers of a compiled model (``model.metrics_variables``):
@@ -22,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 
 from .._env import quiet_import_tensorflow
-from .layers import stateful_rnn_layers
+from .layers import attribute_variables, stateful_rnn_layers
 
 tf = quiet_import_tensorflow()
 import keras  # noqa: E402
@@ -57,6 +59,7 @@ def state_variables(model, optimizer=None, *, weights: bool = True) -> list:
     groups = []
     if weights:
         groups.append(list(model.variables))
+    groups.append(attribute_variables(model))  # a counter a layer updates in every call, training or not
     for layer in stateful_rnn_layers(model):
         states = getattr(layer, "states", None)
         if states is not None:

@@ -49,6 +49,11 @@ A sparse or ragged ``x`` (``keras.Input(sparse=True)``, a ``tf.RaggedTensor``) i
 example; pfor cannot vectorize over a ``SparseTensor`` (TF 2.21), so ``"auto"`` runs the loop there
 and ``"vectorized_map"``/``"jacobian"`` say so in a ``ValueError``.
 
+Where TensorFlow runs oneDNN's graph rewrites (imported before gradlab, without
+``TF_ENABLE_ONEDNN_OPTS=0``), pfor over an ``EinsumDense`` (inside every ``MultiHeadAttention``)
+kills the process on TF 2.21 with an AVX-512 CPU; ``"auto"`` then skips ``vectorized_map`` and
+``method="vectorized_map"`` is refused.
+
 An ``Embedding``'s gradient is ``tf.IndexedSlices`` (chapter 06); per example it is returned
 dense, ``(B, vocabulary, dim)``: mind the memory for a large table.
 """
@@ -57,6 +62,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import weakref
 from collections.abc import Callable
 
@@ -137,6 +143,38 @@ def _random_layers(model) -> list[str]:
     """Layers that draw random numbers in training mode (Dropout, GaussianNoise, ...)."""
     return [layer.name for layer in core.leaf_layers(model) if isinstance(layer, _RANDOM_LAYERS)
             or getattr(layer, "seed_generator", None) is not None]
+
+
+_EINSUM_LAYERS = tuple(getattr(keras.layers, name) for name in (
+    "EinsumDense", "MultiHeadAttention", "GroupQueryAttention") if hasattr(keras.layers, name))
+
+
+def _onednn_rewrites() -> bool:
+    """True when TensorFlow runs oneDNN's graph rewrites: it was imported before gradlab (which
+    sets ``TF_ENABLE_ONEDNN_OPTS=0`` first) without that variable."""
+    return os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1").strip().lower() not in ("0", "false")
+
+
+def _einsum_layers(model) -> list[str]:
+    """With oneDNN's rewrites on, the layers built on EinsumDense: pfor over them kills the process
+    on TF 2.21 (``munmap_chunk(): invalid pointer`` on an AVX-512 CPU), so vectorized_map is not run."""
+    if not _onednn_rewrites():
+        return []
+    out, seen = [], set()
+
+    def walk(layer, depth=0):
+        if id(layer) in seen or depth > 8:
+            return
+        seen.add(id(layer))
+        if isinstance(layer, _EINSUM_LAYERS):
+            out.append(layer.name)
+            return
+        for sub in core.sublayers(layer):
+            walk(sub, depth + 1)
+
+    for leaf in core.leaf_layers(model):
+        walk(leaf)
+    return out
 
 
 # ----------------------------------------------------------------------------- the per-example loss
@@ -363,8 +401,17 @@ def _prepare_loss(model, loss, x, y, w):
     return resolved, w, masked
 
 
-def _candidates(method: str, *, random: bool, masked: bool, input_losses: bool) -> tuple[str, ...]:
-    """Stage 4: the methods to try, in order; a forced method that would give wrong numbers is refused."""
+def _candidates(method: str, *, random: bool, masked: bool, input_losses: bool,
+                einsum: list[str] = ()) -> tuple[str, ...]:
+    """Stage 4: the methods to try, in order; a forced method that would give wrong numbers (or
+    crash the process) is refused."""
+    if einsum and method == "vectorized_map":
+        raise ValueError(
+            f"method='vectorized_map' on a model with EinsumDense layers ({', '.join(einsum)}; MultiHeadAttention "
+            "is built on them) while TensorFlow runs oneDNN's graph rewrites (it was imported before gradlab, "
+            "without TF_ENABLE_ONEDNN_OPTS=0): pfor over them crashes the process on TF 2.21. Use method='auto' "
+            "or 'jacobian' (or 'loop'), or set TF_ENABLE_ONEDNN_OPTS=0 before importing TensorFlow"
+        )
     if masked and method == "jacobian":
         raise ValueError(
             "method='jacobian' on a model whose output carries a mask (padded sequences, Masking or "
@@ -379,7 +426,7 @@ def _candidates(method: str, *, random: bool, masked: bool, input_losses: bool) 
             "avoids the Jacobian here): they run each example alone, with its own penalty"
         )
     candidates = _AUTO_ORDER if method == "auto" else (method,)
-    if random:  # vectorized_map would draw one dropout mask for the whole batch
+    if random or einsum:  # one dropout mask for the whole batch, or a crash under oneDNN's rewrites
         candidates = tuple(c for c in candidates if c != "vectorized_map")
     if masked or input_losses:  # the Jacobian would lose the output's mask, or mix the examples' penalties
         candidates = tuple(c for c in candidates if c != "jacobian")
@@ -446,9 +493,11 @@ def per_example_gradients(model, x, y, *, loss: Callable | None = None, sample_w
     saved = core.snapshot(model)
     try:
         resolved, w, masked = _prepare_loss(model, loss, x, y, w)
-        jacobian_possible = "jacobian" in _candidates(method, random=random, masked=masked, input_losses=False)
+        einsum = _einsum_layers(model)
+        jacobian_possible = "jacobian" in _candidates(method, random=random, masked=masked, input_losses=False,
+                                                      einsum=einsum)
         input_losses = jacobian_possible and _input_dependent_losses(model, x, training)
-        candidates = _candidates(method, random=random, masked=masked, input_losses=input_losses)
+        candidates = _candidates(method, random=random, masked=masked, input_losses=input_losses, einsum=einsum)
         with Progress(core.example_count(x), _("per-example gradients"), enabled=progress) as bar:
             grads, values, connected, chosen = _run(model, resolved, method, candidates, training, x, y, w, bar)
             bar.close(note=chosen)
