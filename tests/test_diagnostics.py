@@ -701,3 +701,39 @@ def test_sparse_labels_out_of_range_and_one_hot_name_y():
                                  loss=keras.losses.SparseCategoricalCrossentropy())
     r = gl.inspect_training_step(_classifier(), x, np.arange(8) % 3)
     assert np.isfinite(r.loss)
+
+
+def test_a_custom_train_step_is_named_beside_the_loss_the_report_measured():
+    """models helper: a train_step that adds a penalty trains on another loss than the compiled one;
+    the report measures the compiled loss, so it says so (and how to inspect the other)."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    import gradlab as gl
+
+    class ExtraTrainStep(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.d1, self.d2 = keras.layers.Dense(6, activation="relu"), keras.layers.Dense(1)
+
+        def call(self, x):
+            return self.d2(self.d1(x))
+
+        def train_step(self, data):  # pragma: no cover - never run here
+            raise AssertionError("not called")
+
+    keras.utils.set_random_seed(0)
+    x = np.random.default_rng(0).normal(size=(6, 4)).astype("float32")
+    y = np.random.default_rng(1).normal(size=(6, 1)).astype("float32")
+    m = ExtraTrainStep()
+    m.compile(optimizer="sgd", loss="mse")
+    m(x)
+    r = gl.inspect_training_step(m, x, y)
+    assert r.custom_train_step and "train_step" in str(r) and "loss=" in str(r), str(r)
+    assert abs(r.loss - float(tf.reduce_mean(tf.square(m(x) - y)))) < 1e-6   # it measured the compiled loss
+    given = gl.inspect_training_step(m, x, y, loss=keras.losses.MeanSquaredError())
+    assert not given.custom_train_step and "train_step" not in str(given)
+    plain = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    plain.compile(optimizer="sgd", loss="mse")
+    assert "train_step" not in str(gl.inspect_training_step(plain, x, y))

@@ -132,6 +132,9 @@ class Loss:
         if self.default_for_custom_step:
             return _("mean squared error + model.losses (the default: the model has its own train_step "
                      "and no compiled loss, so the loss it trains with is unknown here; pass loss=)")
+        if self.kind == "compiled" and has_custom_train_step(self.model):
+            return _("the model's compiled loss + model.losses (the model has its own train_step, which may "
+                     "train on another loss: pass loss= to inspect that one)")
         return {"given": _("the given loss= + model.losses"),
                 "compiled": _("the model's compiled loss + model.losses"),
                 "mse": _("mean squared error + model.losses")}[self.kind]

@@ -596,6 +596,7 @@ def _report(inp: _Inputs, context: StepContext, finding: _Finding, step_loss, fo
         loss_scale=context.loss_scale,
         loss_description=inp.loss.description,
         training=inp.training,
+        custom_train_step=inp.loss.kind != "given" and core.has_custom_train_step(inp.model),
         compute_dtype=str(getattr(inp.model, "compute_dtype", "float32")),
         data_problems=inp.data,
         verdict=finding.verdict,

@@ -139,6 +139,9 @@ class StepReport:
     #: What the loss is: ``"mean squared error + model.losses"``, the compiled loss, or ``loss_fn``.
     loss_description: str = ""
     training: bool = True
+    #: The model overrides ``train_step``: the loss measured may not be the one it trains on
+    #: (``__str__`` then prints :attr:`loss_description`).
+    custom_train_step: bool = False
     #: The model's compute dtype as it ran (``float16`` under ``mixed_float16``).
     compute_dtype: str = "float32"
     #: NaN/inf found in ``x`` or ``y`` themselves.
@@ -211,6 +214,8 @@ class StepReport:
             lines.append(_("  time steps of {layer!r} (input side, earliest first): {n} steps, first {first}, "
                            "last {last}").format(layer=self.time_step_layer, n=t.size, first=_fmt(t[0]),
                                                  last=_fmt(t[-1])))
+        if self.custom_train_step:
+            lines.append(_("  loss: {description}").format(description=self.loss_description))
         if self.loss_scale is not None:
             lines.append(_("  mixed precision: compute {dtype}, loss scale {scale}").format(
                 dtype=self.compute_dtype, scale=f"{self.loss_scale:g}"))
