@@ -27,6 +27,7 @@ __all__ = [
     "has_custom_train_step",
     "is_normalization",
     "is_recurrent",
+    "nested_layers",
     "layer_groups",
     "leaf_layers",
     "normalization_inside",
@@ -100,24 +101,31 @@ def is_normalization(layer) -> bool:
     return isinstance(layer, NORMALIZATION_LAYERS)
 
 
-def normalization_inside(layer) -> list:
-    """The normalization layers that ``layer`` is or holds (a block such as a Transformer layer
-    keeps its LayerNorms as attributes), depth first; ``[]`` when there are none."""
+def nested_layers(root, *, stop=None) -> list:
+    """``root`` and every layer it holds, depth first, each once: a model's ``layers`` and any
+    layer's :func:`sublayers`, nested models and custom layers included, to a depth of 8. A layer
+    for which ``stop(layer)`` is true is listed but not entered. The one walk behind
+    :func:`normalization_inside`, :func:`stateful_rnn_layers` and :func:`attribute_variables`."""
     out, seen = [], set()
 
     def walk(item, depth=0):
         if id(item) in seen or depth > 8:
             return
         seen.add(id(item))
-        if is_normalization(item):
-            out.append(item)
+        out.append(item)
+        if stop is not None and stop(item):
             return
-        subs = list(item.layers) if isinstance(item, keras.Model) else sublayers(item)
-        for sub in subs:
+        for sub in (list(item.layers) if isinstance(item, keras.Model) else []) + sublayers(item):
             walk(sub, depth + 1)
 
-    walk(layer)
+    walk(root)
     return out
+
+
+def normalization_inside(layer) -> list:
+    """The normalization layers that ``layer`` is or holds (a block such as a Transformer layer
+    keeps its LayerNorms as attributes), depth first; ``[]`` when there are none."""
+    return [item for item in nested_layers(layer, stop=is_normalization) if is_normalization(item)]
 
 
 def sublayers(layer) -> list:
@@ -139,39 +147,19 @@ def stateful_rnn_layers(model) -> list:
     """Every ``stateful=True`` recurrent layer of ``model`` (inside ``Bidirectional`` and custom
     layers too). Their carried states are variables outside ``model.variables``, so a forward
     pass moves them (chapter 07)."""
-    out, seen = [], set()
-
-    def walk(layer, depth=0):
-        if id(layer) in seen or depth > 8:
-            return
-        seen.add(id(layer))
-        if isinstance(layer, keras.layers.RNN) and getattr(layer, "stateful", False):
-            out.append(layer)
-        for sub in sublayers(layer):
-            walk(sub, depth + 1)
-
-    for leaf in leaf_layers(model):
-        walk(leaf)
-    return out
+    return [layer for layer in nested_layers(model)
+            if isinstance(layer, keras.layers.RNN) and getattr(layer, "stateful", False)]
 
 
 def attribute_variables(model) -> list:
     """The plain ``tf.Variable`` objects that ``model``, its nested models and their layers hold as
     attributes (``self.calls = tf.Variable(0.0)``, as TF 2's Keras allowed). Keras 3 leaves them out
     of ``model.variables``, yet a counter that a layer updates in ``call`` moves in every pass."""
-    out, seen = [], set()
-
-    def walk(layer, depth=0):
-        if id(layer) in seen or depth > 8:
-            return
-        seen.add(id(layer))
+    out = []
+    for layer in nested_layers(model):
         for value in vars(layer).values():
             items = value if isinstance(value, (list, tuple)) else [value]
             out.extend(v for v in items if isinstance(v, tf.Variable))
-        for sub in (list(layer.layers) if isinstance(layer, keras.Model) else []) + sublayers(layer):
-            walk(sub, depth + 1)
-
-    walk(model)
     return out
 
 

@@ -160,21 +160,8 @@ def _einsum_layers(model) -> list[str]:
     on TF 2.21 (``munmap_chunk(): invalid pointer`` on an AVX-512 CPU), so vectorized_map is not run."""
     if not _onednn_rewrites():
         return []
-    out, seen = [], set()
-
-    def walk(layer, depth=0):
-        if id(layer) in seen or depth > 8:
-            return
-        seen.add(id(layer))
-        if isinstance(layer, _EINSUM_LAYERS):
-            out.append(layer.name)
-            return
-        for sub in core.sublayers(layer):
-            walk(sub, depth + 1)
-
-    for leaf in core.leaf_layers(model):
-        walk(leaf)
-    return out
+    stop = lambda layer: isinstance(layer, _EINSUM_LAYERS)  # noqa: E731 - MultiHeadAttention listed once
+    return [layer.name for layer in core.nested_layers(model, stop=stop) if stop(layer)]
 
 
 # ----------------------------------------------------------------------------- the per-example loss
