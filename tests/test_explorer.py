@@ -823,6 +823,34 @@ def test_a_draft_keeps_its_legend_and_the_exact_picture_updates_it(monkeypatch, 
     assert e.plot.value == exact.plot.value
 
 
+def test_a_change_of_any_explorer_stops_the_work_ahead_of_every_explorer(monkeypatch, small_engine):
+    """Two explorers in one kernel: one's work ahead must not compete with a drag of the other."""
+    import asyncio
+
+    _recorded(monkeypatch)
+    e = gl.GradientExplorer(depth=50, engine=small_engine)
+    other = gl.GradientExplorer(depth=10, engine=small_engine)
+    computed = []
+    real = e.engine.report
+    monkeypatch.setattr(e.engine, "report", lambda depth, *a, **k: computed.append(depth) or real(depth, *a, **k))
+
+    async def run():
+        e.depth.set_state({"value": 60})
+        for _ in range(400):                               # settled: e starts its work ahead
+            await asyncio.sleep(0.005)
+            if 59 in computed:
+                break
+        other.depth.value = 11                             # the other explorer changes
+        n = len(computed)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        return n
+
+    n = _in_a_loop(run())
+    assert computed[0] == 60 and 61 in computed and computed[n - 1] == 11, computed
+    assert len(computed) == n, computed                    # nothing more after the other's change
+
+
 def test_snapshot_and_display_never_show_a_draft(monkeypatch, small_engine):
     stored = _recorded(monkeypatch)
     e = gl.GradientExplorer(depth=50, engine=small_engine)

@@ -173,6 +173,8 @@ class Explorer(widgets.VBox):
     label_width = "96px"
 
     _muted = False
+    #: Counts the changes of every explorer in this process: work ahead stops at the next one.
+    turn = 0
 
     # ------------------------------------------------------------------ for subclasses
     def control(self, name: str, widget, *, css_name: str | None = None):
@@ -306,7 +308,7 @@ class Explorer(widgets.VBox):
         if getattr(self, "_settle_handle", None) is not None:
             self._settle_handle.cancel()  # a draft restarts it once drawn; an exact change is stored
             self._settle_handle = None
-        self._prefetch_turn = getattr(self, "_prefetch_turn", 0) + 1  # stops work ahead (GradientExplorer)
+        Explorer.turn += 1  # any change of any explorer stops work ahead (GradientExplorer._prefetch)
         if loop is None:
             self._draw_pending = False  # an exact change draws everything a pending draft would
             self._redraw(draft=False)
@@ -322,7 +324,7 @@ class Explorer(widgets.VBox):
         if not getattr(self, "_draw_pending", False):
             return  # an exact change drew it meanwhile
         self._draw_pending = False
-        self._prefetch_turn = getattr(self, "_prefetch_turn", 0) + 1
+        Explorer.turn += 1
         self._redraw(draft=True)
         if getattr(self, "_settle_handle", None) is not None:
             self._settle_handle.cancel()

@@ -165,24 +165,25 @@ class GradientExplorer(ClipControls, Explorer):
         return self._report_for(self._key(self.depth.value))
 
     def _prefetch(self) -> None:
-        """Once a change from the page has settled, compute the other depths' reports ahead, nearest first.
+        """Compute the other depths' reports ahead, nearest first, one per turn of the event loop.
 
-        One report per turn of the kernel's event loop (about 25 ms), so a message from the page
-        waits at most one report, and any change stops it. The next drag then finds its depths
-        computed (issue 29: a first drag over depths 50-100 re-plotted 6.9 times a second, a
-        second one over the same depths 11.9). It starts only when a drag or a click has
-        settled: running during a drag, it would delay every message. Never runs outside a kernel.
+        It starts once a change from the page has settled (starting at display, every explorer of
+        a notebook computed ahead for depths of its own, and the one dragged next found few of its
+        own: a first drag re-plotted 9.5/s instead of 10.7-12). One report per turn (about 20 ms),
+        so a message from the page waits at most one report, and any change of any explorer in
+        the kernel stops it (:attr:`Explorer.turn`): work ahead never competes with a drag. The
+        next drag then finds its depths computed. Never runs outside a kernel.
         """
         loop = running_loop()
         if loop is None:
             return
-        self._prefetch_turn = turn = getattr(self, "_prefetch_turn", 0) + 1
+        turn = Explorer.turn
         here = self.depth.value
         depths = sorted(range(self.depth.min, self.depth.max + 1), key=lambda d: (abs(d - here), -d))
         keys = iter([self._key(d) for d in depths[1:]])
 
         def step():
-            if turn != self._prefetch_turn or getattr(self, "_settle_handle", None) is not None:
+            if turn != Explorer.turn or getattr(self, "_settle_handle", None) is not None:
                 return  # a newer change (a drag goes on, or a new one) stops it
             for key in keys:
                 if key not in self._reports:
