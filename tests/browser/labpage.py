@@ -50,13 +50,20 @@ def open_in_page(page, relpath: str, *, kernel: bool, timeout_ms: float = 90_000
     """Open ``relpath`` in the JupyterLab already loaded in ``page`` (no reload), with or without a kernel."""
     page.wait_for_function("() => window.jupyterapp && window.jupyterapp.commands.hasCommand('docmanager:open')",
                            timeout=timeout_ms)
-    page.evaluate("""async ([path, kernel]) => { await window.jupyterapp.commands.execute('docmanager:open', {
+    # after the layout restore: a fresh workspace restored later could replace what was opened
+    page.evaluate("""async ([path, kernel]) => { await window.jupyterapp.restored;
+        await window.jupyterapp.commands.execute('docmanager:open', {
         path, factory: 'Notebook',
         kernelPreference: kernel ? {shouldStart: true} : {shouldStart: false, canStart: false}}); }""",
                   [relpath, kernel])
+    # Found by its path, not as the current widget: on an empty workspace JupyterLab may add its
+    # Launcher after the notebook opened, and the Launcher then is the current widget.
     page.wait_for_function(
-        f"""(kernel) => {{ const w = {_JS_PANEL};
-            if (!w || w.context.path !== {relpath!r} || !w.context.isReady) return false;
+        f"""(kernel) => {{ const app = window.jupyterapp; let w = null;
+            for (const x of app.shell.widgets('main')) {{
+                if (x.context && x.context.path === {relpath!r}) {{ w = x; break; }} }}
+            if (!w || !w.context.isReady) return false;
+            if (app.shell.currentWidget !== w) {{ app.shell.activateById(w.id); return false; }}
             if (!kernel) return true;
             const k = w.sessionContext.session && w.sessionContext.session.kernel;
             return k && k.connectionStatus === 'connected' && k.status === 'idle'; }}""",
