@@ -1,50 +1,59 @@
 """The one explorer base every gradlab explorer builds on (chapters 00, 01, 02, 03, 05, 07, 09).
 
-An explorer is controls → one change handler → compute → a figure built once and blitted →
-a status line, plus a static picture that survives a save and ``snapshot()``. This module
-holds all of that once; an explorer is one subclass that declares its controls and says how
-to compute, what to plot and what the status line reads::
+An explorer is a controller in Python and one view in the page (anywidget's pattern): the
+controller holds the controls (:mod:`gradlab.widgets.controls`), one change handler, the
+computation, ``report`` and the status line from the catalog; the view, ``static/explorer.js``,
+draws the numbers it is sent with uPlot and nothing else. The same module draws the book
+site's explorers from stored views (``tools/book``). A subclass declares its controls and says
+how to compute, what to plot and what the status line reads::
 
     class SquareExplorer(Explorer):
-        css_name = "square"                         # .gradlab-square; parts .gradlab-square-*
-
         def __init__(self, x: float = 1.0):
-            self.x = self.control("x", widgets.FloatSlider(value=x, min=-3, max=3))
-            self.start()                            # compute, plot, status, layout, observe
+            self.x = self.control(Slider("x", value=x, min=-3, max=3, step=0.1))
+            self.start()                     # compute, send the first view, observe the controls
 
-        def _compute(self):                         # the state every view reads: self.report
+        def _compute(self):                  # the state every view reads: self.report
             return {"x": self.x.value, "y": self.x.value ** 2}
 
-        def _make_plot(self):                       # a gradlab.plots.live.LivePlot
-            return SquarePlot(self.report)
+        def _plots(self):                    # what to draw: plot specs (gradlab.plots.view)
+            return [line_plot(...)]
 
         @property
         def status_text(self) -> str:
-            return _("x = {x} → x² = {y}").format(x=self.report["x"], y=self.report["y"])
+            return _("x = {x} → x² = {y}").format(**self.report)
 
-Everything else comes from the base: ``set(**values)`` (several controls, one recompute),
-``snapshot()``, ``copy()``, ``controls``, the static PNG beside the live view
-(``_repr_mimebundle_``), the CSS classes (``gradlab-<css_name>``, ``-plot``, ``-status``, and
-``gradlab-<css_name>-<control>`` unless a control names its own), a layout that wraps on a
-narrow screen and a figure that follows the width of the output area.
+**The kernel computes, the page draws.** After every change the kernel sends a *view*: the
+controls' values, the report's numbers (``data-report``), the status line, notes and plot specs,
+every number float64 in JSON (non-finite ones as ``"inf"``, ``"-inf"``, ``"nan"``). An explorer
+with an :attr:`Explorer.axis` (depth, sequence length, blocks) also computes the other points of
+that axis for the current settings ahead of time, nearest first and one per turn of the kernel's
+event loop (so a message from the page waits at most one point), and sends them as they come;
+the page then moves along the axis without waiting for the kernel.
 
-A drag in the page is drawn as drafts (issue 29): ipywidgets' front end sends the next value
-only when the kernel has reported idle after the last one. The handler of a change from the
-page therefore only notes it and returns; the event loop's next turn draws the controls'
-latest values, so the page's next message travels while the kernel draws and a backlog
-becomes one picture. A change from the page keeps the plot's background
-(:attr:`gradlab.plots.live.LivePlot.draft`), is sent as a JPEG and leaves the stored picture
-alone; :attr:`Explorer.settle_s` after the last one, :meth:`Explorer.settle` draws the exact
-PNG and stores it. Changes made in Python are always exact.
+A change from the page returns at once and is drawn on the event loop's next turn, so the page's
+next message travels while the kernel computes, and a backlog becomes one view of the latest
+values. A change made in Python (a cell, ``set``, a test) is computed before it returns.
+
+**Pictures only where no script runs.** ``_repr_mimebundle_`` carries an ``image/png`` of the
+state displayed (GitHub, nbconvert, the PDF), ``snapshot()`` returns one, and once displayed the
+explorer leaves a picture of its latest state for ``gradlab_jupyter``'s pre-save hook
+:attr:`Explorer.picture_delay_s` after the last change (never during a drag), so a saved chapter
+reopens with its pictures. The picture is drawn by :func:`gradlab.plots.view.view_figure` from
+the same view: the same labels, colours and series as the page.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import html
+import json
+import math
+from collections import OrderedDict
+from pathlib import Path
 
-import ipywidgets as widgets
+import anywidget
+import numpy as np
+import traitlets
 
 try:  # the server side, installed with gradlab (an environment not reinstalled since lacks it)
     from gradlab_jupyter import store_picture
@@ -54,10 +63,17 @@ except ImportError:  # pragma: no cover - then a saved explorer keeps its displa
 
 from ..core import CLIP_MODES
 from ..i18n import _, pgettext
-from ..plots.gradients import STATUS_COLORS
-from .sliders import ExactFloatLogSlider
+from ..plots.view import STATUS_COLORS, jsonable, view_png
+from .controls import Button, Control, Dropdown, Slider
 
-__all__ = ["ClipControls", "Explorer", "FigureView", "Snapshot", "css", "rerun_note", "running_loop", "status_html"]
+__all__ = ["ClipControls", "Explorer", "Snapshot", "rerun_note", "running_loop", "STATIC"]
+
+#: The view's files, shipped inside the package: the module, its CSS and the vendored uPlot.
+STATIC = Path(__file__).with_name("static")
+
+
+def _read(name: str) -> str:
+    return (STATIC / name).read_text(encoding="utf-8")
 
 
 def rerun_note() -> str:
@@ -66,63 +82,12 @@ def rerun_note() -> str:
              "run the cell again to bring back the live explorer.")
 
 
-def _from_page(change) -> bool:
-    """Whether ``change`` (an observer's change dict) came from the page: ipywidgets holds the
-    name in the widget's ``_property_lock`` while it applies the front end's state."""
-    owner = change.get("owner") if isinstance(change, dict) else None
-    return owner is not None and change.get("name") in getattr(owner, "_property_lock", {})
-
-
 def running_loop():
     """The running asyncio event loop (a Jupyter kernel's), or ``None`` (plain Python, pytest)."""
     try:
         return asyncio.get_running_loop()
     except RuntimeError:
         return None
-
-
-def css(widget, name: str):
-    """Give ``widget`` the stable CSS class ``gradlab-<name>`` and return it."""
-    widget.add_class(f"gradlab-{name}")
-    return widget
-
-
-def status_html(text: str, color: str = "inherit") -> str:
-    """A status line: the interface's proportional font at a normal line height, wrapping.
-
-    ipywidgets' ``HTML`` sets ``line-height`` to the height of one control (28 px), which
-    double-spaces a status that wraps; the inner ``div`` resets it.
-    """
-    return ('<div style="font-family: var(--jp-ui-font-family, sans-serif); font-size: 13px; '
-            f'line-height: 1.45; white-space: normal; color: {color}">{html.escape(text)}</div>')
-
-
-class FigureView(widgets.Image):
-    """A :class:`~gradlab.plots.live.LivePlot` shown as a PNG image widget; ``refresh()`` re-renders.
-
-    The image is as wide as the output area allows, up to the figure's own width in pixels,
-    and keeps its aspect ratio, so a narrow window shrinks the picture instead of clipping it.
-    """
-
-    def __init__(self, plot, *, css_name: str, **kw):
-        width_px = int(plot.fig.get_figwidth() * plot.fig.dpi)
-        layout = widgets.Layout(width="100%", max_width=f"{width_px}px", height="auto",
-                                min_width="0", object_fit="contain")
-        super().__init__(format="png", layout=layout, **kw)
-        self.live_plot = plot
-        css(self, css_name)
-        self.refresh()
-
-    @property
-    def fig(self):
-        return self.live_plot.fig
-
-    def refresh(self) -> None:
-        """Re-render: a PNG, or a JPEG while the plot is a draft (a drag; one state message either way)."""
-        fmt = "jpeg" if self.live_plot.draft else "png"
-        with self.hold_sync():
-            self.format = fmt
-            self.value = self.live_plot.render(fmt)
 
 
 class Snapshot:
@@ -144,102 +109,154 @@ class Snapshot:
         return self.text
 
 
-class Explorer(widgets.VBox):
-    """Base of every explorer: see the module docstring for what a subclass implements.
+class _Ahead:
+    """The kernel's work ahead: one point of one explorer's axis per turn of the event loop.
 
-    A subclass sets ``css_name``, creates its controls with :meth:`control` in ``__init__``
-    (they are its public attributes), then calls :meth:`start`. It implements
-    :meth:`_compute` (returns the new ``report``), :meth:`_make_plot` (a ``LivePlot``, built
-    once) and :attr:`status_text`. Optional hooks: :meth:`_update_plot` (default
-    ``plot.update(report)``), :meth:`_sync` (before a recompute, e.g. enable a threshold),
-    :meth:`_after_change` (after it, e.g. a note), :meth:`_prepare` (checks or expands the
-    values of :meth:`set`), :meth:`_text` (the timing-free text stored
-    for nbval; default :attr:`status_text`), :meth:`_status_color`, :meth:`_copy_kwargs`
-    (constructor keywords of :meth:`copy`) and :meth:`tracing_count`.
+    The explorer a learner touched last goes first; any change of an explorer restarts its own
+    list (nearest the new value first). Never runs outside an event loop.
     """
 
-    #: The explorer's CSS class is ``gradlab-<css_name>``; its plot ``gradlab-<css_name>-plot``.
-    css_name = "explorer"
-    #: The CSS name of the plot and of the status line (``None``: ``<css_name>-plot``/``-status``).
-    plot_css: str | None = None
-    status_css: str | None = None
-    #: The CSS name of the whole explorer (``None``: ``css_name``).
-    root_css: str | None = None
-    #: Width of the control column; the plot takes the rest and wraps below on a narrow screen.
-    controls_width = "320px"
-    #: The widest a ``wide`` slider gets (see :meth:`start`).
-    wide_width = "720px"
-    #: Width of the controls' descriptions (ipywidgets' default, 80 px, cuts "learning rate").
-    label_width = "96px"
+    def __init__(self):
+        self.work: OrderedDict = OrderedDict()  # explorer -> iterator of axis values
+        self.scheduled = False
+
+    def start(self, explorer, values) -> None:
+        self.work.pop(explorer, None)
+        self.work[explorer] = iter(values)  # last = touched last = first served
+        self._schedule()
+
+    def stop(self, explorer) -> None:
+        self.work.pop(explorer, None)
+
+    def _schedule(self) -> None:
+        loop = running_loop()
+        if loop is not None and not self.scheduled and self.work:
+            self.scheduled = True
+            loop.call_soon(self.step)
+
+    def step(self) -> None:
+        self.scheduled = False
+        while self.work:
+            explorer = next(reversed(self.work))
+            for value in self.work[explorer]:
+                if explorer._send_point(value):
+                    self._schedule()
+                    return
+            self.work.pop(explorer, None)  # its axis is done
+
+
+AHEAD = _Ahead()
+
+
+class Explorer(anywidget.AnyWidget):
+    """Base of every explorer: see the module docstring for what a subclass implements.
+
+    A subclass creates its controls with :meth:`control` in ``__init__`` (they are its public
+    attributes), then calls :meth:`start`. It implements :meth:`_compute` (returns the new
+    ``report``), :meth:`_plots` (plot specs) and :attr:`status_text`. Optional hooks:
+    :meth:`_notes` (lines under the status), :meth:`_report_fields` (``data-report``),
+    :meth:`_sync` (before a recompute, e.g. enable a threshold), :meth:`_after_change` (after
+    it), :meth:`_prepare` (checks or expands the values of :meth:`set`), :meth:`_text` (the
+    timing-free text stored for nbval; default :attr:`status_text`), :meth:`_status_color`,
+    :meth:`_copy_kwargs` (constructor keywords of :meth:`copy`) and :meth:`tracing_count`.
+    """
+
+    _esm = traitlets.Unicode(_read("explorer.js")).tag(sync=True)
+    _css = traitlets.Unicode(_read("explorer.css") + "\n" + _read("uPlot.min.css")).tag(sync=True)
+    #: uPlot's source, for a page that has no uPlot of its own (the view imports it once)
+    _lib = traitlets.Unicode(_read("uPlot.iife.min.js")).tag(sync=True)
+    kind = traitlets.Unicode("").tag(sync=True)
+    spec = traitlets.List().tag(sync=True)
+    values = traitlets.Dict().tag(sync=True)
+    view = traitlets.Dict().tag(sync=True)
+    axis = traitlets.Unicode("").tag(sync=True)
+
+    #: The control the kernel computes ahead along ("": none). Its values are :meth:`_axis_values`.
+    axis_control = ""
+    #: Whether reports are cached by settings (``False`` where a report depends on more than the
+    #: controls, e.g. call timings or training runs).
+    cache_reports = True
+    #: How many reports are cached.
+    REPORTS = 512
+    #: Seconds after the last change before the picture for a save is drawn and stored.
+    picture_delay_s = 0.3
 
     _muted = False
-    #: Counts the changes of every explorer in this process: work ahead stops at the next one.
-    turn = 0
 
     # ------------------------------------------------------------------ for subclasses
-    def control(self, name: str, widget, *, css_name: str | None = None):
-        """Register ``widget`` as control ``name`` (observed, settable with :meth:`set`)."""
+    def control(self, widget: Control, *, wide: bool = False, hidden: bool = False) -> Control:
+        """Register ``widget`` (observed, settable with :meth:`set`); ``wide`` gives it a row of
+        its own above the figure, ``hidden`` keeps it working but not shown."""
         if not hasattr(self, "_controls"):
             self._controls: dict = {}
-        css(widget, css_name or f"{self.css_name}-{name.replace('_', '-')}")
-        if hasattr(widget, "style") and hasattr(widget.style, "description_width") \
-                and not widget.style.description_width:
-            widget.style.description_width = self.label_width  # "learning rate" is not cut off
-        self._controls[name] = widget
+            self._layout: dict = {}
+        self._controls[widget.name] = widget
+        self._layout[widget.name] = {"wide": wide, "hidden": hidden}
         return widget
 
-    def start(self, *, rows: tuple = (), side: tuple = (), hidden: tuple = (), wide: tuple = ()) -> None:
-        """Compute, build the plot and the status, lay everything out, observe the controls.
+    def start(self, *, hidden: tuple = (), wide: tuple = ()) -> None:
+        """Compute, send the first view, observe the controls.
 
-        ``side`` are extra widgets under the controls, ``rows`` extra rows under the status
-        line; controls named in ``hidden`` exist and work but are not shown (e.g. chapter 05's
-        controls in chapter 01's explorer); sliders named in ``wide`` get a row of their own
-        above the controls and the figure, up to :attr:`wide_width` (chapter 01's depth: 100
-        values on a 108 px track moved two layers a pixel).
+        ``hidden`` controls exist and work but are not shown (chapter 05's controls in chapter
+        01's explorer); ``wide`` ones get a row of their own above the figure (chapter 01's
+        depth: 100 values need a long track).
         """
-        self.report = self._compute()
-        self._plot = self._make_plot()
-        self.plot = None if self._plot is None else FigureView(
-            self._plot, css_name=self.plot_css or f"{self.css_name}-plot")
-        self.status = css(widgets.HTML(), self.status_css or f"{self.css_name}-status")
-        self._set_status()
-        for widget in self._controls.values():
-            widget.observe(self._on_change, names="value")
-        shown = [w for n, w in self._controls.items() if n not in hidden and n not in wide]
+        for name in hidden:
+            self._layout[name]["hidden"] = True
         for name in wide:
-            self._controls[name].layout.width = "100%"
-            self._controls[name].layout.max_width = self.wide_width
-        column = widgets.VBox([*shown, *side], layout=widgets.Layout(
-            width=self.controls_width, min_width=self.controls_width, flex="0 0 auto"))
-        figure = [] if self.plot is None else [
-            widgets.Box([self.plot], layout=widgets.Layout(flex="1 1 360px", min_width="0"))]
-        row = widgets.Box([column, *figure], layout=widgets.Layout(
-            display="flex", flex_flow="row wrap", align_items="flex-start", width="100%"))
-        top = [self._controls[name] for name in wide if name not in hidden]
-        super().__init__([*top, row, self.status, *rows], layout=widgets.Layout(width="100%", max_width="100%"))
-        css(self, self.root_css or self.css_name)
+            self._layout[name]["wide"] = True
+        self._reports: OrderedDict = OrderedDict()
+        self._epoch = 0
+        self._displayed = False
+        self._picture_handle = None
+        self._draw_pending = False
+        self.report = self._cached_compute()
+        super().__init__(kind=type(self).__name__, axis=self.axis_control)
+        self.add_class("gradlab-explorer")
+        with self.hold_sync():
+            self._send_spec()
+            self.values = self._values()
+            self.view = self._view()
+        for widget in self._controls.values():
+            if widget.kind == "progress":
+                widget.observe(self._on_spec, names="value")
+            elif widget.kind != "button":
+                widget.observe(self._on_change, names="value")
+            widget.observe(self._on_spec, names=["disabled", "options", "description"])
+        self.observe(self._on_values, names="values")
+        self.on_msg(self._on_msg)
 
     def _compute(self):
         raise NotImplementedError
 
-    def _make_plot(self):
+    def _plots(self) -> list[dict]:
         raise NotImplementedError
 
     @property
     def status_text(self) -> str:
         raise NotImplementedError
 
-    def _update_plot(self) -> None:
-        self._plot.update(self.report)
+    def _notes(self) -> list:
+        """Lines under the status: each a list of ``{"text", "color"?, "bold"?, "italic"?, "small"?}``."""
+        return []
+
+    def _report_fields(self) -> dict:
+        """The report's numbers for ``data-report`` (``{name: array or number}``)."""
+        return {}
+
+    def _on_other(self, control) -> None:
+        """Hook: a control that is not a setting changed in Python (default: redraw)."""
+        self._draw_pending = False
+        self._redraw()
 
     def _sync(self) -> None:
         """Hook before a recompute (e.g. enable or disable a threshold slider)."""
 
     def _after_change(self) -> None:
-        """Hook after a recompute and redraw (e.g. a note under the status line)."""
+        """Hook after a recompute (e.g. a preset note)."""
 
-    def _status_color(self) -> str:
-        return STATUS_COLORS.get(getattr(self.report, "status", None), "inherit")
+    def _status_color(self):
+        return STATUS_COLORS.get(getattr(self.report, "status", None))
 
     def _text(self) -> str:
         """The timing-free text stored beside the picture (nbval compares it)."""
@@ -247,7 +264,12 @@ class Explorer(widgets.VBox):
 
     def _copy_kwargs(self) -> dict:
         """Constructor keywords that rebuild this explorer in its current state."""
-        return {name: w.value for name, w in self._controls.items()}
+        return self.settings()
+
+    def _axis_values(self) -> list:
+        """Every value of :attr:`axis_control` (a slider's whole range by default)."""
+        c = self._controls[self.axis_control]
+        return list(range(int(c.min), int(c.max) + 1))
 
     def tracing_count(self) -> int:
         """How many times the explorer's compiled functions were traced (0 if it has none)."""
@@ -256,7 +278,7 @@ class Explorer(widgets.VBox):
     # ------------------------------------------------------------------ the shared machinery
     @property
     def controls(self) -> tuple:
-        """Every control widget, in order."""
+        """Every control, in order."""
         return tuple(self._controls.values())
 
     @property
@@ -264,8 +286,11 @@ class Explorer(widgets.VBox):
         return tuple(self._controls)
 
     def settings(self) -> dict:
-        """``{control name: current value}``."""
-        return {name: w.value for name, w in self._controls.items()}
+        """``{control name: current value}`` of the controls that are settings."""
+        return {name: w.value for name, w in self._controls.items() if w.setting}
+
+    def _values(self) -> dict:
+        return {name: jsonable(w.value) for name, w in self._controls.items() if w.kind not in ("button", "progress")}
 
     def set(self, **values) -> None:
         """Set several controls at once with one recompute, e.g. ``ex.set(depth=50, activation="relu")``."""
@@ -275,7 +300,8 @@ class Explorer(widgets.VBox):
             raise ValueError(f"unknown control(s) {sorted(unknown)}; allowed: {sorted(self._controls)}")
         self._muted = True  # one recompute at the end, not one per control
         try:
-            self._assign(values)
+            for name, value in values.items():
+                self._controls[name].value = value
         finally:
             self._muted = False
         self._on_change()
@@ -284,101 +310,167 @@ class Explorer(widgets.VBox):
         """Hook of :meth:`set`: check or expand ``values`` before they are assigned (e.g. a preset)."""
         return values
 
-    def _assign(self, values: dict) -> None:
-        for name, value in values.items():
-            self._controls[name].value = value
+    def _key(self) -> str:
+        return json.dumps(self._values(), sort_keys=True, default=str)
 
-    #: Seconds without a change from the page after which a drag counts as released.
-    settle_s = 0.15
+    def _cached_compute(self):
+        if not self.cache_reports:
+            return self._compute()
+        key = self._key()
+        report = self._reports.get(key)
+        if report is None:
+            report = self._reports[key] = self._compute()
+            while len(self._reports) > self.REPORTS:
+                self._reports.popitem(last=False)
+        else:
+            self._reports.move_to_end(key)
+        return report
+
+    def invalidate(self) -> None:
+        """Views sent before are stale (something beside the controls changed): the page drops them."""
+        self._epoch += 1
+        self._sent = set()
+
+    def _view(self) -> dict:
+        """What the page draws for the current report (see ``static/explorer.js``)."""
+        values = self._values()
+        status_text = self.status_text
+        report = {"settings": values, **{k: jsonable(v) for k, v in self._report_fields().items()},
+                  "status": getattr(self.report, "status", None), "status_text": status_text}
+        return {"values": values, "epoch": self._epoch, "report": report,
+                "status": {"text": status_text, "color": self._status_color()},
+                "notes": self._notes(), "plots": self._plots()}
 
     def _on_change(self, change=None) -> None:
-        """The one change handler: every control is observed with it.
-
-        A change that the page sends (a learner's drag or click) is drawn as a draft: the
-        report and the status line are exact, but the plot may keep wider axis limits (no
-        new background per step, :attr:`~gradlab.plots.live.LivePlot.draft`) and the stored
-        picture waits. :attr:`settle_s` after the page's last change, the kernel's event loop
-        draws the exact picture and stores it (:meth:`settle`). A change made in Python
-        (a cell, ``set``, a test) is exact and stored at once, as is everything where no
-        event loop runs.
-        """
+        """The one change handler of a change made in Python: recompute, send, store."""
         if self._muted:
             return
-        loop = running_loop() if _from_page(change) else None
-        if getattr(self, "_settle_handle", None) is not None:
-            self._settle_handle.cancel()  # a draft restarts it once drawn; an exact change is stored
-            self._settle_handle = None
-        Explorer.turn += 1  # any change of any explorer stops work ahead (GradientExplorer._prefetch)
-        if loop is None:
-            self._draw_pending = False  # an exact change draws everything a pending draft would
-            self._redraw(draft=False)
-        elif not getattr(self, "_draw_pending", False):
-            # The page's change is drawn on the event loop's next turn, and the handler returns
-            # at once: the kernel reports idle, the page sends its next value while the kernel
-            # draws, and the values that arrive meanwhile become one draft of the latest.
-            self._draw_pending = True
-            loop.call_soon(self._draw_draft, loop)
-
-    def _draw_draft(self, loop) -> None:
-        """Draw the controls' latest values as a draft, then (re)start the settle timer."""
-        if not getattr(self, "_draw_pending", False):
-            return  # an exact change drew it meanwhile
+        owner = change.get("owner") if isinstance(change, dict) else None
+        if owner is not None and not owner.setting:
+            return self._on_other(owner)
         self._draw_pending = False
-        Explorer.turn += 1
-        self._redraw(draft=True)
-        if getattr(self, "_settle_handle", None) is not None:
-            self._settle_handle.cancel()
-        self._settle_handle = loop.call_later(self.settle_s, self.settle)
+        self._redraw()
+        if self.values != self._values():
+            self.values = self._values()
 
-    def _redraw(self, *, draft: bool) -> None:
+    def _redraw(self) -> None:
         self._sync()
-        self.report = self._compute()
-        if self.plot is not None:
-            self._plot.draft = draft
-            self._update_plot()
-            self.plot.refresh()
-        self._set_status()
+        self.report = self._cached_compute()
         self._after_change()
-        if not draft:
-            self._store_picture()
+        self.view = self._view()
+        self._changed()
 
-    def settle(self) -> None:
-        """Draw the exact picture of a drafted change and store it (the timer calls it; so do
-        :meth:`snapshot` and the display, so neither ever shows a draft)."""
-        handle, self._settle_handle = getattr(self, "_settle_handle", None), None
-        if handle is not None:
-            handle.cancel()  # a no-op when the timer itself calls
-        if getattr(self, "_draw_pending", False):  # a change from the page not drawn yet
+    def _changed(self) -> None:
+        """After every view: restart the work ahead and the picture timer."""
+        if self.axis_control and self.cache_reports and self._displayed:
+            here = self._controls[self.axis_control].value
+            previous = getattr(self, "_last_axis", here)
+            self._last_axis = here
+            ahead = 1 if here >= previous else -1  # the direction of a drag goes first on ties
+            AHEAD.start(self, sorted(self._axis_values(), key=lambda v: (abs(v - here), -ahead * v)))
+        self._schedule_picture()
+
+    def _on_values(self, change) -> None:
+        """The page changed values: apply them to the controls and draw on the loop's next turn."""
+        if self._muted:
+            return
+        new = change["new"]
+        changed = False
+        self._muted = True
+        try:
+            for name, value in new.items():
+                control = self._controls.get(name)
+                if control is None or control.kind in ("button", "progress") or jsonable(control.value) == value:
+                    continue
+                try:
+                    control.value = value
+                    changed = True
+                except ValueError:
+                    pass  # put back below
+        finally:
+            self._muted = False
+        if "preset" in new and getattr(self, "_on_page_preset", None) and changed:
+            self._on_page_preset()
+        if self.values != self._values():
+            self.values = self._values()
+        if not changed:
+            return
+        loop = running_loop()
+        if loop is None:
+            self._redraw()
+        elif not self._draw_pending:
+            self._draw_pending = True
+            loop.call_soon(self._draw_page_change)
+
+    def _draw_page_change(self) -> None:
+        if self._draw_pending:
             self._draw_pending = False
-            self._redraw(draft=False)
+            self._redraw()
+
+    def _on_spec(self, change=None) -> None:
+        self._send_spec()
+
+    def _send_spec(self) -> None:
+        self.spec = [dict(w.spec(), wide=self._layout[n]["wide"], hidden=self._layout[n]["hidden"])
+                     for n, w in self._controls.items()]
+
+    def _on_msg(self, widget, content, buffers) -> None:
+        if isinstance(content, dict) and content.get("type") == "click":
+            control = self._controls.get(content.get("name"))
+            if isinstance(control, Button):
+                control.click()
+
+    def _send_point(self, value) -> bool:
+        """Compute the view at ``value`` of the axis (other settings as they are) and send it to
+        the page; ``False`` (nothing computed) when it is cached already or not displayed."""
+        control = self._controls[self.axis_control]
+        if value == control.value:
+            return False
+        saved_value, saved_report = control.value, self.report
+        self._muted = True
+        try:
+            control.value = value
+            key = self._key()
+            if key in self._reports and key in getattr(self, "_sent", set()):
+                return False
+            self.report = self._cached_compute()
+            view = self._view()
+        finally:
+            control.value = saved_value
+            self.report = saved_report
+            self._muted = False
+        self._sent = getattr(self, "_sent", set())
+        self._sent.add(key)
+        self.send({"type": "points", "views": [view]})
+        return True
+
+    # ------------------------------------------------------------------ pictures
+    def _schedule_picture(self) -> None:
+        if not self._displayed:
             return
-        if handle is None:
-            return
-        if self.plot is not None:
-            self._plot.draft = False
-            if self._plot.drafted:
-                self._update_plot()  # the exact limits
-            if self._plot.drafted or self.plot.format != "png":
-                self.plot.refresh()
-        self._store_picture()
+        loop = running_loop()
+        if self._picture_handle is not None:
+            self._picture_handle.cancel()
+            self._picture_handle = None
+        if loop is None:
+            self._store_picture()
+        else:
+            self._picture_handle = loop.call_later(self.picture_delay_s, self._store_picture)
 
     def _store_picture(self) -> None:
-        """Once displayed, leave the current picture for the server's pre-save hook (gradlab_jupyter)."""
-        if getattr(self, "_displayed", False):
-            store_picture(self.model_id, None if self.plot is None else self.plot.value, repr(self),
-                          rerun_note())
+        """Leave the current picture for the server's pre-save hook (gradlab_jupyter)."""
+        self._picture_handle = None
+        store_picture(self.model_id, self.png(), repr(self), rerun_note())
 
-    def _set_status(self) -> None:
-        value = status_html(self.status_text, self._status_color())
-        if self.status.value != value:
-            self.status.value = value
+    def png(self) -> bytes:
+        """The current state as a PNG (the picture of :meth:`snapshot`)."""
+        return view_png(self.view)
 
     def snapshot(self) -> Snapshot:
         """A static picture of the current state (see :class:`Snapshot`)."""
-        if self.plot is None:
-            raise ValueError(f"{type(self).__name__} was built with plot=False: there is no figure to snapshot")
-        self.settle()
-        return Snapshot(self.plot.value, self._text())
+        if self._draw_pending:
+            self._draw_page_change()
+        return Snapshot(self.png(), self._text())
 
     def copy(self, **overrides):
         """A new explorer of the same kind in the same state (same engine: nothing retraces).
@@ -398,14 +490,16 @@ class Explorer(widgets.VBox):
         the saved file in place of the view, with a line saying to re-run the cell: a
         reopened chapter shows the learner's last state.
         """
-        self.settle()
-        data = widgets.DOMWidget._repr_mimebundle_(self, **kwargs)
+        if self._draw_pending:
+            self._draw_page_change()
+        data = super()._repr_mimebundle_(**kwargs)
         data = dict((data[0] if isinstance(data, tuple) else data) or {})
-        if self.plot is not None:
-            data["image/png"] = base64.b64encode(self.plot.value).decode("ascii")
+        png = self.png()
+        data["image/png"] = base64.b64encode(png).decode("ascii")
         data["text/plain"] = repr(self)
         self._displayed = True
-        self._store_picture()
+        store_picture(self.model_id, png, repr(self), rerun_note())
+        self._changed()  # work ahead along the axis from here
         return data
 
     def __repr__(self) -> str:
@@ -439,18 +533,12 @@ class ClipControls:
         if clip is not None and not self.CLIP_RANGE[0] <= clip[1] <= self.CLIP_RANGE[1]:
             raise ValueError(f"clip's threshold must be from {self.CLIP_RANGE[0]:g} to {self.CLIP_RANGE[1]:g} in an "
                              f"explorer (its slider's range); got {clip!r}")
-        self.clip_mode = self.control("clip_mode", widgets.Dropdown(
-            options=_options(("off", *CLIP_MODES), _clip_label),
-            value="off" if clip is None else clip[0], description=_("clip")),
-            css_name=f"{self._clip_prefix()}clip-mode")
-        # exactly the threshold passed (0.25 stays 0.25): gradlab.widgets.sliders says why
-        self.clip_norm = self.control("clip_norm", ExactFloatLogSlider(
-            "clip_norm", value=1.0 if clip is None else clip[1], base=10, min=-3, max=3, step=0.1,
-            description=_("threshold"), readout_format=".3g", disabled=clip is None),
-            css_name=f"{self._clip_prefix()}clip-norm")
-
-    def _clip_prefix(self) -> str:
-        return "" if self.css_name == "explorer" else f"{self.css_name}-"
+        self.clip_mode = self.control(Dropdown(
+            "clip_mode", options=_options(("off", *CLIP_MODES), _clip_label),
+            value="off" if clip is None else clip[0], description=_("clip")))
+        self.clip_norm = self.control(Slider(
+            "clip_norm", value=1.0 if clip is None else float(clip[1]), min=-3, max=3, step=0.1, log=True,
+            description=_("threshold"), disabled=clip is None))
 
     @property
     def clip(self):
@@ -467,5 +555,9 @@ class ClipControls:
 
     def _sync_clip(self) -> None:
         disabled = self.clip_mode.value == "off"
-        if self.clip_norm.disabled != disabled:  # no state message when nothing changed
+        if self.clip_norm.disabled != disabled:
             self.clip_norm.disabled = disabled
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float, np.floating)) and math.isfinite(float(x))

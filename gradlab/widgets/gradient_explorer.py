@@ -4,11 +4,9 @@ scaling and paper presets."""
 
 from __future__ import annotations
 
-import html
 import math
-from collections import OrderedDict
 
-import ipywidgets as widgets
+import numpy as np
 
 from .._validate import check_choice as _check_choice
 from .._validate import check_int as _check_int
@@ -16,12 +14,13 @@ from ..engines.mlp import MLPGradientEngine, check_mode
 from ..engines.presets import PRESETS, QUANTITIES, compare_preset
 from ..i18n import N_, _
 from ..models.mlp import ACTIVATIONS, DTYPES, INITIALIZERS, NORMS
-from ..plots.gradients import ReportPlot, loss_scale_text
+from ..plots.gradients import loss_scale_text
+from ..plots.view import COLORS, STATUS_COLORS, decade_limits, line_plot
 from ..reports.advice import compare_with_paper, gradient_advice
 from ..reports.gradients import check_clip
 from ..reports.verdict import status_word
-from .base import ClipControls, Explorer, css, running_loop
-from .sliders import ExactIntSlider
+from .base import ClipControls, Explorer
+from .controls import Checkbox, Dropdown, Slider
 
 __all__ = ["GradientExplorer", "LOSS_SCALES"]
 
@@ -60,10 +59,6 @@ class GradientExplorer(ClipControls, Explorer):
     functions) with the chapter's own cells. The status line's advice comes from the current
     settings (:func:`gradlab.reports.advice.gradient_advice`): it never recommends what is selected.
     """
-
-    css_name = "explorer"
-    plot_css = "plot"
-    status_css = "status"
 
     def __init__(
         self,
@@ -106,114 +101,72 @@ class GradientExplorer(ClipControls, Explorer):
             raise ValueError(f"engine must be an MLPGradientEngine with max_depth >= {EXPLORER_MAX_DEPTH}; "
                              f"got {engine!r}")
         self.engine = engine  # shared with the chapter's own engine: its traces are reused
-        self.depth = self.control("depth", ExactIntSlider(
-            "depth", value=depth, min=1, max=EXPLORER_MAX_DEPTH, description=_("depth")), css_name="depth")
-        self.activation = self.control("activation", widgets.Dropdown(
-            options=list(ACTIVATIONS), value=activation, description=_("activation")),
-            css_name="activation")
-        self.initializer = self.control("initializer", widgets.Dropdown(
-            options=[(_(label), name) for name, label in INITIALIZERS.items()], value=initializer,
-            description=_("initializer")), css_name="initializer")
+        self.depth = self.control(Slider(
+            "depth", value=depth, min=1, max=EXPLORER_MAX_DEPTH, integer=True, description=_("depth")), wide=True)
+        self.activation = self.control(Dropdown(
+            "activation", options=list(ACTIVATIONS), value=activation, description=_("activation")))
+        self.initializer = self.control(Dropdown(
+            "initializer", options=[(_(label), name) for name, label in INITIALIZERS.items()], value=initializer,
+            description=_("initializer")))
         self.clip_controls(clip)
-        self.show_forward = self.control("show_forward", widgets.Checkbox(
-            value=show_forward, description=_("forward std"), indent=False), css_name="show-forward")
-        self.residual = self.control("residual", widgets.Checkbox(
-            value=residual, description=_("residual h + a"), indent=False), css_name="residual")
-        self.norm = self.control("norm", widgets.Dropdown(
-            options=list(NORMS), value=norm, description=_("norm")), css_name="norm")
-        self.dtype = self.control("dtype", widgets.Dropdown(
-            options=list(DTYPES), value=dtype, description=_("dtype")), css_name="dtype")
-        self.loss_scale = self.control("loss_scale", widgets.Dropdown(
-            options=[(_loss_scale_label(v), v) for v in LOSS_SCALES], value=loss_scale,
-            description=_("loss scale")), css_name="loss-scale")
+        self.show_forward = self.control(Checkbox(
+            "show_forward", value=show_forward, description=_("forward std")))
+        self.residual = self.control(Checkbox("residual", value=residual, description=_("residual h + a")))
+        self.norm = self.control(Dropdown("norm", options=list(NORMS), value=norm, description=_("norm")))
+        self.dtype = self.control(Dropdown("dtype", options=list(DTYPES), value=dtype, description=_("dtype")))
+        self.loss_scale = self.control(Dropdown(
+            "loss_scale", options=[(_loss_scale_label(v), v) for v in LOSS_SCALES], value=loss_scale,
+            description=_("loss scale")))
         # A preset is not a setting of its own: it sets the others (see _on_preset).
-        self.preset = css(widgets.Dropdown(
-            options=[(_("(none)"), "")] + [(_(p.title), key) for key, p in PRESETS.items()],
-            value="", description=_("preset"), layout=widgets.Layout(width="100%", max_width="560px")),
-            "preset")
-        self.preset.style.description_width = "60px"
-        self.preset_note = css(widgets.HTML(), "preset-note")
+        self.preset = self.control(Dropdown(
+            "preset", options=[(_("(none)"), "")] + [(_(p.title), key) for key, p in PRESETS.items()],
+            value="", description=_("preset"), setting=False), hidden=not advanced)
         self.preset_result = None
         self.advice = None
-        rows = (widgets.VBox([self.preset, self.preset_note]),) if advanced else ()
-        self._reports: OrderedDict = OrderedDict()  # settings -> report: a drag back over depths recomputes nothing
-        self.start(rows=rows, hidden=() if advanced else ADVANCED, wide=("depth",))
-        self.preset.observe(self._on_preset, names="value")
+        self.start(hidden=() if advanced else ADVANCED)
         if preset:
-            self.preset.value = preset
+            self.set(preset=preset)
 
     # --------------------------------------------------------------------- the base's hooks
-    #: How many reports the explorer keeps (the engine's are deterministic per setting).
-    REPORTS = 256
-
-    def _key(self, depth: int) -> tuple:
-        return (depth, self.activation.value, self.initializer.value, self.clip, self.residual.value,
-                self.norm.value, self.dtype.value, float(self.loss_scale.value))
-
-    def _report_for(self, key: tuple):
-        report = self._reports.get(key)
-        if report is None:
-            report = self._reports[key] = self.engine.report(
-                key[0], key[1], key[2], key[3], residual=key[4], norm=key[5], dtype=key[6], loss_scale=key[7])
-            while len(self._reports) > self.REPORTS:
-                self._reports.popitem(last=False)
-        else:
-            self._reports.move_to_end(key)
-        return report
+    axis_control = "depth"
 
     def _compute(self):
-        return self._report_for(self._key(self.depth.value))
+        return self.engine.report(self.depth.value, self.activation.value, self.initializer.value, self.clip,
+                                  residual=self.residual.value, norm=self.norm.value, dtype=self.dtype.value,
+                                  loss_scale=float(self.loss_scale.value))
 
-    def _prefetch(self) -> None:
-        """Compute the other depths' reports ahead, nearest first, one per turn of the event loop.
+    def _key(self) -> str:
+        # the forward-std checkbox and the preset change what is drawn, not the report
+        v = self._values()
+        v.pop("show_forward", None)
+        v.pop("preset", None)
+        if v.get("clip_mode") == "off":
+            v.pop("clip_norm", None)
+        return repr(sorted(v.items()))
 
-        It starts once a change from the page has settled (starting at display, every explorer of
-        a notebook computed ahead for depths of its own, and the one dragged next found few of its
-        own: a first drag re-plotted 9.5/s instead of 10.7-12). One report per turn (about 20 ms),
-        so a message from the page waits at most one report, and any change of any explorer in
-        the kernel stops it (:attr:`Explorer.turn`): work ahead never competes with a drag. The
-        next drag then finds its depths computed. Never runs outside a kernel.
-        """
-        loop = running_loop()
-        if loop is None:
-            return
-        turn = Explorer.turn
-        here = self.depth.value
-        depths = sorted(range(self.depth.min, self.depth.max + 1), key=lambda d: (abs(d - here), -d))
-        keys = iter([self._key(d) for d in depths[1:]])
+    def _plots(self) -> list[dict]:
+        return [report_plot(self.report, show_forward=self.show_forward.value)]
 
-        def step():
-            if turn != Explorer.turn or getattr(self, "_settle_handle", None) is not None:
-                return  # a newer change (a drag goes on, or a new one) stops it
-            for key in keys:
-                if key not in self._reports:
-                    self._reports[key] = self.engine.report(
-                        key[0], key[1], key[2], key[3], residual=key[4], norm=key[5], dtype=key[6],
-                        loss_scale=key[7])
-                    self._reports.move_to_end(key, last=False)  # evicted before what was shown
-                    loop.call_soon(step)
-                    return
+    def _notes(self) -> list:
+        lines = []
+        if self.report.loss_scale != 1:
+            lines.append([{"text": _("gradients shown unscaled (divided by the loss scale {scale})").format(
+                scale=loss_scale_text(self.report.loss_scale)), "color": COLORS["muted"], "small": True}])
+        if self.preset_result is not None:
+            lines.extend(preset_note_lines(self.preset_result))
+        return lines
 
-        loop.call_soon(step)
-
-    def _make_plot(self):
-        return ReportPlot(self.report, show_forward=self.show_forward.value, live=True)
-
-    def _update_plot(self) -> None:
-        self._plot.update(self.report, show_forward=self.show_forward.value)
+    def _report_fields(self) -> dict:
+        r = self.report
+        return {"signal_norms": r.signal_norms, "weight_norms": r.weight_norms,
+                "clipped_weight_norms": r.clipped_weight_norms, "activation_stds": r.activation_stds,
+                "predicted_signal": getattr(r, "predicted_signal", None), "ratio": r.ratio}
 
     def _sync(self) -> None:
         self._sync_clip()
 
     def _after_change(self) -> None:
         self._update_preset()
-
-    def settle(self) -> None:
-        """The base's settle (the exact picture after a drag or a click), then :meth:`_prefetch`."""
-        pending = getattr(self, "_settle_handle", None) is not None or getattr(self, "_draw_pending", False)
-        super().settle()
-        if pending:
-            self._prefetch()
 
     def _copy_kwargs(self) -> dict:
         kw = self.settings()
@@ -229,7 +182,7 @@ class GradientExplorer(ClipControls, Explorer):
     def labels(self) -> dict:
         """``{control: {value: dropdown label}}`` of every dropdown and checkbox."""
         out = {name: {v: lab for lab, v in _pairs(w.options)}
-               for name, w in self._controls.items() if isinstance(w, widgets.Dropdown)}
+               for name, w in self._controls.items() if isinstance(w, Dropdown) and w.setting}
         out["residual"] = {True: _("residual h + a"), False: _("no residual")}
         return out
 
@@ -266,13 +219,20 @@ class GradientExplorer(ClipControls, Explorer):
         return {**(PRESETS[preset].settings if preset else {}), **values}
 
     # --------------------------------------------------------------------- internals
-    def _on_preset(self, change) -> None:
-        if self._muted:
-            return
-        if change["new"]:
-            self.set(preset=change["new"])
-        else:
-            self._on_change()
+    def _on_other(self, control) -> None:
+        """``ex.preset.value = key`` in Python applies the preset, as ``set(preset=key)`` does."""
+        self.set(preset=control.value)
+
+    def _on_page_preset(self) -> None:
+        """The page chose a preset: apply its settings (the base then draws them)."""
+        key = self.preset.value
+        if key:
+            self._muted = True
+            try:
+                for name, value in PRESETS[key].settings.items():
+                    self._controls[name].value = value
+            finally:
+                self._muted = False
 
     def _update_preset(self) -> None:
         key = self.preset.value
@@ -283,14 +243,68 @@ class GradientExplorer(ClipControls, Explorer):
             finally:
                 self._muted = False
         self.preset_result = compare_preset(key, self.report) if key else None
-        note = "" if self.preset_result is None else preset_note_html(self.preset_result)
-        if self.preset_note.value != note:
-            self.preset_note.value = note
 
     def _text(self) -> str:
         if self.preset_result is None:
             return self.status_text
         return self.status_text + "\n" + preset_note_text(self.preset_result)
+
+
+#: The legend's words for each series (the page's and the picture's).
+LABELS = {
+    "band": N_("healthy band for the layer-1 signal"),
+    "signal": N_("signal dL/dz (back-propagated)"),
+    "theory": N_("signal predicted by variance propagation"),
+    "weight": N_("weight gradient dL/dW"),
+    "clipped": N_("dL/dW after clipping"),
+    "forward": N_("forward activation std"),
+    "zeros": N_("signal exactly 0 (underflow)"),
+    "nonfinite": N_("NaN / inf"),
+}
+
+
+def report_plot(report, *, show_forward: bool = True, vanish_below: float = 1e-3,
+                explode_above: float = 1e3) -> dict:
+    """The plot spec of one :class:`~gradlab.reports.gradients.GradientReport` (chapters 01, 05).
+
+    The back-propagated signal, the weight-gradient norms (and after clipping, when a clip is
+    set), the theory curve where the report has one, optionally the forward activation std, and
+    the healthy band for the *signal*: the layer-1 signals that the verdict calls healthy (1e-3
+    to 1e3 times the last layer's). Exact zeros are marked on the bottom edge, NaN/inf on the top
+    edge, instead of silently disappearing from a log axis.
+    """
+    n = report.depth
+    x = np.arange(1, n + 1)
+    sig = np.asarray(report.signal_norms, dtype=np.float64)
+    series = [{"label": _(LABELS["signal"]), "y": sig, "color": COLORS["signal"], "width": 2, "marker": "dot"}]
+    theory = getattr(report, "predicted_signal", None)
+    if theory is not None:
+        series.append({"label": _(LABELS["theory"]), "y": theory, "color": COLORS["signal"], "width": 1.5,
+                       "dash": [6, 4]})
+    series.append({"label": _(LABELS["weight"]), "y": report.weight_norms, "color": COLORS["weight"], "width": 1.2,
+                   "dash": [4, 3]})
+    if report.clip is not None:
+        series.append({"label": _(LABELS["clipped"]), "y": report.clipped_weight_norms, "color": COLORS["clipped"],
+                       "width": 2.2})
+    if show_forward:
+        series.append({"label": _(LABELS["forward"]), "y": report.activation_stds, "color": COLORS["forward"],
+                       "width": 1.4, "dash": [2, 3]})
+    values = np.concatenate([np.asarray(s["y"], dtype=np.float64) for s in series])
+    fin = values[np.isfinite(values) & (values > 0)]
+    lo, hi = (fin.min() / 4, fin.max() * 4) if fin.size else (1e-12, 1.0)
+    band = None
+    last = float(sig[-1])
+    if math.isfinite(last) and last > 0:
+        band = {"lo": last * vanish_below, "hi": last * explode_above, "label": _(LABELS["band"]),
+                "color": COLORS["band"]}
+        lo, hi = min(lo, band["lo"] / 2), max(hi, band["hi"] * 2)
+    markers = [{"x": x[sig == 0], "at": "bottom", "label": _(LABELS["zeros"]), "color": COLORS["zeros"]},
+               {"x": x[~np.isfinite(sig)], "at": "top", "label": _(LABELS["nonfinite"]), "color": COLORS["nonfinite"]}]
+    title = _("{status}: layer 1 / layer {depth} = {ratio}").format(
+        status=status_word(report.status), depth=n, ratio=f"{report.ratio:.3g}")
+    return line_plot(x=x, series=series, xlabel=_("hidden layer (1 = input side)"),
+                     ylabel=_("L2 norm (log scale)"), title=title, title_color=STATUS_COLORS.get(report.status),
+                     xlim=(0.5, n + 0.5), ylim=decade_limits([lo, hi]), band=band, markers=markers)
 
 
 def preset_note_text(result) -> str:
@@ -301,17 +315,14 @@ def preset_note_text(result) -> str:
         citation=p.citation)
 
 
-def preset_note_html(result) -> str:
+def preset_note_lines(result) -> list:
     """The preset note under the explorer: the full title, the comparison, the paper's argument."""
     p = result.preset
     c = compare_with_paper(result)
-    color = "#1a7f37" if c.agrees else "#cf222e"
-    return (f'<div style="font-family: var(--jp-ui-font-family, sans-serif); font-size: 13px; '
-            f'line-height: 1.45; white-space: normal"><b>{html.escape(_(p.title))}</b>: '
-            f"{html.escape(_(QUANTITIES[p.quantity]))}: "
-            f'<span style="color: {color}">{html.escape(c.text)}</span><br>'
-            f'<span style="font-size: 12px">{html.escape(_(p.paper_text))}<br>'
-            f"<i>{html.escape(p.citation)}</i></span></div>")
+    return [[{"text": _(p.title), "bold": True}, {"text": ": " + _(QUANTITIES[p.quantity]) + ": "},
+             {"text": c.text, "color": STATUS_COLORS["healthy"] if c.agrees else STATUS_COLORS["exploding"]}],
+            [{"text": _(p.paper_text), "small": True}],
+            [{"text": p.citation, "italic": True, "small": True}]]
 
 
 def _pairs(options):

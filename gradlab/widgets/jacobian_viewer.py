@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import html
-
-import ipywidgets as widgets
+import numpy as np
 
 from .._validate import check_int as _check_int
 from ..i18n import _
-from ..plots.jacobians import JacobianPlot
+from ..plots.view import jsonable
+from ..plots.jacobians import as_matrix
 from ..topics.jacobian_timing import JacobianBench
 from ..topics.jacobians import JACOBIAN_FUNCTIONS, jacobian_function
-from .base import Explorer, css
-from .sliders import ExactIntSlider
+from .base import Explorer
+from .controls import Dropdown, Slider
 
 __all__ = ["JacobianViewer"]
 
@@ -36,8 +35,11 @@ class JacobianViewer(Explorer):
     signatures, so a new size does not retrace. Used in chapter 02.
     """
 
-    css_name = "jacobian"
-    controls_width = "350px"
+    #: a report holds timings: each change is measured afresh
+    cache_reports = False
+    #: RdBu reversed: blue negative, white zero, red positive (matplotlib's "RdBu_r" stops)
+    COLORS = ["#053061", "#2166ac", "#4393c3", "#92c5de", "#d1e5f0", "#f7f7f7", "#fddbc7", "#f4a582",
+              "#d6604d", "#b2182b", "#67001f"]
 
     def __init__(self, function: str = "softmax", size: int = 8, seed: int = 0, *,
                  bench: JacobianBench | None = None):
@@ -46,15 +48,12 @@ class JacobianViewer(Explorer):
         if bench is not None and not isinstance(bench, JacobianBench):
             raise ValueError(f"bench must be a JacobianBench or None; got {bench!r}")
         self.bench = bench or JacobianBench(seed=seed)
-        self.function = self.control("function", widgets.Dropdown(
-            options=[(f"{f.name}: {_(f.label)}", f.name) for f in JACOBIAN_FUNCTIONS.values()],
-            value=function, description=_("function"), layout=widgets.Layout(width="340px")))
-        self.size = self.control("size", ExactIntSlider(
-            "size", value=size, min=VIEWER_MIN_SIZE, max=VIEWER_MAX_SIZE, description=_("size n"),
-            continuous_update=False))
-        self.note = css(widgets.HTML(layout=widgets.Layout(width="340px")), "jacobian-note")
-        self.start(side=(self.note,))
-        self._set_note()
+        self.function = self.control(Dropdown(
+            "function", options=[(f"{f.name}: {_(f.label)}", f.name) for f in JACOBIAN_FUNCTIONS.values()],
+            value=function, description=_("function")))
+        self.size = self.control(Slider("size", value=size, min=VIEWER_MIN_SIZE, max=VIEWER_MAX_SIZE, integer=True,
+                                        description=_("size n")))
+        self.start()
 
     # --------------------------------------------------------------------- the base's hooks
     def _compute(self):
@@ -62,17 +61,28 @@ class JacobianViewer(Explorer):
         self.jacobian = self.run.jacobian
         return self.run
 
-    def _make_plot(self):
-        return JacobianPlot(self.jacobian, title=self._plot_title(), y_ndim=len(self.run.y_shape))
+    def _plots(self) -> list[dict]:
+        m, _blocks = as_matrix(np.asarray(self.jacobian), len(self.run.y_shape))
+        finite = np.abs(m[np.isfinite(m)])
+        lim = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
+        return [jsonable({"type": "heatmap", "z": m.astype(np.float64).ravel(), "rows": m.shape[0], "cols": m.shape[1],
+                          "zmin": -lim, "zmax": lim, "colors": self.COLORS, "title": self._plot_title(),
+                          "xlabel": _("input element (flattened x)"), "ylabel": _("output element (flattened y)"),
+                          "zlabel": ""})]
 
-    def _update_plot(self) -> None:
-        self._plot.update(self.jacobian, title=self._plot_title(), y_ndim=len(self.run.y_shape))
+    def _notes(self) -> list:
+        spec = JACOBIAN_FUNCTIONS[self.run.name]
+        r = self.run
+        return [[{"text": t}] for t in (
+            _(spec.description), _("x shape {x}, y shape {y}").format(x=r.x_shape, y=r.y_shape),
+            _("batch_jacobian shape {shape}").format(shape=tuple(r.batch_jacobian.shape)),
+            _("the three methods agree to {tol}").format(tol=f"{r.max_disagreement:.1g}"))]
 
-    def _after_change(self) -> None:
-        self._set_note()
+    def _report_fields(self) -> dict:
+        return {"jacobian_shape": list(np.shape(self.jacobian)), "max_disagreement": self.run.max_disagreement}
 
-    def _status_color(self) -> str:
-        return "inherit"
+    def _status_color(self):
+        return None
 
     def _text(self) -> str:
         """Timing-free on purpose: nbval compares it, and timings change from run to run."""
@@ -109,13 +119,3 @@ class JacobianViewer(Explorer):
     # --------------------------------------------------------------------- internals
     def _plot_title(self) -> str:
         return _(JACOBIAN_FUNCTIONS[self.run.name].label)
-
-    def _set_note(self) -> None:
-        spec = JACOBIAN_FUNCTIONS[self.run.name]
-        r = self.run
-        lines = [_(spec.description),
-                 _("x shape {x}, y shape {y}").format(x=r.x_shape, y=r.y_shape),
-                 _("batch_jacobian shape {shape}").format(shape=tuple(r.batch_jacobian.shape)),
-                 _("the three methods agree to {tol}").format(tol=f"{r.max_disagreement:.1g}")]
-        self.note.value = ('<div style="font-size: 12px; line-height: 1.45">'
-                           + "<br>".join(html.escape(t) for t in lines) + "</div>")

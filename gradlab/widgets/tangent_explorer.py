@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..i18n import _
-from ..plots.intro import TangentPlot
+from ..plots.view import COLORS, line_plot
 from ..topics.intro import slope_and_step, toy_loss
 from .base import Explorer
-from .sliders import ExactFloatSlider
+from .controls import Slider
 
 __all__ = ["TangentExplorer"]
 
@@ -29,8 +29,8 @@ def _exact(x: float) -> str:
 class TangentExplorer(Explorer):
     """Sliders ``w`` and ``learning_rate``; the plot shows L(w), its tangent and one step (chapter 00)."""
 
-    css_name = "tangent"
-    controls_width = "320px"
+    #: The page moves ``w`` without waiting: every grid value of the slider is sent ahead.
+    axis_control = "w"
 
     def __init__(self, w: float = -0.5, learning_rate: float = 0.3):
         slope_and_step(w, learning_rate)  # validates both
@@ -42,12 +42,10 @@ class TangentExplorer(Explorer):
         self._losses = toy_loss(self._ws).numpy()
         # exactly the values passed (w=0.33 stays 0.33), updated when a drag ends:
         # gradlab.widgets.sliders says why
-        self.w = self.control("w", ExactFloatSlider(
-            "w", value=w, min=_W_RANGE[0], max=_W_RANGE[1], step=0.05, description="w",
-            readout_format=".3g"))
-        self.learning_rate = self.control("learning_rate", ExactFloatSlider(
+        self.w = self.control(Slider("w", value=w, min=_W_RANGE[0], max=_W_RANGE[1], step=0.05, description="w"))
+        self.learning_rate = self.control(Slider(
             "learning_rate", value=learning_rate, min=_LR_RANGE[0], max=_LR_RANGE[1], step=0.05,
-            description=_("learning rate"), readout_format=".3g"), css_name="tangent-lr")
+            description=_("learning rate")))
         self.start()
 
     def _compute(self):
@@ -56,14 +54,35 @@ class TangentExplorer(Explorer):
         self.loss_next = float(toy_loss(np.float32(self.w_next)).numpy())
         return (w, self.loss, self.slope, self.w_next, self.loss_next)
 
-    def _make_plot(self):
-        return TangentPlot(self._ws, self._losses).update(*self.report)
+    def _axis_values(self) -> list:
+        # the page's slider grid: -1, -0.95, ..., 5 (as the page computes them)
+        return [round(_W_RANGE[0] + 0.05 * k, 10) for k in range(121)]
 
-    def _update_plot(self) -> None:
-        self._plot.update(*self.report)
+    def _plots(self) -> list[dict]:
+        w, loss, slope, w_next, loss_next = self.report
+        dx = np.array([-0.8, 0.8])
+        span = float(self._losses.max() - self._losses.min())
+        series = [
+            {"label": _("loss L(w)"), "y": self._losses, "color": COLORS["forward"], "width": 1.5},
+            {"label": _("tangent: slope = dL/dw"), "x": w + dx, "y": loss + slope * dx, "color": COLORS["signal"],
+             "width": 1.8},
+            {"label": "", "x": [w], "y": [loss], "color": COLORS["signal"], "line": False, "marker": "dot"},
+            {"label": _("w after one step"), "x": [w_next], "y": [loss_next], "color": COLORS["clipped"],
+             "line": False, "marker": "dot"},
+        ]
+        title = _("w = {w}   dL/dw = {slope}   step → w = {w_next}").format(
+            w=f"{w:.2f}", slope=f"{slope:+.3f}", w_next=f"{w_next:.2f}")
+        return [line_plot(x=self._ws, series=series, xlabel="w", ylabel="L(w)", title=title, ylog=False,
+                          xlim=(float(self._ws.min()), float(self._ws.max())),
+                          ylim=(float(self._losses.min()) - 0.1 * span, float(self._losses.max()) + 0.1 * span),
+                          height=260)]
 
-    def _status_color(self) -> str:
-        return "inherit"
+    def _report_fields(self) -> dict:
+        w, loss, slope, w_next, loss_next = self.report
+        return {"w": w, "loss": loss, "slope": slope, "w_next": w_next, "loss_next": loss_next}
+
+    def _status_color(self):
+        return None
 
     @property
     def status_text(self) -> str:

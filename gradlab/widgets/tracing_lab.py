@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import time
 
-import ipywidgets as widgets
 import numpy as np
 
 from ..i18n import N_, _
-from ..plots.tracing import RETRACE_COLOR, CallTimePlot
+from ..plots.tracing import RETRACE_COLOR, STEADY_COLOR
+from ..plots.view import line_plot
 from ..topics.tracing import sgd_step_function, tf
-from .base import Explorer, css
-from .sliders import ExactFloatSlider
+from .base import Explorer
+from .controls import Button, Dropdown, Slider
 
 __all__ = ["TracingLab"]
 
@@ -31,8 +31,10 @@ class TracingLab(Explorer):
     current. :attr:`traces` is the tracing count of the current mode's function.
     """
 
-    css_name = "tracing"
-    controls_width = "330px"
+    #: every call is measured (and may trace): nothing is cached or computed ahead
+    cache_reports = False
+    #: the calls the plot shows (the latest)
+    MAX_CALLS = 40
 
     def __init__(self, value: float = 0.1, mode: str = "python float", *, seed: int = 0,
                  plot: bool = True):
@@ -48,19 +50,17 @@ class TracingLab(Explorer):
         self._w0 = tf.constant(rng.normal(size=(16, 1)) * 0.1, tf.float32)
         true_w = rng.normal(size=(16, 1))
         self._y = self._x @ tf.constant(true_w, tf.float32)
-        self.mode = self.control("mode", widgets.ToggleButtons(
-            options=[(_(MODE_LABELS[m]), m) for m in MODES], value=mode, description=_("pass as")))
-        # exactly the value passed (0.125 stays 0.125 and reads so): gradlab.widgets.sliders says why
-        self.value = self.control("value", ExactFloatSlider(
-            "value", value=float(value), min=0.0, max=1.0, step=0.01, description=_("learning rate"),
-            readout_format=".3g"))
-        self.reset = css(widgets.Button(description=_("reset traces"), icon="refresh"), "tracing-reset")
+        self.mode = self.control(Dropdown("mode", options=[(_(MODE_LABELS[m]), m) for m in MODES], value=mode,
+                                          description=_("pass as")))
+        self.value = self.control(Slider("value", value=float(value), min=0.0, max=1.0, step=0.01,
+                                         description=_("learning rate")))
+        self.reset = self.control(Button("reset", description=_("reset traces")))
         self.traces = 0
         self.last_ms = float("nan")
         self.last_retraced = False
         self.loss = float("nan")
         self._new_functions()
-        self.start(side=(self.reset,))
+        self.start()
         self.reset.on_click(self._on_reset)
 
     # --------------------------------------------------------------------- the base's hooks
@@ -79,18 +79,26 @@ class TracingLab(Explorer):
         self._traced[mode].append(self.last_retraced)
         return self.loss
 
-    def _make_plot(self):
+    def _plots(self) -> list[dict]:
         if not self._with_plot:
-            return None
-        plot = CallTimePlot()
-        plot.update(self._times[self.mode.value], self._traced[self.mode.value])
-        return plot
+            return []
+        times = self._times[self.mode.value]
+        t = np.asarray(times, dtype=np.float64)[-self.MAX_CALLS:]
+        r = np.asarray(self._traced[self.mode.value], dtype=bool)[-self.MAX_CALLS:]
+        start = max(0, len(times) - self.MAX_CALLS)
+        x = np.arange(start + 1, start + t.size + 1)
+        return [line_plot(
+            x=x, series=[{"label": _("call (cached graph)"), "y": t, "color": STEADY_COLOR, "width": 1, "marker": "dot"},
+                         {"label": _("call that traced"), "y": np.where(r, t, np.nan), "color": RETRACE_COLOR,
+                          "line": False, "marker": "dot"}],
+            xlabel=_("call"), ylabel=_("ms (log scale)"), title=_("time of each call"),
+            xlim=(x[0] - 0.5, 10 * np.ceil(x[-1] / 10) + 0.5) if t.size else (0.5, 10.5), height=240)]
 
-    def _update_plot(self) -> None:
-        self._plot.update(self._times[self.mode.value], self._traced[self.mode.value])
+    def _report_fields(self) -> dict:
+        return {"traces": self.traces, "loss": self.loss}
 
-    def _status_color(self) -> str:
-        return RETRACE_COLOR if self.last_retraced else "inherit"
+    def _status_color(self):
+        return RETRACE_COLOR if self.last_retraced else None
 
     def _text(self) -> str:
         return self.summary
@@ -131,4 +139,4 @@ class TracingLab(Explorer):
 
     def _on_reset(self, _button=None) -> None:
         self._new_functions()
-        self._on_change()
+        self._redraw()

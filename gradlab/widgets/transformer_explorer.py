@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import ipywidgets as widgets
 import keras
+import numpy as np
 
 from .._validate import check_choice, check_int, check_positive
 from ..core import check_clip
 from ..engines.transformer import TransformerGradientEngine
 from ..i18n import _
 from ..models.transformer import NORM_POSITIONS
-from ..plots.transformer import TransformerPlot
+from ..plots.view import COLORS, decade_limits, line_plot
 from ..train.warmup import TrainingRuns
-from .base import ClipControls, Explorer, css
-from .sliders import ExactIntSlider
+from .base import ClipControls, Explorer
+from .controls import Button, Dropdown, Progress, Slider
 
 __all__ = ["TransformerExplorer"]
 
@@ -40,7 +40,7 @@ class TransformerExplorer(ClipControls, Explorer):
     bar; the runs are cached per setting and shown whenever the controls return to it.
     """
 
-    css_name = "transformer"
+    axis_control = "num_layers"
 
     def __init__(self, num_layers: int = 6, norm_position: str = "pre", learning_rate: float = 1e-3,
                  warmup_steps: int = 50, clip=None, *, steps: int = 200, batch_size: int = 16,
@@ -60,28 +60,23 @@ class TransformerExplorer(ClipControls, Explorer):
         self.seed = check_int("seed", seed, 0)
         self._runs: dict = {} if runs is None else runs      # (num_layers, position) -> TrainingRuns, shared by copies
         self._models: dict = {}
-        self.num_layers = self.control("num_layers", ExactIntSlider(
-            "num_layers", value=num_layers, min=1, max=self.engine.max_layers, description=_("blocks")))
-        self.norm_position = self.control("norm_position", widgets.Dropdown(
-            options=[(_("pre-LN"), "pre"), (_("post-LN"), "post")], value=norm_position,
+        self.num_layers = self.control(Slider("num_layers", value=num_layers, min=1, max=self.engine.max_layers,
+                                              integer=True, description=_("blocks")))
+        self.norm_position = self.control(Dropdown(
+            "norm_position", options=[(_("pre-LN"), "pre"), (_("post-LN"), "post")], value=norm_position,
             description=_("LayerNorm")))
-        # Exact values only: a FloatLogSlider with a step rounded 3e-3 to 0.0032, and an
-        # IntSlider with step 10 rounded warmup 25 to 30, without a word (issue 29).
-        self.learning_rate = self.control("learning_rate", widgets.SelectionSlider(
-            options=_lr_options([learning_rate]), value=float(learning_rate), description=_("learning rate")))
-        self.warmup_steps = self.control("warmup_steps", ExactIntSlider(
-            "warmup_steps", value=warmup_steps, min=0, max=self.steps // 2, step=1, description=_("warmup")))
+        # the grid of rates as a slider over its values; a value given joins them, never rounded
+        self.learning_rate = self.control(Dropdown(
+            "learning_rate", options=_lr_options([learning_rate]), value=float(learning_rate),
+            description=_("learning rate"), slider=True))
+        self.warmup_steps = self.control(Slider("warmup_steps", value=warmup_steps, min=0, max=self.steps // 2,
+                                                integer=True, description=_("warmup")))
         self.clip_controls(clip)
-        for c in self.controls:
-            c.style.description_width = "90px"
-        # as wide as its label (ipywidgets' fixed 148 px cut "run the first 10…" at every width)
-        self.run_button = css(widgets.Button(description=_("run the first {steps} steps").format(steps=self.steps),
-                                             icon="play", layout=widgets.Layout(width="auto", max_width="100%")),
-                              "transformer-run")
-        self.progress = css(widgets.IntProgress(value=0, min=0, max=2 * self.steps, description="",
-                                                layout=widgets.Layout(width="300px")), "transformer-progress")
+        self.run_button = self.control(Button(
+            "run", description=_("run the first {steps} steps").format(steps=self.steps)))
+        self.progress = self.control(Progress("progress", max=2 * self.steps))
         self.run_button.on_click(lambda button: self.run_steps())
-        self.start(side=(self.run_button, self.progress))
+        self.start()
 
     # ------------------------------------------------------------------ what the learner reads
     @property
@@ -130,6 +125,7 @@ class TransformerExplorer(ClipControls, Explorer):
         done = self.steps
         plain = trainer.run(warmup_steps=0, progress=False, on_step=tick, **self._setting())
         self.progress.value = 2 * self.steps
+        self.invalidate()  # the views along the axis now show runs
         self._on_change()
         return warm, plain
 
@@ -158,23 +154,56 @@ class TransformerExplorer(ClipControls, Explorer):
     def _compute(self):
         return self.engine.report(self.num_layers.value, self.norm_position.value)
 
-    def _make_plot(self):
-        self._plot = TransformerPlot()
-        self._update_plot()
-        return self._plot
+    def _key(self) -> str:
+        return repr((self.num_layers.value, self.norm_position.value))  # the report's only inputs
 
-    def _update_plot(self) -> None:
+    def _plots(self) -> list[dict]:
+        r = self.report
+        n = np.asarray(r.layer_grad_norms, dtype=np.float64)
+        ffn = np.asarray(r.ffn_grad_norms, dtype=np.float64)
+        x = np.arange(1, n.size + 1)
+        blocks = line_plot(
+            x=x, series=[{"label": _("all of the block's variables"), "y": n, "color": COLORS["signal"], "width": 1.8,
+                          "marker": "dot"},
+                         {"label": _("second FFN kernel"), "y": ffn, "color": COLORS["accent"], "width": 1.2,
+                          "dash": [4, 3], "marker": "dot"}],
+            xlabel=_("block (1 = nearest the input)"), ylabel=_("gradient norm at initialization (log scale)"),
+            title=self._title(), xlim=(0.5, max(n.size, 2) + 0.5), ylim=decade_limits(np.concatenate([n, ffn])),
+            flex=1.15)
+        runs = self.runs
+        if runs is None:
+            return [blocks]
+        steps = np.arange(1, max(c.losses.size for c in runs) + 1)
+        colors = (COLORS["signal"], COLORS["weight"])
+        labels = (_("with warmup"), _("without warmup"))
+        loss = line_plot(x=steps, series=[{"label": lab, "y": c.losses, "color": col, "width": 1.3}
+                                          for lab, c, col in zip(labels, runs, colors, strict=True)],
+                         xlabel=_("training step"), ylabel=_("loss"), ylog=False, flex=1, height=240)
         clip = self.clip
-        self._plot.update(self.report, runs=self.runs, title=self._title(),
-                          clip_norm=clip[1] if clip is not None and clip[0] == "global_norm" else None,
-                          hint=_("press “run the first {steps} steps”").format(steps=self.steps))
+        series = [{"label": lab, "y": c.grad_norms, "color": col, "width": 1.0}
+                  for lab, c, col in zip(labels, runs, colors, strict=True)]
+        if clip is not None and clip[0] == "global_norm":
+            series.append({"label": _("clip threshold (dotted)"), "y": np.full(steps.size, clip[1]),
+                           "color": COLORS["muted"], "width": 1.2, "dash": [2, 3]})
+        norms = line_plot(x=steps, series=series, xlabel=_("training step"), ylabel=_("gradient norm"), flex=1,
+                          height=240)
+        return [blocks, loss, norms]
+
+    def _notes(self) -> list:
+        if self.runs is not None:
+            return []
+        return [[{"text": _("press “run the first {steps} steps”").format(steps=self.steps), "color": COLORS["muted"]}]]
+
+    def _report_fields(self) -> dict:
+        r = self.report
+        return {"layer_grad_norms": r.layer_grad_norms, "ffn_grad_norms": r.ffn_grad_norms, "ratio": r.ratio}
 
     def _title(self) -> str:
         return _("{position}-LN, {blocks} blocks: last/first {ratio}").format(
             position=self.norm_position.value, blocks=self.num_layers.value, ratio=f"{self.report.ratio:.3g}")
 
-    def _status_color(self) -> str:
-        return "inherit"
+    def _status_color(self):
+        return None
 
     def _head(self) -> str:
         r = self.report

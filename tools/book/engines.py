@@ -34,13 +34,13 @@ ROOT = Path(gl.__file__).resolve().parent
 ENGINE_SOURCES = {
     "GradientExplorer": ["engines/mlp.py", "models/mlp.py", "reports/verdict.py", "reports/base.py",
                          "reports/advice.py", "reports/gradients.py", "core", "widgets/gradient_explorer.py",
-                         "widgets/base.py", "i18n.py", "locale"],
+                         "widgets/base.py", "widgets/controls.py", "plots/view.py", "i18n.py", "locale"],
     "GradientExplorer05": ["engines/mlp.py", "models/mlp.py", "reports/verdict.py", "reports/base.py",
                            "reports/advice.py", "reports/gradients.py", "core", "engines/presets.py",
-                           "widgets/gradient_explorer.py", "widgets/base.py", "i18n.py", "locale"],
+                           "widgets/gradient_explorer.py", "widgets/base.py", "widgets/controls.py", "plots/view.py", "i18n.py", "locale"],
     "TimeExplorer": ["engines/rnn.py", "models/rnn.py", "reports/time.py", "reports/verdict.py", "reports/base.py",
-                     "reports/advice.py", "core", "widgets/time_explorer.py", "widgets/base.py", "i18n.py",
+                     "reports/advice.py", "core", "widgets/time_explorer.py", "widgets/base.py", "widgets/controls.py", "plots/view.py", "i18n.py",
                      "locale"],
     "TransformerExplorer": ["engines/transformer.py", "models/transformer.py", "reports/transformer.py", "core",
-                            "widgets/transformer_explorer.py", "widgets/base.py", "i18n.py", "locale"],
+                            "widgets/transformer_explorer.py", "widgets/base.py", "widgets/controls.py", "plots/view.py", "i18n.py", "locale"],
 }
