@@ -6,8 +6,8 @@ import numpy as np
 
 from .._validate import check_int as _check_int
 from ..i18n import _
-from ..plots.view import jsonable
 from ..plots.jacobians import as_matrix
+from ..plots.view import jsonable
 from ..topics.jacobian_timing import JacobianBench
 from ..topics.jacobians import JACOBIAN_FUNCTIONS, jacobian_function
 from .base import Explorer

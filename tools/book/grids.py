@@ -220,7 +220,7 @@ def grid_ch05(progress=print) -> None:
 CH07_CONTROLS = [
     {"name": "cell", "values": ["simple_rnn", "gru", "lstm"]},
     {"name": "steps", "values": [5, 10, 20, 50, 100, 150, 200]},
-    {"name": "recurrent_initializer", 
+    {"name": "recurrent_initializer",
      "values": ["orthogonal", "glorot_uniform", "normal_0.5", "normal_2", "identity"]},
     {"name": "input_scale", "values": [0.01, 0.1, 1.0, 10.0]},
 ]
