@@ -6,9 +6,10 @@ leave their picture where the server can read it, and this module's pre-save hoo
 into the file:
 
 - in the kernel, every explorer that has been displayed stores its current picture (PNG and
-  timing-free text) after each change, keyed by its widget model id, in
-  ``<jupyter runtime dir>/gradlab-pictures/`` (:func:`store_picture`, called by
-  ``gradlab.widgets.base.Explorer``);
+  timing-free text), keyed by its widget model id, in ``<jupyter runtime dir>/gradlab-pictures/``
+  (:func:`store_picture`, called by ``gradlab.widgets.base.Explorer``
+  ``Explorer.picture_delay_s`` = 0.3 s after its last change, never during a drag; a save within
+  that moment keeps the picture before the change);
 - in the server, :func:`lab_pre_save_hook` replaces each explorer output's widget view by
   that latest picture, and adds a line under it saying to re-run the cell for the live
   explorer (the kernel's translation of it, so the Chinese edition reads Chinese).
@@ -92,10 +93,6 @@ def load_picture(model_id: str) -> dict | None:
         return None
 
 
-#: Seconds a save of a notebook with explorers waits for a picture still being settled.
-SETTLE_WAIT_S = 0.4
-
-
 def _note_output(note: str) -> dict:
     return {"output_type": "display_data", "metadata": {NOTE_KEY: True},
             "data": {"text/markdown": f"*↻ {note}*", "text/plain": f"↻ {note}"}}
@@ -109,12 +106,6 @@ def keep_last_pictures(nb: dict) -> int:
     stored), loses the view, and is followed by one line saying to re-run the cell. Other
     widget outputs are left alone.
     """
-    if any(WIDGET_VIEW in out.get("data", {}) and "image/png" in out.get("data", {})
-           for cell in nb.get("cells", []) for out in cell.get("outputs") or []):
-        # An explorer stores its exact picture SETTLE_WAIT_S after a learner's last change in the
-        # page (gradlab.widgets.base, Explorer.settle_s = 0.15 s, then one render): a save right
-        # after a change waits for it rather than keep the picture before the change.
-        time.sleep(SETTLE_WAIT_S)
     changed = 0
     for cell in nb.get("cells", []):
         outputs = cell.get("outputs") or []

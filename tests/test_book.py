@@ -1,57 +1,100 @@
-"""The book site's committed explorer grids (book/data/): fresh, the engine's numbers, the catalog's words.
+"""The book site's committed explorer grids (book/data/): fresh, and the views the kernel sends.
 
-- Freshness: each grid records a hash of the engine code it came from; when that code changes,
-  this fails and names the command that recomputes the grids (``make book-data``).
-- A random sample of grid points (seeded; ``GRADLAB_BOOK_SAMPLE_SEED`` picks another) is
-  recomputed with ``MLPGradientEngine`` and must equal the stored values to their 5 digits,
-  and the page's closed-form clipping (by norm, by global norm) must equal the engine's.
-- The status lines: the page fills the catalog's template with the stored per-point texts;
-  the result must be ``GradientExplorer.status_text`` in English and in Chinese.
+- Freshness: each grid records a hash of the code it came from; when that code changes, this
+  fails and names the command that recomputes the grids (``make book-data``).
+- Coverage: every combination of the grid's control values has its numbers and, in each
+  language, its texts.
+- A random sample of points (seeded; ``GRADLAB_BOOK_SAMPLE_SEED`` picks another) is put back
+  together as ``book/_static/gradlab/site.js`` does (:func:`view_of`, the same steps) and must
+  equal the view a fresh explorer of the chapter sends for that setting, in English and in
+  Chinese: every number to its 5 stored digits, every text exactly. The browser tier then
+  checks that the page draws those views and that their numbers are the engine's.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import os
 import random
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "book" / "data"
-RTOL = 1e-4
+GRIDS = ["GradientExplorer", "GradientExplorer05", "TimeExplorer", "TransformerExplorer"]
+LANGS = ("en", "zh")
 
 
-@pytest.fixture(scope="module")
-def grid():
-    return json.loads((DATA / "GradientExplorer.json").read_text(encoding="utf-8"))
+def load(name: str) -> tuple[dict, dict]:
+    data = json.loads((DATA / f"{name}.json").read_text(encoding="utf-8"))
+    texts = {lang: json.loads((DATA / f"{name}.{lang}.json").read_text(encoding="utf-8")) for lang in LANGS}
+    return data, texts
 
 
-@pytest.fixture(scope="module")
-def texts():
-    return {lang: json.loads((DATA / f"GradientExplorer.{lang}.json").read_text(encoding="utf-8"))
-            for lang in ("en", "zh")}
+def view_of(template: dict, numbers: dict, texts: dict) -> dict:
+    """A stored view put back together: site.js's ``viewOf``, step for step."""
+    flat = {**template, **numbers, **texts}
+    for p in numbers.get("#drop", []):
+        flat.pop(p, None)
+    flat.pop("#drop", None)
+    view: dict = {}
+    lengths = []
+
+    def container(keys, upto):
+        o = view
+        for k in range(upto):
+            key = keys[k]
+            slot = o[int(key)] if isinstance(o, list) else o.get(key)
+            if slot is None:
+                slot = [] if keys[k + 1].isdigit() else {}
+                if isinstance(o, list):
+                    while len(o) <= int(key):
+                        o.append(None)
+                    o[int(key)] = slot
+                else:
+                    o[key] = slot
+            o = slot
+        return o
+
+    for p, v in flat.items():
+        keys = p.split("/")
+        last = keys[-1]
+        if last == "#len":
+            lengths.append((keys[:-1], v))
+            continue
+        if last == "#dict":
+            if len(keys) > 1:
+                container(keys, len(keys) - 1)
+            continue
+        o = container(keys, len(keys) - 1)
+        if isinstance(o, list):
+            while len(o) <= int(last):
+                o.append(None)
+            o[int(last)] = v
+        else:
+            o[last] = v
+    for keys, n in lengths:
+        del container([*keys, "0"], len(keys))[n:]
+    return view
 
 
-@pytest.fixture(scope="module")
-def engine():
-    from tools.book import grids
-    from tools.book.engines import MLPGradientEngine, gl
-
-    gl.setup(seed=0)
-    return MLPGradientEngine(**grids.CH01_ENGINE)
-
-
-def sample(grid, n=8):
-    seed = int(os.environ.get("GRADLAB_BOOK_SAMPLE_SEED", "20261201"))
-    rng = random.Random(seed)
-    c = grid["controls"]
-    points = [(rng.choice(c["depth"]), rng.choice(c["activation"]), rng.choice(c["initializer"]))
-              for _ in range(n)]
-    # the corners: one layer, the deepest exploding and the deepest vanishing network
-    return points + [(1, "relu", "he_normal"), (100, "relu", "large_normal"), (100, "sigmoid", "glorot_uniform")]
+def same(a, b, path="") -> None:
+    """``a`` (stored, 5 digits) equals ``b`` (fresh) leaf for leaf."""
+    if isinstance(b, dict):
+        assert isinstance(a, dict) and set(a) == set(b), (path, sorted(a) if isinstance(a, dict) else a, sorted(b))
+        for k in b:
+            same(a[k], b[k], f"{path}/{k}")
+    elif isinstance(b, list):
+        assert isinstance(a, list) and len(a) == len(b), (path, a, b)
+        for k, (x, y) in enumerate(zip(a, b, strict=True)):
+            same(x, y, f"{path}/{k}")
+    elif isinstance(b, float) and not isinstance(b, bool):
+        assert isinstance(a, (int, float)) and math.isclose(a, b, rel_tol=1e-4, abs_tol=0.0), (path, a, b)
+    else:
+        assert a == b, (path, a, b)
 
 
 def test_grids_are_fresh():
@@ -72,148 +115,70 @@ def test_freshness_check_fails_on_changed_engine_code(monkeypatch):
     assert stale and "make book-data" in stale[0]
 
 
-def test_grid_covers_every_setting(grid, texts):
-    c = grid["controls"]
-    assert len(c["activation"]) == 8 and len(c["initializer"]) == 11 and c["depth"] == list(range(1, 101))
-    assert len(grid["points"]) == 88
-    for key, p in grid["points"].items():
-        assert [len(s) for s in p["signal_norms"]] == c["depth"], key
-        assert [len(w) for w in p["weight_norms"]] == c["depth"], key
-        assert len(p["global_norm"]) == len(p["status"]) == 100
-        for lang in texts:
-            assert len(texts[lang]["points"][key]) == 100
+@pytest.mark.parametrize("name", GRIDS)
+def test_grid_covers_every_setting(name):
+    data, texts = load(name)
+    keys = {"|".join(map(str, idx)) for idx in itertools.product(*[range(len(c["values"])) for c in data["controls"]])}
+    assert set(data["points"]) == keys
+    for lang in LANGS:
+        assert set(texts[lang]["points"]) == keys, lang
+        shown = {c["name"] for c in texts[lang]["spec"] if not c.get("hidden")}
+        assert {c["name"] for c in data["controls"]} <= shown, (lang, shown)
 
 
-def close(a, b, atol=0.0, floor=0.0):
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    both = np.isfinite(a) & np.isfinite(b) & ((np.abs(a) >= floor) | (np.abs(b) >= floor))
-    assert np.array_equal(np.isfinite(a), np.isfinite(b)), (a, b)
-    assert np.array_equal(np.isnan(a), np.isnan(b)), (a, b)
-    np.testing.assert_allclose(a[both], b[both], rtol=RTOL, atol=atol)
+def test_view_of_puts_back_lists_dicts_and_dropped_leaves():
+    from tools.book.grids import _path_key, leaves
 
-
-#: The engine clips float32 gradients: a clipped norm in float32's subnormal range (below
-#: 1.18e-38) keeps fewer digits than the page's float64 closed form: each of a 64×64 kernel's
-#: 4,096 entries rounds to a multiple of 1.4e-45, so its norm is off by up to ~4096 × 0.7e-45.
-#: 1e-41 is far below float32's normal range, where the comparison stays at rtol.
-SUBNORMAL_ATOL = 1e-41
-#: Below this clipped norm some of the kernel's entries are subnormal, and TensorFlow's CPU kernels
-#: flush subnormal results to zero: the engine then reads 0 where the closed form reads
-#: ~1e-39. Clipped norms that small are compared for finiteness only (measured: sigmoid,
-#: glorot_normal, depth 85, global-norm clip at 1e-3: 6 of 85 layers).
-FLUSHED_BELOW = 1e-32
-
-
-def page_clip(w, g, mode, t):
-    """The page's closed forms (book/_static/gradlab/explorer.js), in NumPy."""
-    w = np.asarray(w, dtype=np.float64)
-    if mode == "norm":  # an inf or NaN norm gives NaN (v * t / max(inf, t) has inf * 0), as the core does
-        return np.where(np.isfinite(w), np.minimum(w, t), np.nan)
-    with np.errstate(invalid="ignore"):
-        return w * t / np.maximum(g, t)  # Math.max: NaN when g is NaN
-
-
-def test_random_sample_recomputed_with_the_engine(grid, engine):
-    for depth, act, init in sample(grid):
-        p = grid["points"][f"{act}|{init}"]
-        r = engine.report(depth, act, init, theory=False)
-        close(p["signal_norms"][depth - 1], r.signal_norms)
-        close(p["weight_norms"][depth - 1], r.weight_norms)
-        assert grid["status_keys"][p["status"][depth - 1]] == r.status, (depth, act, init)
-        for mode in ("norm", "global_norm"):
-            for t in (1e-3, 0.1, 1.0, 10.0 ** 0.3, 100.0):
-                clipped = engine.report(depth, act, init, (mode, t), theory=False).clipped_weight_norms
-                close(page_clip(p["weight_norms"][depth - 1], p["global_norm"][depth - 1], mode, t), clipped,
-                      atol=SUBNORMAL_ATOL, floor=FLUSHED_BELOW)
-
-
-def page_status(texts, grid, lang, depth, act, init, clip_mode="off", k=30):
-    """The page's status line: the catalog's template filled with the stored texts (as explorer.js)."""
-    t, cat = texts[lang], texts[lang]["catalog"]
-    ids = t["points"][f"{act}|{init}"][depth - 1]
-    status = grid["status_keys"][grid["points"][f"{act}|{init}"]["status"][depth - 1]]
-    clip = cat["clip_off"] if clip_mode == "off" else cat["clip_on"].format(
-        mode=cat["labels"]["clip_mode"][clip_mode], threshold=cat["thresholds"][k])
-    return cat["template"].format(depth=depth, activation=act, initializer=init, mode="", clip=clip,
-                                  status=cat["status_words"][status],
-                                  advice=t["advice"][ids[0 if clip_mode == "off" else 1]])
-
-
-@pytest.mark.parametrize("lang", ["en", "zh"])
-def test_status_lines_are_the_kernels(grid, texts, engine, lang):
-    from tools.book.engines import GradientExplorer, i18n
-
-    i18n.set_language(lang)
-    try:
-        ex = GradientExplorer(engine=engine)
-        for depth, act, init in sample(grid, 5):
-            for clip_mode, k in (("off", 30), ("norm", 37), ("global_norm", 12)):
-                threshold = 10.0 ** grid["controls"]["clip_exponent"][k]
-                ex.set(depth=depth, activation=act, initializer=init, clip_mode=clip_mode, clip_norm=threshold)
-                assert page_status(texts, grid, lang, depth, act, init, clip_mode, k) == ex.status_text
-    finally:
-        i18n.set_language("en")
-    words = texts[lang]["catalog"]["status_words"]
-    assert (words["vanishing"] == "梯度消失") == (lang == "zh")
-
-
-LOOKUPS = ["GradientExplorer05", "TimeExplorer", "TransformerExplorer"]
+    a = {"plots": [{"x": [1.0, 2.0], "band": None, "t": "a"}], "notes": [], "e": {}}
+    b = {"plots": [{"x": [1.0, 3.0], "band": {"lo": 1.0, "hi": 2.0}, "t": "b"}, {"x": [5.0], "band": None, "t": "c"}],
+         "notes": [[{"text": "n"}]], "e": {}}
+    ta = {_path_key(p): v for p, v in leaves(a).items()}
+    fb = {_path_key(p): v for p, v in leaves(b).items()}
+    nums = {k: v for k, v in fb.items() if ta.get(k) != v}
+    nums["#drop"] = sorted(k for k in ta if k not in fb)
+    assert view_of(ta, nums, {}) == b
+    # and back: a view with fewer items than the template
+    tb, fa = fb, ta
+    nums = {k: v for k, v in fa.items() if tb.get(k) != v}
+    nums["#drop"] = sorted(k for k in tb if k not in fa)
+    assert view_of(tb, nums, {}) == a
 
 
 @pytest.fixture(scope="module")
-def lookup_engines():
-    from tools.book import grids
-    from tools.book.engines import gl
-
-    gl.setup(seed=0)
-    return {g: grids.make_engine(g) for g in LOOKUPS}
-
-
-def lookup_sample(data, n=4):
-    rng = random.Random(int(os.environ.get("GRADLAB_BOOK_SAMPLE_SEED", "20261201")))
-    keys = sorted(data["points"])
-    return [keys[0], keys[-1]] + rng.sample(keys, min(n, len(keys)))
-
-
-def settings_of(data, key):
-    return {c["name"]: c["values"][int(k)] for c, k in zip(data["controls"], key.split("|"), strict=True)}
-
-
-@pytest.mark.parametrize("grid_name", LOOKUPS)
-def test_lookup_grid_sample_recomputed_with_the_engine(grid_name, lookup_engines):
-    from tools.book import grids
-
-    data = json.loads((DATA / f"{grid_name}.json").read_text(encoding="utf-8"))
-    texts = {lang: json.loads((DATA / f"{grid_name}.{lang}.json").read_text(encoding="utf-8"))
-             for lang in ("en", "zh")}
-    sizes = [len(c["values"]) for c in data["controls"]]
-    assert len(data["points"]) == int(np.prod(sizes))
-    for lang in texts:
-        assert set(texts[lang]["status"]) == set(data["points"])
-    for key in lookup_sample(data):
-        got = grids.recompute(grid_name, lookup_engines[grid_name], settings_of(data, key))
-        for f in data["fields"]:
-            if got[f] is None:
-                assert data["points"][key][f] is None, (key, f)
-            else:
-                close(data["points"][key][f], got[f])
-        assert data["points"][key]["status"] == got["status"], key
-
-
-@pytest.mark.parametrize("grid_name", LOOKUPS)
-@pytest.mark.parametrize("lang", ["en", "zh"])
-def test_lookup_status_lines_are_the_kernels(grid_name, lang, lookup_engines):
-    """A fresh explorer in that language prints the stored status line (the same catalog)."""
+def explorers():
+    import gradlab as gl
     from tools.book import grids
     from tools.book.engines import i18n
 
-    data = json.loads((DATA / f"{grid_name}.json").read_text(encoding="utf-8"))
-    texts = json.loads((DATA / f"{grid_name}.{lang}.json").read_text(encoding="utf-8"))
-    i18n.set_language(lang)
+    gl.setup(seed=0)
+    out = {}
+    for name in GRIDS:
+        engine = grids.make_engine(name)
+        for lang in LANGS:
+            i18n.set_language(lang)
+            out[name, lang] = grids.make_explorer(name, engine)
+    i18n.set_language("en")
+    return out
+
+
+@pytest.mark.parametrize("name", GRIDS)
+def test_a_sample_of_stored_views_is_what_the_kernel_sends(name, explorers):
+    from tools.book.engines import i18n
+
+    data, texts = load(name)
+    rng = random.Random(int(os.environ.get("GRADLAB_BOOK_SAMPLE_SEED", "0")))
+    keys = rng.sample(sorted(data["points"]), min(4, len(data["points"])))
+    keys.append(next(iter(data["points"])))  # the template's own point
     try:
-        ex = grids.make_explorer(grid_name, lookup_engines[grid_name])
-        for key in lookup_sample(data, 3):
-            ex.set(**settings_of(data, key))
-            assert texts["status"][key] == ex.status_text
+        for lang in LANGS:
+            i18n.set_language(lang)
+            ex = explorers[name, lang]
+            for key in keys:
+                idx = [int(k) for k in key.split("|")]
+                settings = {c["name"]: c["values"][k] for c, k in zip(data["controls"], idx, strict=True)}
+                ex.set(**settings)
+                stored = view_of(texts[lang]["template"], data["points"][key], texts[lang]["points"][key])
+                fresh = json.loads(json.dumps(ex.view))
+                same(stored, fresh, f"{name}/{lang}/{settings}")
     finally:
         i18n.set_language("en")

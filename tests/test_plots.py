@@ -83,14 +83,15 @@ def chapter_figures() -> dict:
     be Chinese.
     """
     from gradlab.engines.mlp import MLPGradientEngine
-    from gradlab.plots import gradients, intro, jacobians, recurrent, tracing
+    from gradlab.plots import gradients, jacobians, recurrent, tracing
     from gradlab.topics.tracing import StepTiming
 
     rng = np.random.default_rng(0)
     w_grid, b_grid = np.meshgrid(np.linspace(0, 12, 31), np.linspace(-8, 2, 21))
     path = gl.topics.rnn_theory.descent_path(6.25, -3.9, learning_rate=0.05, iterations=12)
-    calls = tracing.CallTimePlot()
-    calls.update([5.0, 1.0, 1.1], [True, False, False])
+    from gradlab.plots.view import view_figure
+    from gradlab.widgets import TracingLab
+
     x, y = gl.models.rnn.make_sequence_data(8, 12, 8)
     report = gl.time_report(gl.models.rnn.build_rnn("simple_rnn", units=8), x, y, clip=("norm", 0.1))
     return {
@@ -102,15 +103,14 @@ def chapter_figures() -> dict:
         "plot_step_times": tracing.plot_step_times([StepTiming("A", 0.01, 0.002, np.ones(3)),
                                                     StepTiming("B", 0.5, 0.001, np.ones(3))]),
         "plot_grad_norm_history": tracing.plot_grad_norm_history({"A": [1, 0.5, 0.2], "B": [2, 1, 0.4]}),
-        "CallTimePlot": calls.fig,
+        "TracingLab view": view_figure(TracingLab(value=0.2).view),
         "plot_block_diagonals": jacobians.plot_block_diagonals(rng.random((2, 3, 2, 4)),
                                                                {"A": rng.random((2, 3, 4))}),
         "plot_losses": gradients.plot_losses({"A": [3, 2, np.nan], "B": [3, 1, 0.5]}, target=0.1, linear=True),
         "ReportPlot": gradients.plot_report(
             MLPGradientEngine(width=8, batch_size=8, max_depth=12).report(12, "sigmoid", clip=("norm", 0.1))),
         "plot_activations": gradients.plot_activations(*gl.models.mlp.activation_curves(["relu", "leaky_relu"])),
-        "TangentPlot": intro.TangentPlot(np.linspace(-1, 5, 30), np.linspace(0, 5, 30))
-        .update(0.0, 1.0, -1.0, 0.3, 0.5).fig,
+        "TangentExplorer view": view_figure(gl.TangentExplorer(w=0.0).view),
     }
 
 

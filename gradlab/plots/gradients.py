@@ -1,9 +1,9 @@
 """Plots of per-layer gradient norms, activations and clipping (chapters 00, 01, 04, 05).
 
-matplotlib only, no widgets. :class:`ReportPlot` builds its figure once and updates the
-artists' data in place, blitted (:class:`gradlab.plots.live.LivePlot`), which is what the live
-explorer needs; :func:`plot_report` is the one-shot version for a chapter cell. Both draw the
-same picture: the legend sits below the axes and lists only the series that are drawn.
+matplotlib only, no widgets. :func:`report_plot` is the plot spec of one gradient report: the
+GradientExplorer's page draws it, and :func:`plot_report` draws the same spec for a chapter
+cell (:mod:`gradlab.plots.view`): one picture, whichever place shows it. The legend sits below
+the axes and lists only the series that are drawn.
 """
 
 from __future__ import annotations
@@ -17,253 +17,69 @@ from matplotlib.patches import Rectangle
 
 from ..i18n import N_, _, join_list
 from ..reports.verdict import status_word
-from .live import (
-    LIVE_DPI,
-    LivePlot,
-    encode_png,
-    figure_png,
-    legend_below,
-    legend_handle,
-    new_figure,
-)
+from .live import new_figure
+from .view import COLORS, STATUS_COLORS, decade_limits, line_plot, view_figure
 
-__all__ = [
-    "ReportPlot",
-    "status_word",
-    "STATUS_COLORS",
-    "encode_png",
-    "figure_png",
-    "new_figure",
-    "plot_activations",
-    "plot_clipping_2d",
-    "plot_losses",
-    "place_band",
-    "plot_signal_history",
-    "plot_report",
-]
+__all__ = ["LABELS", "loss_scale_text", "plot_activations", "plot_clipping_2d", "plot_losses", "plot_report",
+           "plot_signal_history", "report_plot"]
 
 
-def place_band(band, last: float, lo: float, hi: float, *, below: float = 1e-3,
-               above: float = 1e3) -> tuple[float, float]:
-    """Put the healthy ``band`` (a Rectangle) at ``[last·below, last·above]``; return the y-limits.
-
-    The band is hidden when ``last`` is 0 or not finite; otherwise ``(lo, hi)`` is widened so
-    that the whole band shows. Shared by the explorer plots of chapters 01, 05 and 07.
-    """
-    if not (np.isfinite(last) and last > 0):
-        band.set_visible(False)
-        return lo, hi
-    b_lo, b_hi = last * below, last * above
-    band.set_y(b_lo)
-    band.set_height(b_hi - b_lo)
-    band.set_visible(True)
-    return min(lo, b_lo / 2), max(hi, b_hi * 2)
-
-
-STATUS_COLORS = {
-    "healthy": "#1a7f37",
-    "vanishing": "#0550ae",
-    "exploding": "#cf222e",
-    "non-finite": "#8250df",
+#: The legend's words for each series (the page's and the picture's).
+LABELS = {
+    "band": N_("healthy band for the layer-1 signal"),
+    "signal": N_("signal dL/dz (back-propagated)"),
+    "theory": N_("signal predicted by variance propagation"),
+    "weight": N_("weight gradient dL/dW"),
+    "clipped": N_("dL/dW after clipping"),
+    "forward": N_("forward activation std"),
+    "zeros": N_("signal exactly 0 (underflow)"),
+    "nonfinite": N_("NaN / inf"),
 }
 
-def _show(fig):
-    """Return ``fig`` for display in a notebook cell (inline backend shows it once)."""
-    return fig
 
+def report_plot(report, *, show_forward: bool = True, title: str | None = None, vanish_below: float = 1e-3,
+                explode_above: float = 1e3) -> dict:
+    """The plot spec of one :class:`~gradlab.reports.gradients.GradientReport` (chapters 01, 05).
 
-_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
-
-
-def decade_label(x: float, pos=None) -> str:
-    """A decade tick as plain text, ``10⁻³⁰``: the same look as matplotlib's ``$10^{-30}$``
-    without a mathtext parse per new label, which made a drag's first backgrounds 1.5-2×
-    slower (issue 29). Values between decades get no label."""
-    if not (np.isfinite(x) and x > 0):
-        return ""
-    k = math.log10(x)
-    return "10" + str(round(k)).translate(_SUPERSCRIPT) if abs(k - round(k)) < 1e-9 else ""
-
-
-def decade_limits(values, *, floor: float = 1e-300, min_step: int = 1) -> tuple[float, float]:
-    """Whole-decade y-limits around the positive finite ``values`` (5 or 10 decades per step
-    for a wide range, at least ``min_step``), so a live plot's axis, and its cached
-    background, change rarely."""
-    v = np.asarray(values, dtype=np.float64)
-    v = v[np.isfinite(v) & (v > 0)]
-    lo, hi = (v.min(), v.max()) if v.size else (1e-12, 1.0)
-    llo, lhi = np.log10(max(lo, floor)), np.log10(max(hi, floor))
-    step = max(min_step, 1 if lhi - llo < 8 else 5 if lhi - llo < 30 else 10)
-    lo = 10.0 ** max(np.floor(llo / step) * step, -300)
-    hi = 10.0 ** min(np.ceil(lhi / step) * step, 300)
-    return (lo, hi) if hi > lo else (lo, lo * 10)
-
-
-class ReportPlot(LivePlot):
-    """A log-scale per-layer plot of a :class:`~gradlab.reports.gradients.GradientReport`, updated in place.
-
-    Draws the back-propagated signal, the weight-gradient norms (after clipping too, when a
-    clip is set), optionally the forward activation std, the theory curve (``report.
-    predicted_signal``, dashed, where the report has one) and a shaded healthy band for the
-    *signal*: the range of layer-1 signals that :func:`~gradlab.reports.gradients.diagnose` calls healthy
-    (1e-3 to 1e3 times the last layer's). Exact zeros (underflow) are drawn as red triangles
-    just inside the bottom edge, NaN/inf as purple triangles just inside the top edge (clear
-    of the title), instead of silently disappearing from a log axis. With a loss scale the
-    plotted gradients are the unscaled ones, and the plot says so. The legend, below the
-    axes, lists only what is drawn.
-
-    ``live=True`` (the explorer) keeps the default size fixed; the y range snaps to whole
-    decades and the x range to steps of 5 layers (past 10), so most changes, a depth drag
-    included, reuse a cached background (:meth:`render_png`).
+    The back-propagated signal, the weight-gradient norms (and after clipping, when a clip is
+    set), the theory curve where the report has one, optionally the forward activation std, and
+    the healthy band for the *signal*: the layer-1 signals that the verdict calls healthy (1e-3
+    to 1e3 times the last layer's). Exact zeros are marked on the bottom edge, NaN/inf on the top
+    edge, instead of silently disappearing from a log axis.
     """
-
-    LABELS = {
-        "band": N_("healthy band for the layer-1 signal"),
-        "signal": N_("signal dL/dz (back-propagated)"),
-        "theory": N_("signal predicted by variance propagation"),
-        "weight": N_("weight gradient dL/dW"),
-        "clipped": N_("dL/dW after clipping"),
-        "forward": N_("forward activation std"),
-        "zeros": N_("signal exactly 0 (underflow)"),
-        "nonfinite": N_("NaN / inf"),
-    }
-
-    def __init__(self, report=None, *, show_forward: bool = True, figsize=None,
-                 legend: bool = True, live: bool = False, vanish_below: float = 1e-3,
-                 explode_above: float = 1e3):
-        self.vanish_below, self.explode_above = vanish_below, explode_above
-        self.live = live
-        self.legend = legend
-        self.fig, self.ax = new_figure(figsize or (6.9, 4.3), layout=None, dpi=LIVE_DPI if live else None)
-        self.fig.subplots_adjust(left=0.1, right=0.98, bottom=0.33 if legend else 0.13, top=0.91)
-        ax = self.ax
-        ax.set_yscale("log")
-        ax.set_xlabel(_("hidden layer (1 = input side)"))
-        ax.set_ylabel(_("L2 norm (log scale)"))
-        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
-        self.band = Rectangle((0, 1e-3), 1, 1e6 - 1e-3, transform=ax.get_yaxis_transform(),
-                              color="#2da44e", alpha=0.12, lw=0)
-        ax.add_patch(self.band)
-        (self.signal,) = ax.plot([], [], "o-", ms=3, lw=1.8, color="#0969da")
-        (self.theory,) = ax.plot([], [], "--", lw=1.6, color="#0969da", alpha=0.75)
-        (self.weight,) = ax.plot([], [], "s--", ms=2.5, lw=1.2, color="#bc4c00")
-        (self.clipped,) = ax.plot([], [], "-", lw=2.2, color="#1a7f37", alpha=0.8)
-        (self.forward,) = ax.plot([], [], ":", lw=1.4, color="#6e7781")
-        # markers in axes coordinates: just inside the bottom / top edge, whatever the y range
-        xmark = ax.get_xaxis_transform()
-        (self.zeros,) = ax.plot([], [], "v", ms=7, color="#cf222e", transform=xmark, clip_on=False)
-        (self.nonfinite,) = ax.plot([], [], "^", ms=7, color="#8250df", transform=xmark,
-                                    clip_on=False)
-        self._series = {"band": self.band, "signal": self.signal, "theory": self.theory,
-                        "weight": self.weight, "clipped": self.clipped, "forward": self.forward,
-                        "zeros": self.zeros, "nonfinite": self.nonfinite}
-        self.show_forward = show_forward
-        self.title = ax.set_title("", fontsize=10, loc="left")
-        self.note = ax.text(0.99, 0.02, "", transform=ax.transAxes, ha="right", va="bottom",
-                            fontsize=8, color="#57606a")
-        ax.yaxis.set_minor_locator(matplotlib.ticker.NullLocator())
-        ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(numticks=8))
-        ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(decade_label))
-        self.drawn: tuple[str, ...] = ()
-        # the note (loss scale) changes rarely: it belongs to the cached background (static_key)
-        self.animate(self.band, self.theory, self.forward, self.weight, self.clipped, self.signal,
-                     self.zeros, self.nonfinite, self.title)
-        if report is not None:
-            self.update(report)
-
-    def update(self, report, *, show_forward: bool | None = None, title: str | None = None):
-        """Replace the plotted data with ``report``'s; the figure and its artists are reused."""
-        if show_forward is not None:
-            self.show_forward = show_forward
-        n = report.depth
-        x = np.arange(1, n + 1)
-        series = [report.signal_norms, report.weight_norms]
-        self.signal.set_data(x, report.signal_norms)
-        self.weight.set_data(x, report.weight_norms)
-        theory = getattr(report, "predicted_signal", None)
-        if theory is not None:
-            self.theory.set_data(x, theory)
-            series.append(theory)
-        else:
-            self.theory.set_data([], [])
-        if report.clip is not None:
-            self.clipped.set_data(x, report.clipped_weight_norms)
-            series.append(report.clipped_weight_norms)
-        else:
-            self.clipped.set_data([], [])
-        if self.show_forward:
-            self.forward.set_data(x, report.activation_stds)
-            series.append(report.activation_stds)
-        else:
-            self.forward.set_data([], [])
-        allv = np.concatenate(series)
-        finite_pos = allv[np.isfinite(allv) & (allv > 0)]
-        lo, hi = (finite_pos.min() / 4, finite_pos.max() * 4) if finite_pos.size else (1e-12, 1.0)
-        lo, hi = place_band(self.band, report.signal_norms[-1], lo, hi, below=self.vanish_below,
-                            above=self.explode_above)
-        # a live plot's x axis grows in steps of 5 layers past 10: dragging the depth reuses
-        # the cached background until the next step (a full draw costs 5-10x a blitted one)
-        xmax = n if (not self.live or n <= 10) else 5 * math.ceil(n / 5)
-        exact = ((0.5, xmax + 0.5), decade_limits([lo, hi]))
-        limits = self._draft_limits(*exact) if self.draft else exact
-        self.drafted = limits != exact
-        self.ax.set_xlim(*limits[0])
-        self.ax.set_ylim(*limits[1])
-        sig = report.signal_norms
-        zero_x = x[sig == 0]
-        bad_x = x[~np.isfinite(sig)]
-        self.zeros.set_data(zero_x, np.full(zero_x.size, 0.03))
-        self.nonfinite.set_data(bad_x, np.full(bad_x.size, 0.97))
-        self.title.set_text(title if title is not None else _(
-            "{status}: layer 1 / layer {depth} = {ratio}").format(
-                status=status_word(report.status), depth=n, ratio=f"{report.ratio:.3g}"))
-        self.title.set_color(STATUS_COLORS.get(report.status, "black"))
-        scale = float(getattr(report, "loss_scale", 1.0))
-        self.note.set_text("" if scale == 1 else _(
-            "gradients shown unscaled (divided by the loss scale {scale})").format(
-                scale=loss_scale_text(scale)))
-        if not self._set_legend():
-            self.drafted = True  # a draft keeps the legend it has; the exact picture updates it
-        return self
-
-    #: While the page drags a control (:attr:`LivePlot.draft`), the x axis grows in steps of
-    #: this many layers, and the y axis past what the data needs by a quarter of its decades
-    #: (at least 4); neither shrinks, and the legend stays as it was. A drag over depths 50-100
-    #: draws 2 backgrounds, not 15 (each costs about three blitted pictures).
-    DRAFT_X_STEP = 50
-
-    def _draft_limits(self, xlim, ylim):
-        """The limits of a draft: the current ones where they hold the data, else wider ones."""
-        (_x0, x1), (y0, y1) = self.ax.get_xlim(), self.ax.get_ylim()
-        if x1 < xlim[1]:
-            x1 = self.DRAFT_X_STEP * math.ceil((xlim[1] - 0.5) / self.DRAFT_X_STEP) + 0.5
-        margin = 10.0 ** max(4, math.ceil(math.log10(ylim[1] / ylim[0]) / 4))
-        if y0 > ylim[0]:
-            y0 = max(ylim[0] / margin, 1e-300)
-        if y1 < ylim[1]:
-            y1 = min(ylim[1] * margin, 1e300)
-        return (xlim[0], x1), (y0, y1)
-
-    def _set_legend(self) -> bool:
-        """Show the legend of the series drawn; ``False`` when a draft kept the one it had."""
-        drawn = tuple(name for name, artist in self._series.items() if _has_data(artist))
-        if drawn == self.drawn:
-            return True
-        if self.draft and self.drawn and self.legend:
-            return False
-        self.drawn = drawn
-        if not self.legend:
-            return True
-        legend_below(self.fig, [legend_handle(self._series[name]) for name in drawn],
-                     [_(self.LABELS[name]) for name in drawn], axis_px=46)
-        return True
-
-    def static_key(self) -> tuple:
-        return (self.drawn, self.note.get_text())
-
-    def legend_labels(self) -> list[str]:
-        """The labels the legend shows, in order (only the series that are drawn)."""
-        return [t.get_text() for leg in self.fig.legends for t in leg.get_texts()]
+    n = report.depth
+    x = np.arange(1, n + 1)
+    sig = np.asarray(report.signal_norms, dtype=np.float64)
+    series = [{"label": _(LABELS["signal"]), "y": sig, "color": COLORS["signal"], "width": 2, "marker": "dot"}]
+    theory = getattr(report, "predicted_signal", None)
+    if theory is not None:
+        series.append({"label": _(LABELS["theory"]), "y": theory, "color": COLORS["signal"], "width": 1.5,
+                       "dash": [6, 4]})
+    series.append({"label": _(LABELS["weight"]), "y": report.weight_norms, "color": COLORS["weight"], "width": 1.2,
+                   "dash": [4, 3]})
+    if report.clip is not None:
+        series.append({"label": _(LABELS["clipped"]), "y": report.clipped_weight_norms, "color": COLORS["clipped"],
+                       "width": 2.2})
+    if show_forward:
+        series.append({"label": _(LABELS["forward"]), "y": report.activation_stds, "color": COLORS["forward"],
+                       "width": 1.4, "dash": [2, 3]})
+    values = np.concatenate([np.asarray(s["y"], dtype=np.float64) for s in series])
+    fin = values[np.isfinite(values) & (values > 0)]
+    lo, hi = (fin.min() / 4, fin.max() * 4) if fin.size else (1e-12, 1.0)
+    band = None
+    last = float(sig[-1])
+    if math.isfinite(last) and last > 0:
+        band = {"lo": last * vanish_below, "hi": last * explode_above, "label": _(LABELS["band"]),
+                "color": COLORS["band"]}
+        lo, hi = min(lo, band["lo"] / 2), max(hi, band["hi"] * 2)
+    markers = [{"x": x[sig == 0], "at": "bottom", "label": _(LABELS["zeros"]), "color": COLORS["zeros"]},
+               {"x": x[~np.isfinite(sig)], "at": "top", "label": _(LABELS["nonfinite"]), "color": COLORS["nonfinite"]}]
+    if title is None:
+        title = _("{status}: layer 1 / layer {depth} = {ratio}").format(
+            status=status_word(report.status), depth=n, ratio=f"{report.ratio:.3g}")
+    return line_plot(x=x, series=series, xlabel=_("hidden layer (1 = input side)"),
+                     ylabel=_("L2 norm (log scale)"), title=title, title_color=STATUS_COLORS.get(report.status),
+                     xlim=(0.5, n + 0.5), ylim=decade_limits([lo, hi]), band=band, markers=markers)
 
 
 def loss_scale_text(scale: float) -> str:
@@ -272,15 +88,10 @@ def loss_scale_text(scale: float) -> str:
     return f"2^{k:g}" if k == int(k) else f"{scale:g}"
 
 
-def _has_data(artist) -> bool:
-    if isinstance(artist, Rectangle):
-        return artist.get_visible()
-    return len(artist.get_xdata()) > 0
-
-
 def plot_report(report, *, show_forward: bool = True, title: str | None = None):
-    """A static plot of one :class:`~gradlab.reports.gradients.GradientReport` (chapters 01, 05)."""
-    return _show(ReportPlot(report, show_forward=show_forward).update(report, title=title).fig)
+    """A static plot of one :class:`~gradlab.reports.gradients.GradientReport` (chapters 01, 04, 05):
+    the explorer's own picture (:func:`report_plot`, drawn by :func:`gradlab.plots.view.view_figure`)."""
+    return view_figure({"plots": [report_plot(report, show_forward=show_forward, title=title)]})
 
 
 def plot_activations(z, curves, *, figsize=(8, 3.2)):
@@ -309,7 +120,7 @@ def plot_activations(z, curves, *, figsize=(8, 3.2)):
     for a in (a1, a2):
         a.set_xlabel("z")
     a1.legend(fontsize=8)
-    return _show(fig)
+    return fig
 
 
 def plot_clipping_2d(g, clipped: dict, *, threshold: float, figsize=(4.6, 4.2)):
@@ -349,7 +160,7 @@ def plot_clipping_2d(g, clipped: dict, *, threshold: float, figsize=(4.6, 4.2)):
     ax.legend(fontsize=8, loc="upper left")
     ax.set_title(_("threshold {threshold}: dotted box = value, dotted circle = norm").format(
         threshold=f"{threshold:g}"), fontsize=9)
-    return _show(fig)
+    return fig
 
 
 def plot_losses(histories: dict, *, ylabel: str = N_("loss"), logy: bool = True, figsize=None,
@@ -419,7 +230,7 @@ def plot_losses(histories: dict, *, ylabel: str = N_("loss"), logy: bool = True,
         label = _(ylabel)  # the default "loss" (and any other catalog message) in the current language
         ax.set_ylabel(_("{label} (log scale)").format(label=label) if logy and k == 0 else label)
         ax.legend(fontsize=8)
-    return _show(fig)
+    return fig
 
 
 def plot_signal_history(history, *, figsize=(7.2, 3.2)):
@@ -440,4 +251,4 @@ def plot_signal_history(history, *, figsize=(7.2, 3.2)):
     ax.set_xlabel(_("training step"))
     ax.set_ylabel(_("hidden layer (1 = input side)"))
     ax.grid(False)
-    return _show(fig)
+    return fig

@@ -12,7 +12,7 @@ import numpy as np
 from matplotlib.collections import LineCollection
 
 from ..i18n import _
-from .live import LIVE_DPI, LivePlot, new_figure
+from .live import LIVE_DPI, new_figure
 
 __all__ = ["JacobianPlot", "as_matrix", "block_diagonal_matrix", "plot_block_diagonals", "plot_forward_reverse",
            "plot_jacobian", "plot_jacobians"]
@@ -51,7 +51,7 @@ def _limit(m: np.ndarray) -> float:
     return lim if lim > 0 else 1.0
 
 
-class JacobianPlot(LivePlot):
+class JacobianPlot:
     """A heatmap of one Jacobian, rows = outputs, columns = inputs, with its shape in the title.
 
     Colours are symmetric around 0 (blue negative, red positive, white zero), so structure
@@ -81,7 +81,6 @@ class JacobianPlot(LivePlot):
         self.ax.add_collection(self._hlines)
         self.ax.add_collection(self._vlines)
         self.title = self.ax.set_title("", fontsize=10, loc="left")
-        self.animate(self.image, self._hlines, self._vlines, self.title)
         if j is not None:
             self.update(j, title=title, y_ndim=y_ndim)
 

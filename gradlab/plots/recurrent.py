@@ -1,132 +1,30 @@
 """Plots of gradients through time (chapter 07).
 
-matplotlib only, no widgets. :class:`TimePlot` builds its figure once and updates the
-artists' data in place, blitted (:class:`gradlab.plots.live.LivePlot`: what the TimeExplorer
-needs); :func:`plot_time_report`, :func:`plot_time_norms` and :func:`plot_cliff` are one-shot
-versions for chapter cells.
+matplotlib only, no widgets. :func:`time_plots` is the TimeExplorer's plot spec (its page draws
+it); :func:`plot_time_report` draws the same spec for a chapter cell (:mod:`gradlab.plots.view`);
+:func:`plot_time_norms` and :func:`plot_cliff` are chapter figures of their own.
 """
 
 from __future__ import annotations
 
-import matplotlib.ticker
 import numpy as np
-from matplotlib.patches import Rectangle
 
 from ..i18n import N_, _
 from ..reports.verdict import status_word
-from .gradients import STATUS_COLORS, decade_limits, place_band
-from .live import LIVE_DPI, LivePlot, legend_below, legend_handle, new_figure
+from .live import new_figure
+from .view import COLORS, STATUS_COLORS, decade_limits, line_plot, view_figure
 
-__all__ = ["TimePlot", "plot_cliff", "plot_time_norms", "plot_time_report"]
+__all__ = ["plot_cliff", "plot_time_norms", "plot_time_report", "time_plots"]
 
 
-class TimePlot(LivePlot):
-    """Per-time-step gradient norms on a log scale (left) and the weight-gradient norms (right).
-
-    Left: ``time_step_norms`` against the step (1 = earliest), the healthy band (the range of
-    step-1 norms that :func:`gradlab.reports.gradients.diagnose` calls healthy: 1e-3 to 1e3 times the last
-    step's), and exact zeros (float32 underflow) as red triangles just inside the bottom edge.
-    Right: the norm of each weight gradient, and after clipping (filled dots) when a clip is
-    set. The legend, below the panels, lists only what is drawn; the status is the title.
-    """
-
-    BACKGROUNDS = 16
-
-    LABELS = {
-        "band": N_("healthy band for step 1"),
-        "norms": N_("‖dLoss/dx_t‖ per time step"),
-        "zeros": N_("exactly 0 (underflow)"),
-        "weight": N_("weight gradient"),
-        "clipped": N_("weight gradient after clipping"),
-    }
-
-    def __init__(self, report=None, *, figsize=(6.9, 3.9), legend: bool = True):
-        self.fig, (self.ax, self.wax) = new_figure(figsize, ncols=2, layout=None, dpi=LIVE_DPI,
-                                                   width_ratios=[3, 1.25])
-        self.legend = legend
-        self.fig.subplots_adjust(left=0.1, right=0.98, bottom=0.38 if legend else 0.25, top=0.9,
-                                 wspace=0.32)
-        ax, wax = self.ax, self.wax
-        for a in (ax, wax):
-            a.set_yscale("log")
-            a.yaxis.set_minor_locator(matplotlib.ticker.NullLocator())
-        ax.set_xlabel(_("time step (1 = earliest input)"))
-        ax.set_ylabel(_("‖dLoss / d x_t‖ (log scale)"))
-        wax.set_title(_("weight gradients (log scale)"), fontsize=9)
-        self.band = Rectangle((0, 1e-3), 1, 1e6 - 1e-3, transform=ax.get_yaxis_transform(),
-                              color="#2da44e", alpha=0.12, lw=0)
-        ax.add_patch(self.band)
-        (self.norms,) = ax.plot([], [], "o-", ms=2.5, lw=1.6, color="#0969da")
-        (self.zeros,) = ax.plot([], [], "v", ms=6, color="#cf222e", clip_on=False,
-                                transform=ax.get_xaxis_transform())
-        (self.weight,) = wax.plot([], [], "s", ms=7, mfc="none", color="#bc4c00")
-        (self.clipped,) = wax.plot([], [], "o", ms=5, color="#1a7f37")
-        self._series = {"band": self.band, "norms": self.norms, "zeros": self.zeros,
-                        "weight": self.weight, "clipped": self.clipped}
-        self.title = ax.set_title("", fontsize=10, loc="left")
-        self._names: tuple[str, ...] = ()
-        self.drawn: tuple[str, ...] = ()
-        self.animate(self.band, self.norms, self.zeros, self.weight, self.clipped, self.title)
-        if report is not None:
-            self.update(report)
-
-    def update(self, report, *, title: str | None = None):
-        """Replace the plotted data with ``report``'s (a :class:`gradlab.reports.time.TimeReport`)."""
-        s = report.time_step_norms
-        n = s.size
-        x = np.arange(1, n + 1)
-        self.norms.set_data(x, s)
-        pos = s[np.isfinite(s) & (s > 0)]
-        lo, hi = (pos.min() / 4, pos.max() * 4) if pos.size else (1e-12, 1.0)
-        lo, hi = place_band(self.band, s[-1], lo, hi)
-        self.ax.set_ylim(*decade_limits([max(lo, 1e-45), hi]))
-        self.ax.set_xlim(0.5, n + 0.5 if n <= 20 else 10 * np.ceil(n / 10) + 0.5)
-        zx = x[s == 0]
-        self.zeros.set_data(zx, np.full(zx.size, 0.03))
-        # weight gradients, one column per weight
-        w, c = report.weight_norms, report.clipped_weight_norms
-        xi = np.arange(w.size)
-        self.weight.set_data(xi, w)
-        if report.clip is not None:
-            self.clipped.set_data(xi, c)
-        else:
-            self.clipped.set_data([], [])
-        if report.weight_names != self._names:
-            self._names = report.weight_names
-            self.wax.set_xticks(xi, [_short(nm) for nm in report.weight_names], rotation=60, fontsize=7)
-            self.wax.set_xlim(-0.6, w.size - 0.4)
-        wv = np.concatenate([w, c]) if report.clip is not None else np.asarray(w)
-        self.wax.set_ylim(*decade_limits(wv, min_step=3))  # coarse: a threshold drag keeps the view
-        self.title.set_color(STATUS_COLORS.get(report.status, "black"))
-        self.title.set_text(title if title is not None else _(
-            "{status}: step 1 / step {steps} = {ratio}").format(
-                status=status_word(report.status), steps=n, ratio=f"{report.ratio:.3g}"))
-        self._set_legend()
-        return self
-
-    def _set_legend(self) -> None:
-        drawn = tuple(name for name, a in self._series.items()
-                      if (a.get_visible() if isinstance(a, Rectangle) else len(a.get_xdata()) > 0))
-        if drawn == self.drawn:
-            return
-        self.drawn = drawn
-        if self.legend:
-            legend_below(self.fig, [legend_handle(self._series[k]) for k in drawn],
-                         [_(self.LABELS[k]) for k in drawn], axis_px=84)
-
-    def static_key(self) -> tuple:
-        return (self.drawn, self._names)
-
-    def legend_labels(self) -> list[str]:
-        """The labels the legend shows, in order (only the series that are drawn)."""
-        return [t.get_text() for leg in self.fig.legends for t in leg.get_texts()]
-
-    def legend_items(self) -> list[tuple[str, str, str]]:
-        """``(label, color, marker)`` of each drawn series."""
-        marks = {"band": "■", "norms": "━", "zeros": "▼", "weight": "□", "clipped": "●"}
-        colors = {"band": "#2da44e", "norms": "#0969da", "zeros": "#cf222e", "weight": "#bc4c00",
-                  "clipped": "#1a7f37"}
-        return [(_(self.LABELS[k]), colors[k], marks[k]) for k in self.drawn]
+#: The legend's words for each series (the page's and the picture's).
+LABELS = {
+    "band": N_("healthy band for step 1"),
+    "norms": N_("‖dLoss/dx_t‖ per time step"),
+    "zeros": N_("exactly 0 (underflow)"),
+    "weight": N_("weight gradient"),
+    "clipped": N_("weight gradient after clipping"),
+}
 
 
 def _short(name: str) -> str:
@@ -138,9 +36,46 @@ def _short(name: str) -> str:
     return last
 
 
+def time_plots(report) -> list[dict]:
+    """Per-time-step gradient norms (left, with the healthy band for step 1 and exact zeros on the
+    bottom edge) and each weight gradient's norm, after clipping too when a clip is set (right)."""
+    s = np.asarray(report.time_step_norms, dtype=np.float64)
+    n = s.size
+    x = np.arange(1, n + 1)
+    pos = s[np.isfinite(s) & (s > 0)]
+    lo, hi = (pos.min() / 4, pos.max() * 4) if pos.size else (1e-12, 1.0)
+    band = None
+    if np.isfinite(s[-1]) and s[-1] > 0:
+        band = {"lo": float(s[-1]) * 1e-3, "hi": float(s[-1]) * 1e3, "label": _(LABELS["band"]), "color": COLORS["band"]}
+        lo, hi = min(lo, band["lo"] / 2), max(hi, band["hi"] * 2)
+    title = _("{status}: step 1 / step {steps} = {ratio}").format(
+        status=status_word(report.status), steps=n, ratio=f"{report.ratio:.3g}")
+    left = line_plot(x=x, series=[{"label": _(LABELS["norms"]), "y": s, "color": COLORS["signal"], "width": 1.6,
+                                   "marker": "dot"}],
+                     xlabel=_("time step (1 = earliest input)"), ylabel=_("‖dLoss / d x_t‖ (log scale)"), title=title,
+                     title_color=STATUS_COLORS.get(report.status), xlim=(0.5, n + 0.5),
+                     ylim=decade_limits([max(lo, 1e-45), hi]), band=band,
+                     markers=[{"x": x[s == 0], "at": "bottom", "label": _(LABELS["zeros"]), "color": COLORS["zeros"]}],
+                     flex=3)
+    w, c = np.asarray(report.weight_norms, dtype=np.float64), np.asarray(report.clipped_weight_norms, dtype=np.float64)
+    xi = np.arange(w.size)
+    series = [{"label": _(LABELS["weight"]), "y": w, "color": COLORS["weight"], "line": False, "marker": "open"}]
+    if report.clip is not None:
+        series.append({"label": _(LABELS["clipped"]), "y": c, "color": COLORS["clipped"], "line": False, "marker": "dot"})
+    right = line_plot(x=xi, series=series, xlabel="", ylabel="", title=_("weight gradients (log scale)"),
+                      xlim=(-0.6, w.size - 0.4),
+                      ylim=decade_limits(np.concatenate([w, c]) if report.clip is not None else w, min_step=3),
+                      xticks={int(k): _short(nm) for k, nm in zip(xi, report.weight_names, strict=True)}, flex=1.25,
+                      height=300)
+    return [left, right]
+
+
 def plot_time_report(report, *, title: str | None = None):
     """A static plot of one :class:`~gradlab.reports.time.TimeReport` (chapter 07)."""
-    return TimePlot(report).update(report, title=title).fig
+    plots = time_plots(report)
+    if title is not None:
+        plots[0]["title"] = title
+    return view_figure({"plots": plots})
 
 
 def plot_time_norms(curves: dict, *, title: str | None = None, figsize=(7.2, 3.4), ylabel=None):

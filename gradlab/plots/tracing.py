@@ -9,13 +9,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
 
 from ..i18n import N_, _
-from .live import LIVE_DPI, LivePlot, new_figure
+from .live import new_figure
 
-__all__ = ["CallTimePlot", "plot_grad_norm_history", "plot_step_times"]
+__all__ = ["RETRACE_COLOR", "STEADY_COLOR", "plot_grad_norm_history", "plot_step_times"]
 
 FIRST_COLOR = "#bc4c00"
 STEADY_COLOR = "#0969da"
@@ -102,42 +101,3 @@ def _two_five(v: float, _pos=None) -> str:
         return ""
     lead = v / 10 ** np.floor(np.log10(v))
     return f"{v:g}" if round(lead) in (2, 5) and abs(lead - round(lead)) < 1e-6 else ""
-
-
-class CallTimePlot(LivePlot):
-    """The tracing lab's figure: time of each call (ms, log scale), retracing calls in red.
-
-    Built once; :meth:`update` changes the data of the two line artists in place (blitted:
-    the x range grows in steps of 10 calls and the y range snaps to decades, so most calls
-    reuse the cached background).
-    """
-
-    def __init__(self, max_calls: int = 40):
-        self.max_calls = max_calls
-        self.fig, self.ax = new_figure((5.2, 2.8), layout=None, dpi=LIVE_DPI)
-        self.fig.subplots_adjust(left=0.14, right=0.97, bottom=0.18, top=0.88)
-        (self.line,) = self.ax.plot([], [], "-o", color=STEADY_COLOR, ms=3, lw=1)
-        (self.retraced,) = self.ax.plot([], [], "o", color=RETRACE_COLOR, ms=6)
-        self.ax.set_yscale("log")
-        self.ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
-        self.ax.yaxis.set_minor_formatter(FuncFormatter(_two_five))
-        self.ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        self.ax.set_xlabel(_("call"))
-        self.ax.set_ylabel(_("ms (log scale)"))
-        self.ax.legend([Line2D([], [], marker="o", ms=3, lw=1, color=STEADY_COLOR),
-                        Line2D([], [], marker="o", ms=6, lw=0, color=RETRACE_COLOR)],
-                       [_("call (cached graph)"), _("call that traced")], fontsize=7, loc="upper right")
-        self.ax.set_title(_("time of each call"), fontsize=9)
-        self.animate(self.line, self.retraced)
-
-    def update(self, times_ms: Sequence[float], traced: Sequence[bool]) -> None:
-        t = np.asarray(times_ms, dtype=float)[-self.max_calls:]
-        r = np.asarray(traced, dtype=bool)[-self.max_calls:]
-        start = max(0, len(times_ms) - self.max_calls)
-        x = np.arange(start + 1, start + len(t) + 1)
-        self.line.set_data(x, t)
-        self.retraced.set_data(x[r], t[r])
-        if len(t):
-            self.ax.set_xlim(x[0] - 0.5, 10 * np.ceil(x[-1] / 10) + 0.5)
-            lo, hi = max(t.min(), 1e-3) / 2, max(t.max(), 1e-3) * 3
-            self.ax.set_ylim(10 ** np.floor(np.log10(lo)), 10 ** np.ceil(np.log10(hi)))

@@ -15,10 +15,9 @@ import numpy as np
 from matplotlib.ticker import Formatter, LogFormatterSciNotation, LogLocator
 
 from ..i18n import _
-from .gradients import decade_limits
-from .live import LIVE_DPI, LivePlot, legend_handle, new_figure
+from .live import new_figure
 
-__all__ = ["TransformerPlot", "plot_block_norms", "plot_grad_norm_distribution", "plot_lr_sweep",
+__all__ = ["plot_block_norms", "plot_grad_norm_distribution", "plot_lr_sweep",
            "plot_spike", "plot_training_curves"]
 
 WARMUP_COLOR, PLAIN_COLOR = "#0969da", "#bc4c00"
@@ -59,87 +58,6 @@ def _limits(values, pad: float = 1.15) -> tuple[float, float]:
     v = np.asarray(values, dtype=np.float64)
     v = v[np.isfinite(v)]
     return (0.0, float(v.max()) * pad) if v.size else (0.0, 1.0)
-
-
-class TransformerPlot(LivePlot):
-    """Left: each block's gradient norm at initialization. Right: the first training steps.
-
-    Left, on a log scale against the block (1 = nearest the input): the norm over all of the
-    block's variables (``report.layer_grad_norms``) and of its second FFN kernel alone. Right:
-    the loss (top) and the global gradient norm (bottom, log scale) of the first steps with
-    and without warmup, once they have been run; the clip threshold as a dotted line.
-    """
-
-    BACKGROUNDS = 16
-
-    def __init__(self, report=None, *, figsize=(6.9, 3.9)):
-        self.fig = new_figure(figsize, layout=None, dpi=LIVE_DPI)[0]
-        self.fig.clear()
-        grid = self.fig.add_gridspec(2, 2, width_ratios=[1.15, 1], hspace=0.12, wspace=0.34,
-                                     left=0.1, right=0.98, bottom=0.3, top=0.9)
-        self.ax = self.fig.add_subplot(grid[:, 0])
-        self.loss_ax = self.fig.add_subplot(grid[0, 1])
-        self.norm_ax = self.fig.add_subplot(grid[1, 1], sharex=self.loss_ax)
-        ax = self.ax
-        ax.set_yscale("log")
-        ax.set_xlabel(_("block (1 = nearest the input)"))
-        ax.set_ylabel(_("gradient norm at initialization (log scale)"))
-        (self.blocks,) = ax.plot([], [], "o-", ms=4, lw=1.8, color="#0969da")
-        (self.ffn,) = ax.plot([], [], "s--", ms=3.5, lw=1.2, color="#8250df")
-        self.loss_ax.set_ylabel(_("loss"), fontsize=8)
-        self.loss_ax.tick_params(labelbottom=False, labelsize=7)
-        self.norm_ax.set_yscale("log")
-        self.norm_ax.set_ylabel(_("gradient norm"), fontsize=8)
-        self.norm_ax.set_xlabel(_("training step"), fontsize=8)
-        self.norm_ax.tick_params(labelsize=7)
-        (self.loss_warm,) = self.loss_ax.plot([], [], lw=1.3, color=WARMUP_COLOR)
-        (self.loss_plain,) = self.loss_ax.plot([], [], lw=1.3, color=PLAIN_COLOR)
-        (self.norm_warm,) = self.norm_ax.plot([], [], lw=1.0, color=WARMUP_COLOR)
-        (self.norm_plain,) = self.norm_ax.plot([], [], lw=1.0, color=PLAIN_COLOR)
-        self.clip_line = self.norm_ax.axhline(1.0, color="0.35", ls=":", lw=1.2)
-        self.hint = self.loss_ax.text(0.5, 0.5, "", transform=self.loss_ax.transAxes, ha="center",
-                                      va="center", fontsize=8, color="0.4", wrap=True)
-        self.title = ax.set_title("", fontsize=9, loc="left")
-        self.fig.legend([legend_handle(a) for a in (self.blocks, self.ffn, self.loss_warm, self.loss_plain,
-                                                    self.clip_line)],
-                        [_("all of the block's variables"), _("second FFN kernel"), _("with warmup"),
-                         _("without warmup"), _("clip threshold (dotted)")], loc="lower center", ncol=3, fontsize=8,
-                        frameon=False)
-        _plain_log(self.ax, self.norm_ax)
-        self.animate(self.blocks, self.ffn, self.loss_warm, self.loss_plain, self.norm_warm, self.norm_plain,
-                     self.clip_line, self.hint, self.title)
-        if report is not None:
-            self.update(report)
-
-    def update(self, report, *, runs=None, clip_norm: float | None = None, title: str = "", hint: str = ""):
-        """Show ``report`` (a :class:`gradlab.reports.transformer.TransformerReport`) and, when given,
-        ``runs = (with_warmup, without_warmup)`` (two :class:`gradlab.train.warmup.TrainingCurve`)."""
-        n = report.layer_grad_norms
-        x = np.arange(1, n.size + 1)
-        self.blocks.set_data(x, n)
-        self.ffn.set_data(x, report.ffn_grad_norms)
-        self.ax.set_xlim(0.5, max(n.size, 2) + 0.5)
-        self.ax.set_ylim(*decade_limits(np.concatenate([n, report.ffn_grad_norms])))
-        self.title.set_text(title)
-        self.hint.set_text(hint if runs is None else "")
-        lines = ((self.loss_warm, self.norm_warm), (self.loss_plain, self.norm_plain))
-        if runs is None:
-            for loss_line, norm_line in lines:
-                loss_line.set_data([], [])
-                norm_line.set_data([], [])
-            self.loss_ax.set_xlim(0, 1)
-        else:
-            for (loss_line, norm_line), curve in zip(lines, runs, strict=True):
-                loss_line.set_data(_steps(curve), curve.losses)
-                norm_line.set_data(_steps(curve), curve.grad_norms)
-            self.loss_ax.set_xlim(0, max(c.steps for c in runs))
-            self.loss_ax.set_ylim(*_limits(np.concatenate([c.losses for c in runs])))
-            norms = np.concatenate([c.grad_norms for c in runs] + ([[clip_norm]] if clip_norm else []))
-            self.norm_ax.set_ylim(*decade_limits(norms))
-        self.clip_line.set_visible(clip_norm is not None and runs is not None)
-        if clip_norm is not None:
-            self.clip_line.set_ydata([clip_norm, clip_norm])
-        return self
 
 
 def plot_block_norms(reports: dict, *, which: str = "block", title: str | None = None, figsize=(7.2, 3.4)):

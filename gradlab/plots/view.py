@@ -10,7 +10,7 @@ A ``lines`` plot: ``x``, ``series`` (``label``, ``y``, ``color``, ``width``, ``d
 ``"dot"``/``"open"``, ``line``, optional own ``x``), ``xlim``, ``ylim``, ``ylog``, ``xlabel``,
 ``ylabel``, ``title``, ``title_color``, optional ``band`` (``lo``, ``hi``, ``label``, ``color``),
 ``markers`` (``x``, ``at`` ``"bottom"``/``"top"``, ``label``, ``color``) and ``xticks``
-(``{x: label}``). A ``heatmap``: ``z`` (rows × cols, row-major), ``rows``, ``cols``, ``zmin``,
+(``[[x, label], ...]``). A ``heatmap``: ``z`` (rows × cols, row-major), ``rows``, ``cols``, ``zmin``,
 ``zmax``, ``colors`` (stops), ``title``, ``xlabel``, ``ylabel``, ``zlabel``. Colours are one
 string, or ``[light, dark]`` for the page's two themes (the picture uses the light one).
 Numbers are float64 in JSON; non-finite ones are the strings ``"inf"``, ``"-inf"``, ``"nan"``.
@@ -118,7 +118,7 @@ def line_plot(*, x, series: list[dict], xlabel: str, ylabel: str, title: str = "
         "type": "lines", "x": x, "series": [dict(s, y=np.asarray(s["y"], dtype=np.float64)) for s in series],
         "xlabel": xlabel, "ylabel": ylabel, "title": title, "title_color": title_color, "ylog": ylog,
         "xlim": list(xlim), "ylim": list(ylim), "band": band, "markers": markers or [],
-        "xticks": {str(k): v for k, v in xticks.items()} if xticks else None, "flex": flex, "height": height,
+        "xticks": [[k, v] for k, v in xticks.items()] if xticks else None, "flex": flex, "height": height,
     })
 
 
@@ -205,7 +205,7 @@ def _draw_lines(ax, p: dict, handles: dict) -> None:
     ax.set_xlim(*map(_f, p["xlim"]))
     ax.set_ylim(*map(_f, p["ylim"]))
     if p.get("xticks"):
-        ticks = {float(k): v for k, v in p["xticks"].items()}
+        ticks = {float(k): v for k, v in p["xticks"]}
         ax.set_xticks(list(ticks), list(ticks.values()), rotation=60, fontsize=7)
 
 

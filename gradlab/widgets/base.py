@@ -395,6 +395,7 @@ class Explorer(anywidget.AnyWidget):
             self.values = self._values()
         if not changed:
             return
+        AHEAD.stop(self)  # its list was for the settings before; the redraw starts a new one
         loop = running_loop()
         if loop is None:
             self._redraw()

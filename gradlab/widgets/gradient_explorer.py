@@ -6,16 +6,14 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from .._validate import check_choice as _check_choice
 from .._validate import check_int as _check_int
 from ..engines.mlp import MLPGradientEngine, check_mode
 from ..engines.presets import PRESETS, QUANTITIES, compare_preset
 from ..i18n import N_, _
 from ..models.mlp import ACTIVATIONS, DTYPES, INITIALIZERS, NORMS
-from ..plots.gradients import loss_scale_text
-from ..plots.view import COLORS, STATUS_COLORS, decade_limits, line_plot
+from ..plots.gradients import loss_scale_text, report_plot
+from ..plots.view import COLORS, STATUS_COLORS
 from ..reports.advice import compare_with_paper, gradient_advice
 from ..reports.gradients import check_clip
 from ..reports.verdict import status_word
@@ -248,63 +246,6 @@ class GradientExplorer(ClipControls, Explorer):
         if self.preset_result is None:
             return self.status_text
         return self.status_text + "\n" + preset_note_text(self.preset_result)
-
-
-#: The legend's words for each series (the page's and the picture's).
-LABELS = {
-    "band": N_("healthy band for the layer-1 signal"),
-    "signal": N_("signal dL/dz (back-propagated)"),
-    "theory": N_("signal predicted by variance propagation"),
-    "weight": N_("weight gradient dL/dW"),
-    "clipped": N_("dL/dW after clipping"),
-    "forward": N_("forward activation std"),
-    "zeros": N_("signal exactly 0 (underflow)"),
-    "nonfinite": N_("NaN / inf"),
-}
-
-
-def report_plot(report, *, show_forward: bool = True, vanish_below: float = 1e-3,
-                explode_above: float = 1e3) -> dict:
-    """The plot spec of one :class:`~gradlab.reports.gradients.GradientReport` (chapters 01, 05).
-
-    The back-propagated signal, the weight-gradient norms (and after clipping, when a clip is
-    set), the theory curve where the report has one, optionally the forward activation std, and
-    the healthy band for the *signal*: the layer-1 signals that the verdict calls healthy (1e-3
-    to 1e3 times the last layer's). Exact zeros are marked on the bottom edge, NaN/inf on the top
-    edge, instead of silently disappearing from a log axis.
-    """
-    n = report.depth
-    x = np.arange(1, n + 1)
-    sig = np.asarray(report.signal_norms, dtype=np.float64)
-    series = [{"label": _(LABELS["signal"]), "y": sig, "color": COLORS["signal"], "width": 2, "marker": "dot"}]
-    theory = getattr(report, "predicted_signal", None)
-    if theory is not None:
-        series.append({"label": _(LABELS["theory"]), "y": theory, "color": COLORS["signal"], "width": 1.5,
-                       "dash": [6, 4]})
-    series.append({"label": _(LABELS["weight"]), "y": report.weight_norms, "color": COLORS["weight"], "width": 1.2,
-                   "dash": [4, 3]})
-    if report.clip is not None:
-        series.append({"label": _(LABELS["clipped"]), "y": report.clipped_weight_norms, "color": COLORS["clipped"],
-                       "width": 2.2})
-    if show_forward:
-        series.append({"label": _(LABELS["forward"]), "y": report.activation_stds, "color": COLORS["forward"],
-                       "width": 1.4, "dash": [2, 3]})
-    values = np.concatenate([np.asarray(s["y"], dtype=np.float64) for s in series])
-    fin = values[np.isfinite(values) & (values > 0)]
-    lo, hi = (fin.min() / 4, fin.max() * 4) if fin.size else (1e-12, 1.0)
-    band = None
-    last = float(sig[-1])
-    if math.isfinite(last) and last > 0:
-        band = {"lo": last * vanish_below, "hi": last * explode_above, "label": _(LABELS["band"]),
-                "color": COLORS["band"]}
-        lo, hi = min(lo, band["lo"] / 2), max(hi, band["hi"] * 2)
-    markers = [{"x": x[sig == 0], "at": "bottom", "label": _(LABELS["zeros"]), "color": COLORS["zeros"]},
-               {"x": x[~np.isfinite(sig)], "at": "top", "label": _(LABELS["nonfinite"]), "color": COLORS["nonfinite"]}]
-    title = _("{status}: layer 1 / layer {depth} = {ratio}").format(
-        status=status_word(report.status), depth=n, ratio=f"{report.ratio:.3g}")
-    return line_plot(x=x, series=series, xlabel=_("hidden layer (1 = input side)"),
-                     ylabel=_("L2 norm (log scale)"), title=title, title_color=STATUS_COLORS.get(report.status),
-                     xlim=(0.5, n + 0.5), ylim=decade_limits([lo, hi]), band=band, markers=markers)
 
 
 def preset_note_text(result) -> str:

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from .._validate import check_choice as _check_choice
 from .._validate import check_int as _check_int
 from .._validate import check_positive as _check_positive
 from ..engines.rnn import TimeGradientEngine
-from ..i18n import N_, _
+from ..i18n import _
 from ..models.rnn import CELLS, MAX_STEPS, RECURRENT_INITIALIZERS
-from ..plots.view import COLORS, STATUS_COLORS, decade_limits, line_plot
+from ..plots.recurrent import time_plots
 from ..reports.advice import time_advice
 from ..reports.gradients import check_clip
 from ..reports.verdict import status_word
@@ -111,56 +109,3 @@ class TimeExplorer(ClipControls, Explorer):
             cell=self.cell.value, steps=self.steps.value, init=self.recurrent_initializer.value,
             scale=f"{self.input_scale.value:.3g}", clip=self.clip_text(), status=status_word(r.status),
             advice=self.advice.text)
-
-
-#: The legend's words for each series (the page's and the picture's).
-LABELS = {
-    "band": N_("healthy band for step 1"),
-    "norms": N_("‖dLoss/dx_t‖ per time step"),
-    "zeros": N_("exactly 0 (underflow)"),
-    "weight": N_("weight gradient"),
-    "clipped": N_("weight gradient after clipping"),
-}
-
-
-def _short(name: str) -> str:
-    """A tick label for a weight: ``lstm/lstm_cell/recurrent_kernel`` → ``recurrent``."""
-    parts = name.split("/")
-    last = parts[-1].replace("readout ", "out ").replace("recurrent_kernel", "recurrent")
-    if any(p.startswith(("readout", "dense")) for p in parts[:-1]):
-        last = f"out {last}"
-    return last
-
-
-def time_plots(report) -> list[dict]:
-    """Per-time-step gradient norms (left, with the healthy band for step 1 and exact zeros on the
-    bottom edge) and each weight gradient's norm, after clipping too when a clip is set (right)."""
-    s = np.asarray(report.time_step_norms, dtype=np.float64)
-    n = s.size
-    x = np.arange(1, n + 1)
-    pos = s[np.isfinite(s) & (s > 0)]
-    lo, hi = (pos.min() / 4, pos.max() * 4) if pos.size else (1e-12, 1.0)
-    band = None
-    if np.isfinite(s[-1]) and s[-1] > 0:
-        band = {"lo": float(s[-1]) * 1e-3, "hi": float(s[-1]) * 1e3, "label": _(LABELS["band"]), "color": COLORS["band"]}
-        lo, hi = min(lo, band["lo"] / 2), max(hi, band["hi"] * 2)
-    title = _("{status}: step 1 / step {steps} = {ratio}").format(
-        status=status_word(report.status), steps=n, ratio=f"{report.ratio:.3g}")
-    left = line_plot(x=x, series=[{"label": _(LABELS["norms"]), "y": s, "color": COLORS["signal"], "width": 1.6,
-                                   "marker": "dot"}],
-                     xlabel=_("time step (1 = earliest input)"), ylabel=_("‖dLoss / d x_t‖ (log scale)"), title=title,
-                     title_color=STATUS_COLORS.get(report.status), xlim=(0.5, n + 0.5),
-                     ylim=decade_limits([max(lo, 1e-45), hi]), band=band,
-                     markers=[{"x": x[s == 0], "at": "bottom", "label": _(LABELS["zeros"]), "color": COLORS["zeros"]}],
-                     flex=3)
-    w, c = np.asarray(report.weight_norms, dtype=np.float64), np.asarray(report.clipped_weight_norms, dtype=np.float64)
-    xi = np.arange(w.size)
-    series = [{"label": _(LABELS["weight"]), "y": w, "color": COLORS["weight"], "line": False, "marker": "open"}]
-    if report.clip is not None:
-        series.append({"label": _(LABELS["clipped"]), "y": c, "color": COLORS["clipped"], "line": False, "marker": "dot"})
-    right = line_plot(x=xi, series=series, xlabel="", ylabel="", title=_("weight gradients (log scale)"),
-                      xlim=(-0.6, w.size - 0.4),
-                      ylim=decade_limits(np.concatenate([w, c]) if report.clip is not None else w, min_step=3),
-                      xticks={int(k): _short(nm) for k, nm in zip(xi, report.weight_names, strict=True)}, flex=1.25,
-                      height=300)
-    return [left, right]

@@ -74,9 +74,10 @@ EXPLORERS_SOURCE = [
     # chapter 09's, small (its labels and its run button must fit like the others')
     "tx = gl.TransformerExplorer(num_layers=2, steps=100, batch_size=4)\ntx",
 ]
-#: The CSS root of each explorer in ``scratch-explorers.ipynb``, in cell order.
-EXPLORER_ROOTS = ["gradlab-explorer", "gradlab-explorer", "gradlab-time-explorer", "gradlab-jacobian",
-                  "gradlab-tracing", "gradlab-tangent", "gradlab-transformer"]
+#: The Python class of each explorer in ``scratch-explorers.ipynb``, in cell order: its root is
+#: ``[data-gradlab-explorer="<class>"]`` (gradlab/widgets/static/explorer.js).
+EXPLORER_KINDS = ["GradientExplorer", "GradientExplorer", "TimeExplorer", "JacobianViewer", "TracingLab",
+                  "TangentExplorer", "TransformerExplorer"]
 SCRATCH = "scratch-explorers.ipynb"
 #: The same notebook for the save-and-reopen test (its own kernel, shut down in between).
 SCRATCH_REOPEN = "scratch-reopen.ipynb"
@@ -382,16 +383,12 @@ def explorers_page(request, _explorers_session, lab_server):
         request.node._gl_page = None
 
 
-def explorer(page, index_or_root: int | str):
-    """The live explorer of :data:`SCRATCH` by cell index (0-based over :data:`EXPLORER_ROOTS`) or CSS root."""
-    if isinstance(index_or_root, int):
-        root = EXPLORER_ROOTS[index_or_root]
-        nth = EXPLORER_ROOTS[:index_or_root].count(root)
-    else:
-        root, nth = index_or_root, 0
-    loc = page.locator(f".jp-OutputArea-output .{root}").nth(nth)
+def explorer(page, index: int):
+    """The live explorer of :data:`SCRATCH` by cell index (0-based over :data:`EXPLORER_KINDS`)."""
+    loc = page.locator(".jp-OutputArea-output [data-gradlab-explorer]").nth(index)
     loc.wait_for(state="visible")
     loc.scroll_into_view_if_needed()
+    assert loc.get_attribute("data-gradlab-explorer") == EXPLORER_KINDS[index]
     return loc
 
 

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tools.book.explorers import DATA, EXPLORERS, mount_html  # noqa: E402
+from tools.book.explorers import DATA, EXPLORERS, copy_assets, inline_module, mount_html  # noqa: E402
 
 OUT = ROOT / "build" / "book"
 SRC = ROOT / "build" / "book-src"
@@ -232,8 +232,10 @@ def postprocess(lang: str) -> int:
     root = OUT / lang
     n = 0
     others = {p.name for p in (OUT / OTHER[lang]).glob("*.html")}
+    copy_assets(root / "_static")
     for page in root.glob("*.html"):
         text = page.read_text(encoding="utf-8")
+        text = inline_module(text)
         text = add_anchors(text)
         text = alt_texts(text, lang)
         marker = '<article class="bd-article">'

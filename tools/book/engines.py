@@ -16,7 +16,7 @@ from gradlab.engines.rnn import TimeGradientEngine
 from gradlab.engines.transformer import TransformerGradientEngine
 from gradlab.i18n import _
 from gradlab.models.mlp import ACTIVATIONS, INITIALIZERS
-from gradlab.plots.gradients import STATUS_COLORS
+from gradlab.plots.view import STATUS_COLORS
 from gradlab.reports.advice import gradient_advice
 from gradlab.reports.verdict import STATUS_WORDS, status_word
 from gradlab.widgets.gradient_explorer import ADVANCED, LOSS_SCALES, GradientExplorer

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import html
+import shutil
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "book" / "data"
+#: gradlab's view: the module, its CSS and uPlot, served by the site exactly as the package ships them
+STATIC = ROOT / "gradlab" / "widgets" / "static"
+ASSETS = ("explorer.css", "uPlot.iife.min.js", "uPlot.min.css", "uPlot.LICENSE")
+#: where a page carries the module's text (filled in after Sphinx: see :func:`inline_module`)
+MODULE_SLOT = '<script type="text/plain" id="gradlab-explorer-module"></script>'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,13 +34,11 @@ EXPLORERS = {
         "GradientExplorer", "01", "GradientExplorer(",
         {"en": ("Kernel-free explorer: the same engine's numbers for every setting it offers here, "
                 "computed at build time by gradlab's MLPGradientEngine (width 64, batch 128, seed 0): "
-                "8 activations × 11 initializers × depths 1–100 (8,800 settings). Clipping by norm and "
-                "by global norm is applied in the page, a closed form of the stored norms; clipping by "
-                "value needs every gradient element and is only in the notebook."),
+                "8 activations × 11 initializers × depths 1–100 (8,800 settings), clip off. The view is "
+                "the notebook's own; clipping needs the notebook."),
          "zh": ("无需内核的探索器：这里提供的每个设置，都是构建网站时由 gradlab 的 MLPGradientEngine"
                 "（宽度 64、批量 128、种子 0）算出的同一组数值：8 种激活函数 × 11 种初始化器 × 深度 1–100"
-                "（共 8,800 个设置）。按范数和按全局范数裁剪在页面中由保存的范数以闭式计算；按值裁剪需要每个"
-                "梯度元素，只能在 notebook 中使用。")},
+                "（共 8,800 个设置），不裁剪。画面与 notebook 中的探索器相同；梯度裁剪需要在 notebook 中使用。")},
     ),
     "ch05": Spec(
         "GradientExplorer", "05", "GradientExplorer(depth=50",
@@ -76,15 +80,36 @@ def data_files() -> list[tuple[Path, str]]:
 
 
 def mount_html(spec: Spec, lang: str) -> str:
-    """The raw HTML cell placed after the chapter's explorer cell."""
+    """The raw HTML cell placed after the chapter's explorer cell: the mount, the grid's scripts,
+    the slot for the module's text and the site's model (book/_static/gradlab/site.js)."""
     note = html.escape(spec.covers[lang])
     return (
-        f'<div class="gradlab-kfx" data-gradlab-explorer="{spec.cls}" data-gradlab-grid="{spec.data}" '
-        f'data-lang="{lang}">'
+        f'<div class="gradlab-kfx" data-gradlab-site="{spec.data}" data-lang="{lang}">'
         f'<p class="gradlab-kfx-note">{note}</p></div>\n'
-        '<link rel="stylesheet" href="_static/vendor/uplot/uPlot.min.css">\n'
-        '<script src="_static/vendor/uplot/uPlot.iife.min.js"></script>\n'
+        '<link rel="stylesheet" href="_static/gradlab/uPlot.min.css">\n'
+        '<link rel="stylesheet" href="_static/gradlab/explorer.css">\n'
+        '<script src="_static/gradlab/uPlot.iife.min.js"></script>\n'
         f'<script src="../data/{spec.data}.js"></script>\n'
         f'<script src="../data/{spec.data}.{lang}.js"></script>\n'
-        '<script src="_static/gradlab/explorer.js"></script>\n'
+        f"{MODULE_SLOT}\n"
+        '<script src="_static/gradlab/site.js"></script>\n'
     )
+
+
+def copy_assets(static_dir: Path) -> None:
+    """Copy the view's CSS and uPlot from the package into a built edition's ``_static/gradlab``."""
+    dst = static_dir / "gradlab"
+    dst.mkdir(parents=True, exist_ok=True)
+    for name in ASSETS:
+        shutil.copy2(STATIC / name, dst / name)
+
+
+def inline_module(page: str) -> str:
+    """Fill a page's module slot with ``explorer.js``, unchanged (a page opened from a file:// URL
+    loads no module script; site.js imports this text from a blob)."""
+    if MODULE_SLOT not in page:
+        return page
+    text = (STATIC / "explorer.js").read_text(encoding="utf-8")
+    if "</script" in text:
+        raise ValueError("explorer.js must not contain '</script': it is inlined into the page")
+    return page.replace(MODULE_SLOT, MODULE_SLOT.replace("></script>", ">" + text + "</script>"), 1)

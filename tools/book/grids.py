@@ -144,11 +144,14 @@ def view_grid(name: str, chapter: str, make, controls: list[dict], progress=prin
             base = templates[lang]["flat"]
             diff = {_path_key(p): v for p, v in flat.items() if base.get(p) != v}
             got = {k: v for k, v in diff.items() if not _texty(v)}
+            dropped = sorted(_path_key(p) for p in base if p not in flat)
+            if dropped:
+                got["#drop"] = dropped
             if nums is None:
                 nums = got
             elif json.dumps(got) != json.dumps(nums):
                 raise RuntimeError(f"{name}: different numbers in {lang} at {settings}")
-            texts[lang][key] = {k: v for k, v in diff.items() if k not in got}
+            texts[lang][key] = {k: v for k, v in diff.items() if k not in got and k != "#drop"}
         numbers[key] = nums
         if (n + 1) % 200 == 0 or n + 1 == len(combos):
             progress(f"{name} {n + 1}/{len(combos)} settings, {time.time() - t0:.0f} s")

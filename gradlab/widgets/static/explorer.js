@@ -92,7 +92,8 @@ function makeControl(spec, onInput, onClick) {
   if (spec.type === "select") {
     input = el("select", { id, name: spec.name });
     const fill = (options) => {
-      input.replaceChildren(...options.map(([v], k) => el("option", { value: String(k), text: options[k][1] })));
+      input.replaceChildren(...options.map(([v, label], k) => el("option", { value: String(k), text: label,
+                                                                            "data-value": JSON.stringify(v) })));
     };
     fill(spec.options);
     get = () => spec.options[Number(input.value)][0];
@@ -111,7 +112,8 @@ function makeControl(spec, onInput, onClick) {
     // a slider over a number (log: over its exponent), or over a list of options
     const opts = spec.options;
     const lo = opts ? 0 : spec.min, hi = opts ? opts.length - 1 : spec.max, step = opts ? 1 : spec.step;
-    input = el("input", { id, name: spec.name, type: "range", min: lo, max: hi, step });
+    input = el("input", { id, name: spec.name, type: "range", min: lo, max: hi, step,
+                          "data-values": opts ? JSON.stringify(opts.map(([v]) => v)) : null, "data-log": spec.log ? "1" : null });
     output = el("output", { for: id, class: "gradlab-readout" });
     const value = (pos) => (opts ? opts[pos][0] : spec.log ? 10 ** pos : pos);
     let current = spec.value;
@@ -239,8 +241,8 @@ function linesPlot(U, host) {
       cursor: { show: true, drag: { x: false, y: false }, points: { show: false } },
       scales: { x: { time: false, range: () => s.xlim.map(num) }, y: { range: () => y } },
       axes: [{ label: s.xlabel, stroke: f.text, incrs: s.x.every((v) => Number.isInteger(num(v))) ? [1, 2, 5, 10, 20, 25, 50, 100, 200] : undefined, grid: { stroke: f.grid, width: 1 }, ticks: { stroke: f.grid },
-               labelSize: 20, values: s.xticks ? (uu, vals) => vals.map((v) => s.xticks[v] ?? "") : undefined,
-               splits: s.xticks ? () => Object.keys(s.xticks).map(Number) : undefined }, axisY],
+               labelSize: 20, values: s.xticks ? (uu, vals) => vals.map((v) => (s.xticks.find((t) => t[0] === v) || [0, ""])[1]) : undefined,
+               splits: s.xticks ? () => s.xticks.map((t) => t[0]) : undefined }, axisY],
       series: [{}].concat(s.series.map((ser) => ({
         label: ser.label,
         stroke: pick(ser.color, dark),
@@ -411,6 +413,7 @@ async function render({ model, el: host }) {
   let plotShape = "";
   let draws = 0;
   let inputAt = null;      // performance.now() of the last input event not yet shown exactly
+  let lastInput = null;    // the control the learner moved last
   let dark = isDark(host);
 
   function store(v) {
@@ -426,12 +429,14 @@ async function render({ model, el: host }) {
     cache.get(k).set(axis ? v.values[axis] : "", v);
   }
 
-  /** The view to draw for the current values: exact, else the nearest along the axis. */
+  /** The view to draw for the current values: exact, else (while the axis is being moved) the
+   *  nearest one along it. */
   function best() {
     const m = cache.get(otherKey(values, axis));
     if (!m || !m.size) return null;
     if (!axis) return m.get("") || null;
     if (m.has(values[axis])) return m.get(values[axis]);
+    if (lastInput !== axis) return null;
     let b = null, d = Infinity;
     for (const [a, v] of m) {
       const dd = Math.abs(a - values[axis]);
@@ -486,6 +491,7 @@ async function render({ model, el: host }) {
 
   function onInput(name, value, dragging) {
     values = { ...values, [name]: value };
+    lastInput = name;
     inputAt = performance.now();
     redraw();
     model.set("values", values);
