@@ -34,9 +34,13 @@ def load(name: str) -> tuple[dict, dict]:
     return data, texts
 
 
-def view_of(template: dict, numbers: dict, texts: dict) -> dict:
+def view_of(template: dict, numbers: dict, texts: dict, strings: list | None = None) -> dict:
     """A stored view put back together: site.js's ``viewOf``, step for step."""
-    flat = {**template, **numbers, **texts}
+    own = {p: strings[i] for p, i in texts.items()} if strings is not None else texts
+    flat = {**template, **numbers, **own}
+    for p, v in flat.items():
+        if isinstance(v, dict) and "#ref" in v:
+            flat[p] = flat[v["#ref"]]
     for p in numbers.get("#drop", []):
         flat.pop(p, None)
     flat.pop("#drop", None)
@@ -127,14 +131,14 @@ def test_grid_covers_every_setting(name):
 
 
 def test_view_of_puts_back_lists_dicts_and_dropped_leaves():
-    from tools.book.grids import _path_key, leaves
+    from tools.book.grids import _path_key, dedupe, leaves
 
     a = {"plots": [{"x": [1.0, 2.0], "band": None, "t": "a"}], "notes": [], "e": {}}
     b = {"plots": [{"x": [1.0, 3.0], "band": {"lo": 1.0, "hi": 2.0}, "t": "b"}, {"x": [5.0], "band": None, "t": "c"}],
-         "notes": [[{"text": "n"}]], "e": {}}
+         "notes": [[{"text": "n"}]], "e": {}, "r": {"again": [1.0, 3.0]}}
     ta = {_path_key(p): v for p, v in leaves(a).items()}
     fb = {_path_key(p): v for p, v in leaves(b).items()}
-    nums = {k: v for k, v in fb.items() if ta.get(k) != v}
+    nums = dedupe({k: v for k, v in fb.items() if ta.get(k) != v})
     nums["#drop"] = sorted(k for k in ta if k not in fb)
     assert view_of(ta, nums, {}) == b
     # and back: a view with fewer items than the template
@@ -177,7 +181,8 @@ def test_a_sample_of_stored_views_is_what_the_kernel_sends(name, explorers):
                 idx = [int(k) for k in key.split("|")]
                 settings = {c["name"]: c["values"][k] for c, k in zip(data["controls"], idx, strict=True)}
                 ex.set(**settings)
-                stored = view_of(texts[lang]["template"], data["points"][key], texts[lang]["points"][key])
+                stored = view_of(texts[lang]["template"], data["points"][key], texts[lang]["points"][key],
+                                 texts[lang]["strings"])
                 fresh = json.loads(json.dumps(ex.view))
                 same(stored, fresh, f"{name}/{lang}/{settings}")
     finally:

@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import base64
 import gc
-import io
 import itertools
+import json
 import re
 
-import ipywidgets as widgets
 import numpy as np
 import psutil
 import pytest
-from PIL import Image
 
 import gradlab as gl
 from gradlab.engines.mlp import MLPGradientEngine
@@ -68,15 +66,18 @@ CHANGES = {
 def test_every_explorer_is_one_class_on_the_base(explorers):
     for name, e in explorers.items():
         assert isinstance(e, Explorer), name
-        for method in ("set", "snapshot", "copy", "_on_change", "_repr_mimebundle_", "_set_status"):
+        for method in ("set", "snapshot", "copy", "_on_change", "_on_values", "_repr_mimebundle_", "_view", "png"):
             assert getattr(type(e), method) is getattr(Explorer, method), (name, method)
-        assert f"gradlab-{e.root_css or e.css_name}" in e._dom_classes
-        assert e.controls and all(any(c.startswith("gradlab-") for c in w._dom_classes) for w in e.controls)
+        # one view module for all: the page finds it as [data-gradlab-explorer="<class>"]
+        assert e.kind == type(e).__name__ and e._esm == gl.widgets.base._read("explorer.js")
+        assert [c["name"] for c in e.spec] == list(e.control_names)
 
 
 def test_one_change_handler_per_control(explorers):
     for name, e in explorers.items():
         for w in e.controls:
+            if w.kind in ("button", "progress"):
+                continue
             handlers = [h for h in w._trait_notifiers.get("value", {}).get("change", [])
                         if getattr(h, "__func__", None) is Explorer._on_change]
             assert len(handlers) == 1, (name, w.description)
@@ -99,29 +100,30 @@ def test_no_retrace_after_warm_up_exact_zero(name):
 
 
 @pytest.mark.parametrize("name", list(CHANGES))
-def test_blitted_picture_equals_a_full_draw(name):
-    """The cached background plus the animated artists is the same picture as a full redraw."""
+def test_the_view_is_numbers_not_pictures(name):
+    """After every change the kernel sends numbers in JSON (non-finite ones spelled out), never a picture."""
     e = _every_explorer()[name]
     for change in CHANGES[name]:
         e.set(**change)
-        a = np.asarray(Image.open(io.BytesIO(e.plot.value)).convert("RGB"), dtype=int)
-        b = np.asarray(Image.open(io.BytesIO(e._plot.full_png())).convert("RGB"), dtype=int)
-        assert a.shape == b.shape
-        differ = np.mean(np.abs(a - b).max(axis=2) > 40)
-        assert differ < 0.005, (name, change, differ)  # the same picture, drawn two ways
+        text = json.dumps(e.view, allow_nan=False)  # NaN/inf would be invalid JSON for the page
+        assert "iVBOR" not in text and "data:image" not in text and "base64" not in text, (name, change)
+        json.dumps(e.spec, allow_nan=False)
+        assert e.view["values"] == e.values == e._values()
+        assert e.view["status"]["text"] == e.status_text
+        for k, v in change.items():
+            assert e.view["values"][k] == pytest.approx(v), (name, k)
 
 
-def test_blitting_reuses_the_background(ex):
-    ex.set(depth=30, activation="tanh", clip_mode="off", dtype="float32", loss_scale=1, residual=False,
-           norm="none")
-    ex.set(clip_mode="global_norm", clip_norm=0.5)
-    draws = ex._plot.full_draws
-    for v in (0.4, 0.3, 0.2):  # nothing but data changes: no new background
-        ex.clip_norm.value = v
-    assert ex._plot.full_draws == draws
-    ex.clip_mode.value = "off"  # the legend loses "after clipping": the background of that legend
-    assert "dL/dW after clipping" not in ex._plot.legend_labels()
-    assert len({key[2] for key in ex._plot._backgrounds}) >= 2  # backgrounds are keyed by legend
+def test_non_finite_numbers_are_spelled_out():
+    from gradlab.plots.view import jsonable
+
+    assert jsonable(np.array([1.0, np.inf, -np.inf, np.nan])) == [1.0, "inf", "-inf", "nan"]
+    assert jsonable({"a": np.float32(2.5), "b": (np.int64(3), np.bool_(True))}) == {"a": 2.5, "b": [3, True]}
+    e = gl.GradientExplorer(depth=30, activation="relu", initializer="large_normal", width=8, batch_size=8)
+    sig = e.report.signal_norms
+    assert not np.all(np.isfinite(sig))  # this setting overflows: the view must still be valid JSON
+    got = e.view["report"]["signal_norms"]
+    assert [g if isinstance(g, str) else float(g) for g in got] == jsonable(sig)
 
 
 def test_snapshot_and_bundle_carry_the_same_timing_free_text(explorers):
@@ -130,7 +132,7 @@ def test_snapshot_and_bundle_carry_the_same_timing_free_text(explorers):
         assert snap.png[:8] == b"\x89PNG\r\n\x1a\n"
         bundle = e._repr_mimebundle_()
         assert "application/vnd.jupyter.widget-view+json" in bundle
-        assert base64.b64decode(bundle["image/png"]) == e.plot.value
+        assert base64.b64decode(bundle["image/png"]) == e.png() == snap.png
         assert bundle["text/plain"] == repr(e) == f"{type(e).__name__}({snap.text})"
         assert not re.search(r"\d ms\b", snap.text), (name, snap.text)
 
@@ -150,74 +152,43 @@ def test_copy_keeps_the_settings_and_leaves_the_original_alone():
     assert j.copy().bench is j.bench
 
 
-def test_layout_wraps_and_the_figure_follows_the_output_width(explorers):
+def test_controls_are_named_and_laid_out_for_the_page(explorers):
     for name, e in explorers.items():
-        rows = [c for c in e.children if isinstance(c, widgets.Box) and c.layout.flex_flow == "row wrap"]
-        assert len(rows) == 1, name
-        row = rows[0]
-        assert e.plot.layout.width == "100%" and e.plot.layout.height == "auto"
-        natural = int(e.plot.fig.get_figwidth() * e.plot.fig.dpi)
-        assert e.plot.layout.max_width == f"{natural}px"
-        column = int(row.children[0].layout.width.rstrip("px"))
-        # control column + figure fit the output area of JupyterLab at 1366 px with the file
-        # browser open (about 950 px; the browser tier measures the real page)
-        assert column + natural <= 950, (name, column, natural)
-    # chapter 01's depth has a row of its own over the whole explorer (its track was 108 px)
-    e = explorers["gradient"]
-    assert e.children[0] is e.depth and e.depth.layout.width == "100%"
-    assert e.depth not in row.children[0].children
-
-
-def test_status_font_is_proportional_at_normal_line_height(explorers):
-    for e in explorers.values():
-        html = e.status.value
-        assert "monospace" not in html
-        m = re.search(r"line-height:\s*([\d.]+)", html)
-        assert m and float(m.group(1)) < 1.6
-        assert "var(--jp-ui-font-family" in html
+        for spec in e.spec:
+            assert spec["label"] or spec["type"] == "progress", (name, spec)
+            json.dumps(spec, allow_nan=False)
+    # chapter 01's depth has a row of its own over the whole explorer (100 values need a track)
+    spec = {c["name"]: c for c in explorers["gradient"].spec}
+    assert spec["depth"]["wide"] and not spec["activation"]["wide"]
 
 
 # ----------------------------------------------------------------------------- the GradientExplorer
-def test_controls_and_css_classes(ex):
-    classes = {
-        "gradlab-depth": ex.depth, "gradlab-activation": ex.activation, "gradlab-initializer": ex.initializer,
-        "gradlab-clip-mode": ex.clip_mode, "gradlab-clip-norm": ex.clip_norm, "gradlab-status": ex.status,
-        "gradlab-plot": ex.plot, "gradlab-preset-note": ex.preset_note, "gradlab-explorer": ex,
-        "gradlab-residual": ex.residual, "gradlab-norm": ex.norm, "gradlab-dtype": ex.dtype,
-        "gradlab-loss-scale": ex.loss_scale, "gradlab-preset": ex.preset,
-    }
-    for cls, widget in classes.items():
-        assert cls in widget._dom_classes
+def test_controls(ex):
     assert (ex.depth.min, ex.depth.max) == (1, 100)
     assert set(gl.models.mlp.ACTIVATIONS) <= set(ex.activation.options)
     inits = {v for _k, v in ex.initializer.options}
     assert {"zeros", "small_normal", "large_normal", "glorot_uniform", "he_normal", "orthogonal"} <= inits
     assert list(ex.clip_mode.options) == ["off", "value", "norm", "global_norm"]
+    assert ex.axis == "depth"
 
 
 def _shown(e):
-    """Every widget inside the explorer's layout, recursively."""
-    out, todo = [], [e]
-    while todo:
-        w = todo.pop()
-        out.append(w)
-        todo.extend(getattr(w, "children", ()))
-    return out
+    """The names of the controls the page shows."""
+    return {c["name"] for c in e.spec if not c["hidden"]}
 
 
 def test_chapter01_explorer_shows_only_chapter01_controls():
     e = gl.GradientExplorer(depth=5, width=8, batch_size=8)
     shown = _shown(e)
     assert not e.advanced
-    for name in ADVANCED:
-        assert getattr(e, name) not in shown, name
-    assert e.preset not in shown and e.preset_note not in shown
+    for name in (*ADVANCED, "preset"):
+        assert name not in shown, name
     for name in ("depth", "activation", "initializer", "clip_mode", "clip_norm", "show_forward"):
-        assert getattr(e, name) in shown
+        assert name in shown
     e.set(residual=True)  # hidden controls still work from code
     assert e.report.residual
     e5 = gl.GradientExplorer(depth=5, width=8, batch_size=8, residual=True)  # a chapter-05 keyword
-    assert e5.advanced and e5.residual in _shown(e5) and e5.preset in _shown(e5)
+    assert e5.advanced and {"residual", "preset"} <= _shown(e5)
     with pytest.raises(ValueError, match="advanced must be"):
         gl.GradientExplorer(advanced="yes")
 
@@ -241,63 +212,71 @@ def test_report_is_current_after_assignment(ex):
     assert ex.clip_norm.disabled and ex.report.clip is None
 
 
+def _plot(e) -> dict:
+    return e.view["plots"][0]
+
+
+def _labels(e) -> list[str]:
+    """The legend the page and the picture show: the series with a finite value, the band, the markers."""
+    p = _plot(e)
+    out = [p["band"]["label"]] if p["band"] else []
+    out += [s["label"] for s in p["series"] if any(not isinstance(v, str) and v > 0 for v in s["y"])]
+    out += [m["label"] for m in p["markers"] if m["x"]]
+    return out
+
+
 def test_plot_data_follows_report(ex):
     ex.set(depth=12, activation="tanh", initializer="glorot_uniform", clip_mode="norm", clip_norm=0.01)
-    xs, ys = ex._plot.signal.get_data()
-    np.testing.assert_array_equal(xs, np.arange(1, 13))
-    np.testing.assert_allclose(ys, ex.report.signal_norms)
-    np.testing.assert_allclose(ex._plot.clipped.get_data()[1], ex.report.clipped_weight_norms)
-    before = ex.plot.value
+    p = _plot(ex)
+    assert p["x"] == list(range(1, 13))
+    series = {s["label"]: s["y"] for s in p["series"]}
+    np.testing.assert_allclose(series["signal dL/dz (back-propagated)"], ex.report.signal_norms)
+    np.testing.assert_allclose(series["dL/dW after clipping"], ex.report.clipped_weight_norms)
+    lo, hi = p["ylim"]
+    assert lo <= np.min(ex.report.clipped_weight_norms) and hi >= np.max(ex.report.weight_norms)
+    before = ex.view
     ex.depth.value = 30
-    assert ex.plot.value != before
+    assert ex.view["plots"] != before["plots"] and _plot(ex)["xlim"] == [0.5, 30.5]
     ex.show_forward.value = False
-    assert len(ex._plot.forward.get_data()[0]) == 0
+    assert "forward activation std" not in {s["label"] for s in _plot(ex)["series"]}
     ex.set(show_forward=True, clip_mode="off")
 
 
 def test_legend_lists_only_what_is_drawn(ex):
     ex.set(depth=14, activation="sigmoid", initializer="glorot_uniform", clip_mode="off", residual=False,
            norm="none", dtype="float32", loss_scale=1, show_forward=True)
-    labels = ex._plot.legend_labels()
+    labels = _labels(ex)
     assert "dL/dW after clipping" not in labels  # clipping off: no clipped line, no legend entry
     assert "signal exactly 0 (underflow)" not in labels and "NaN / inf" not in labels
     assert "signal predicted by variance propagation" in labels
     ex.set(clip_mode="norm")
-    assert "dL/dW after clipping" in ex._plot.legend_labels()
+    assert "dL/dW after clipping" in _labels(ex)
     ex.set(clip_mode="off", dtype="float16")  # float16: no theory line, zeros drawn
-    labels = ex._plot.legend_labels()
+    labels = _labels(ex)
     assert "signal predicted by variance propagation" not in labels
     assert "signal exactly 0 (underflow)" in labels
-    drawn = {name for name, artist in ex._plot._series.items()
-             if (artist.get_visible() if name == "band" else len(artist.get_xdata()))}
-    assert len(labels) == len(drawn)
     ex.set(dtype="float32")
 
 
-def test_zeros_and_nonfinite_are_drawn_clear_of_the_title(ex):
+def test_zeros_and_nonfinite_are_marked_on_the_edges(ex):
     ex.set(depth=10, activation="relu", initializer="zeros", clip_mode="off")
     assert ex.report.status == "vanishing"
-    assert len(ex._plot.zeros.get_data()[0]) == 10  # every layer marked as exactly 0
+    zeros, nonfinite = _plot(ex)["markers"]
+    assert zeros["at"] == "bottom" and zeros["x"] == list(range(1, 11))  # every layer exactly 0
     ex.set(depth=60, activation="linear", initializer="large_normal")
     assert ex.report.status == "non-finite"
-    assert len(ex._plot.nonfinite.get_data()[0]) > 0
-    ex.plot.refresh()
-    fig = ex._plot.fig
-    renderer = fig.canvas.get_renderer()
-    title = ex._plot.title.get_window_extent(renderer)
-    axes = ex._plot.ax.get_window_extent(renderer)
-    pts = ex._plot.nonfinite.get_transform().transform(np.column_stack(ex._plot.nonfinite.get_data()))
-    radius = ex._plot.nonfinite.get_markersize() * fig.dpi / 72 / 2
-    assert np.all(pts[:, 1] + radius < title.y0), (pts[:, 1].max(), title.y0)
-    assert np.all(pts[:, 1] + radius <= axes.y1 + 1)  # inside the axes, under the top edge
+    zeros, nonfinite = _plot(ex)["markers"]
+    bad = np.flatnonzero(~np.isfinite(ex.report.signal_norms)) + 1
+    assert nonfinite["at"] == "top" and nonfinite["x"] == bad.tolist() and len(bad)
 
 
 def test_float16_plot_says_values_are_unscaled(ex):
     ex.set(depth=14, activation="sigmoid", initializer="glorot_uniform", dtype="float16", loss_scale=2**15)
-    assert "unscaled" in ex._plot.note.get_text() and "2^15" in ex._plot.note.get_text()
+    note = " ".join(part["text"] for line in ex.view["notes"] for part in line)
+    assert "unscaled" in note and "2^15" in note
     assert "worked" in ex.advice.finding and "2^15" in ex.advice.finding
     ex.set(loss_scale=1)
-    assert ex._plot.note.get_text() == ""
+    assert not ex.view["notes"]
     ex.set(dtype="float32")
 
 
@@ -322,7 +301,7 @@ def test_every_combination_yields_plot_and_status():
             e.set(depth=depth, activation=act, initializer=init, clip_mode=mode)
             assert e.report.depth == depth
             assert f"depth {depth} · {act} · {init}" in e.status_text
-            ys = e._plot.signal.get_data()[1]
+            ys = np.array([float(v) for v in e.view["plots"][0]["series"][0]["y"]])
             np.testing.assert_array_equal(ys, e.report.signal_norms)
             expected = _expected_status(ys)
             if expected is not None:
@@ -330,7 +309,7 @@ def test_every_combination_yields_plot_and_status():
             if depth == 1 and ys[0] > 0:
                 assert e.report.status == "healthy"  # one layer: nothing to vanish over
             seen[(act, init, depth)] = e.report.status
-    assert bytes(e.plot.value[:4]) == b"\x89PNG"
+    assert e.png()[:4] == b"\x89PNG"
     assert seen[("sigmoid", "glorot_uniform", 30)] == "vanishing"
     assert seen[("relu", "zeros", 100)] == "vanishing"
     assert seen[("linear", "large_normal", 30)] in ("exploding", "non-finite")
@@ -360,11 +339,14 @@ def test_constructor_keywords_and_presets():
     assert e.preset_result.measured == 5
     # paper: "some layer underflows"; measured: 5 layers. That is agreement, and it reads so.
     assert "agrees" in repr(e) and "differs" not in repr(e)
-    assert "Micikevicius et al. 2018 · float16, no loss scale, 14 layers" in e.preset_note.value
+    note = " ".join(part["text"] for line in e.view["notes"] for part in line)
+    assert "Micikevicius et al. 2018 · float16, no loss scale, 14 layers" in note
     e.loss_scale.value = 2**15  # leaves the preset: deselected, note cleared
-    assert e.preset.value == "" and e.preset_result is None and e.preset_note.value == ""
+    assert e.preset.value == "" and e.preset_result is None and not e.view["notes"]
+    assert e.values["preset"] == ""  # the page's dropdown follows
     e.set(preset="saxe2014")
-    assert e.preset_result.measured == pytest.approx(1.0, abs=1e-3) and "agrees" in e.preset_note.value
+    assert e.preset_result.measured == pytest.approx(1.0, abs=1e-3)
+    assert "agrees" in " ".join(part["text"] for line in e.view["notes"] for part in line)
     e2 = gl.GradientExplorer(preset="he2015_xavier")
     assert e2.depth.value == 30 and e2.preset_result.measured == pytest.approx(2**-14.5, rel=0.6)
     with pytest.raises(ValueError, match="preset must be one of"):
@@ -376,8 +358,8 @@ def test_preset_names_are_told_apart_in_full():
     e = gl.GradientExplorer(depth=3, width=8, batch_size=8, advanced=True)
     labels = [label for label, _key in e.preset.options]
     assert len(set(labels)) == len(labels)
-    assert e.preset.layout.width == "100%"
-    assert e.preset in e.children[3].children  # its own row under the status line (after depth, the row, the status)
+    (spec,) = [c for c in e.spec if c["name"] == "preset"]
+    assert [label for _v, label in spec["options"]] == labels and not spec["hidden"]
 
 
 def test_preset_comparison_words():
@@ -621,30 +603,26 @@ def test_memory_is_bounded_over_150_changes():
 # ----------------------------------------------------------------------------- the small explorers
 def test_tangent_explorer():
     t = gl.TangentExplorer(w=-0.5, learning_rate=0.3)
-    assert "gradlab-tangent-w" in t.w._dom_classes and "gradlab-tangent-lr" in t.learning_rate._dom_classes
+    assert [c["name"] for c in t.spec] == ["w", "learning_rate"] and t.axis == "w"
     assert t.slope < 0 and t.w_next > -0.5
     t.w.value = 3.5
     assert t.slope > 0 and t.w_next < 3.5 and "to the left" in t.status_text
     t.w.value, t.learning_rate.value = 0.0, 1.5  # too large a step: past the minimum, loss rises
     assert t.w_next == pytest.approx(4.5) and "(loss 6.4" in t.status_text
     assert gl.topics.intro.toy_loss(4.5).numpy() > t.loss
-    x, y = t._plot.next.get_data()
-    assert (x[0], y[0]) == (pytest.approx(4.5), pytest.approx(float(gl.topics.intro.toy_loss(4.5).numpy())))
+    step = [s for s in t.view["plots"][0]["series"] if s["label"] == "w after one step"][0]
+    assert (step["x"][0], step["y"][0]) == (pytest.approx(4.5), pytest.approx(float(gl.topics.intro.toy_loss(4.5).numpy())))
     with pytest.raises(ValueError, match="w must be between"):
         gl.TangentExplorer(w=10)
     with pytest.raises(ValueError, match="learning_rate"):
         gl.TangentExplorer(learning_rate=-1)
 
 
-def test_tracing_lab_plot_blits_and_snapshot_without_plot_raises():
-    lab = gl.TracingLab(value=0.1, mode="tensor")
-    for v in (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9):
-        lab.value.value = v
-    assert lab._plot.full_draws <= 4  # calls 1-10 share one x range; the y range snaps to decades
+def test_tracing_lab_without_a_plot_still_has_a_picture_and_text():
     bare = gl.TracingLab(plot=False)
-    assert bare.plot is None and "image/png" not in bare._repr_mimebundle_()
-    with pytest.raises(ValueError, match="plot=False"):
-        bare.snapshot()
+    assert bare.view["plots"] == []
+    snap = bare.snapshot()
+    assert snap.png[:8] == b"\x89PNG\r\n\x1a\n" and snap.text.startswith("python float · value 0.1")
 
 
 @pytest.fixture
@@ -680,7 +658,7 @@ def test_chinese_status_lines_join_sentences_without_a_space(chinese, small_engi
         assert "。 " not in text, text
 
 
-# ----------------------------------------------------------------------------- drafts (issue 29)
+# ----------------------------------------------------------------------------- changes from the page (issue 35)
 def _in_a_loop(coro):
     """Run ``coro`` in a fresh event loop of its own thread, as a kernel runs a comm handler: the
     test process may already run a loop in this thread (Playwright's, in make test's worker)."""
@@ -691,186 +669,93 @@ def _in_a_loop(coro):
         return pool.submit(asyncio.run, coro).result()
 
 
-def _drag(e, control: str, values, *, settle: bool = True):
-    """Send ``values`` to ``e``'s control as the page does (``set_state`` inside the kernel's
-    running event loop), then, with ``settle``, wait past ``e.settle_s``."""
-    import asyncio
-
-    async def run():
-        for v in values:
-            e._controls[control].set_state({"value": v})
-            await asyncio.sleep(0)
-        if settle:
-            await asyncio.sleep(e.settle_s + 0.2)
-
-    _in_a_loop(run())
+def _from_page(e, **values):
+    """What ipywidgets does when the page sends state: ``set_state`` of the ``values`` trait."""
+    e.set_state({"values": {**e.values, **values}})
 
 
-def _recorded(monkeypatch):
-    stored = []
-    monkeypatch.setattr("gradlab.widgets.base.store_picture",
-                        lambda model_id, png, text, note="": stored.append((png, text)) or True)
-    return stored
-
-
-def test_a_drag_from_the_page_draws_drafts_then_the_exact_png_once_it_settles(monkeypatch, small_engine):
-    stored = _recorded(monkeypatch)
-    e = gl.GradientExplorer(depth=50, engine=small_engine)
-    e._displayed = True
-    draws = e._plot.full_draws
-    _drag(e, "depth", range(51, 101), settle=False)
-    assert e.plot.format == "jpeg" and e.plot.value[:2] == b"\xff\xd8"  # a draft
-    assert stored == []                                   # nothing stored mid-drag
-    assert e.report.depth == 100 and e.status_text.startswith("depth 100 ·")  # report and status exact
-    draft_draws = e._plot.full_draws - draws
-    assert draft_draws <= 6, draft_draws                  # exact limits would draw 10-14 backgrounds
-    e.settle()                                            # what the timer does (its loop has ended)
-    assert e.plot.format == "png" and e.plot.value[:4] == b"\x89PNG"
-    assert stored == [(e.plot.value, repr(e))]            # stored once, the exact picture
-    exact = gl.GradientExplorer(depth=100, engine=small_engine)
-    assert exact._plot.ax.get_xlim() == e._plot.ax.get_xlim()
-    assert exact._plot.ax.get_ylim() == e._plot.ax.get_ylim()
-    assert e.plot.value == exact.plot.value               # the settled picture is the exact one
-
-
-def test_the_settle_timer_runs_in_the_loop_and_a_python_change_is_exact(monkeypatch, small_engine):
-    from concurrent.futures import ThreadPoolExecutor
-
-    stored = _recorded(monkeypatch)
-    e = gl.GradientExplorer(depth=50, engine=small_engine)
-    e._displayed = True
-    _drag(e, "depth", (60, 75, 90, 70))                   # waits past settle_s in the same loop
-    assert e.plot.format == "png" and len(stored) == 1 and e.report.depth == 70
-    assert e.plot.value == gl.GradientExplorer(depth=70, engine=small_engine).plot.value
-    e.depth.value = 71                                    # from Python: exact and stored at once
-    assert e.plot.format == "png" and len(stored) == 2 and not e._plot.drafted
-    with ThreadPoolExecutor(1) as pool:                   # from the page, but no loop runs there: exact
-        pool.submit(e.depth.set_state, {"value": 72}).result()
-    assert e.plot.format == "png" and len(stored) == 3
-
-
-def test_a_change_from_the_page_computes_the_other_depths_ahead_nearest_first(monkeypatch, small_engine):
-    """Issue 29: the first drag over depths 50-100 computed every depth while the page waited."""
-    import asyncio
-
-    _recorded(monkeypatch)
-    e = gl.GradientExplorer(depth=50, engine=small_engine)
-    e._displayed = True
-    computed = []
-    real = e.engine.report
-    monkeypatch.setattr(e.engine, "report", lambda depth, *a, **k: computed.append(depth) or real(depth, *a, **k))
-
-    async def run(turns):
-        e.depth.set_state({"value": 60})
-        for _ in range(turns):
-            await asyncio.sleep(0)
-        assert computed == [60], computed                  # nothing ahead while the drag may go on
-        await asyncio.sleep(e.settle_s + 0.05)             # settled: the exact picture, then work ahead
-        for _ in range(turns):
-            await asyncio.sleep(0)
-
-    _in_a_loop(run(6))
-    assert computed[0] == 60                               # the page's own depth, exact
-    assert computed[1:5] == [61, 59, 62, 58], computed     # then one per turn, nearest first
-    e.depth.value = 40                                     # a change in Python: nothing ahead
-    n = len(computed)
-    _in_a_loop(asyncio.sleep(0))
-    assert computed[n - 1] == 40 and len(computed) == n
-    ahead = gl.GradientExplorer(depth=61, engine=small_engine).report
-    assert e._reports[e._key(61)].signal_norms.tolist() == ahead.signal_norms.tolist()  # the same reports
+def test_a_change_from_the_page_sets_the_controls_and_the_report(small_engine):
+    e = gl.GradientExplorer(depth=5, width=8, batch_size=8, engine=small_engine)
+    _from_page(e, depth=12, activation="tanh")  # no event loop: drawn at once
+    assert (e.depth.value, e.activation.value, e.report.depth) == (12, "tanh", 12)
+    assert e.view["values"]["depth"] == 12 and e.view["report"]["settings"]["activation"] == "tanh"
+    _from_page(e, depth=500)  # a value no control takes is put back, the report unchanged
+    assert e.depth.value == 12 and e.values["depth"] == 12 and e.report.depth == 12
 
 
 def test_changes_from_the_page_return_at_once_and_draw_only_the_latest(monkeypatch, small_engine):
-    """Issue 29: the page sends its next value when the kernel is idle, so the handler only notes
-    the change; the loop's next turn draws the latest value once (a drag's backlog is one draft)."""
     import asyncio
 
-    stored = _recorded(monkeypatch)
-    e = gl.GradientExplorer(depth=50, engine=small_engine)
-    e._displayed = True
-    computed = []
-    real = e.engine.report
-    monkeypatch.setattr(e.engine, "report", lambda depth, *a, **k: computed.append(depth) or real(depth, *a, **k))
+    e = gl.GradientExplorer(depth=5, width=8, batch_size=8, engine=small_engine)
+    calls = []
+    compute = e._compute
+    monkeypatch.setattr(e, "_compute", lambda: calls.append(e.depth.value) or compute())
 
     async def run():
-        for v in (61, 72, 83):                            # three messages before the loop turns
-            e.depth.set_state({"value": v})
-        assert computed == [] and e.report.depth == 50     # nothing computed inside the handler
-        await asyncio.sleep(0)
-        assert computed == [83] and e.report.depth == 83   # one draft, of the latest value
-        assert e.status_text.startswith("depth 83 ·") and e.plot.format == "jpeg"
-        e.depth.set_state({"value": 84})
-        snap = e.snapshot()                               # a snapshot before the loop turns is exact
-        assert snap.text.startswith("depth 84 ·") and snap.png[:4] == b"\x89PNG"
-        await asyncio.sleep(0)
-        assert computed[:2] == [83, 84] and computed.count(84) == 1, computed  # not drawn twice
-        assert e.plot.format == "png"                      # (then work ahead: 85, 83 is known)
+        for d in (6, 7, 8):
+            _from_page(e, depth=d)
+            assert calls == []  # the handler returned without computing
+        await asyncio.sleep(0.05)
 
     _in_a_loop(run())
-    assert len(stored) == 1 and stored[0][1] == repr(e)
+    assert calls == [8] and e.report.depth == 8 and e.view["values"]["depth"] == 8
 
 
-def test_a_draft_keeps_its_legend_and_the_exact_picture_updates_it(monkeypatch, small_engine):
-    _recorded(monkeypatch)
-    e = gl.GradientExplorer(depth=50, activation="sigmoid", engine=small_engine)
-    e._displayed = True
-    before = e._plot.legend_labels()
-    _drag(e, "depth", (60,), settle=False)               # sigmoid at 60: the signal underflows to 0
-    assert e._plot.legend_labels() == before and e._plot.drafted
-    e.settle()
-    exact = gl.GradientExplorer(depth=60, activation="sigmoid", engine=small_engine)
-    assert e._plot.legend_labels() == exact._plot.legend_labels() != before
-    assert e.plot.value == exact.plot.value
-
-
-def test_a_change_of_any_explorer_stops_the_work_ahead_of_every_explorer(monkeypatch, small_engine):
-    """Two explorers in one kernel: one's work ahead must not compete with a drag of the other."""
-    import asyncio
-
-    _recorded(monkeypatch)
-    e = gl.GradientExplorer(depth=50, engine=small_engine)
-    other = gl.GradientExplorer(depth=10, engine=small_engine)
-    computed = []
-    real = e.engine.report
-    monkeypatch.setattr(e.engine, "report", lambda depth, *a, **k: computed.append(depth) or real(depth, *a, **k))
+def test_a_python_change_is_computed_before_it_returns(small_engine):
+    e = gl.GradientExplorer(depth=5, width=8, batch_size=8, engine=small_engine)
 
     async def run():
-        e.depth.set_state({"value": 60})
-        for _ in range(400):                               # settled: e starts its work ahead
-            await asyncio.sleep(0.005)
-            if 59 in computed:
-                break
-        other.depth.value = 11                             # the other explorer changes
-        n = len(computed)
-        for _ in range(5):
-            await asyncio.sleep(0)
-        return n
+        e.depth.value = 33  # inside a running loop too
+        return e.report.depth, e.view["values"]["depth"], e.values["depth"]
 
-    n = _in_a_loop(run())
-    assert computed[0] == 60 and 61 in computed and computed[n - 1] == 11, computed
-    assert len(computed) == n, computed                    # nothing more after the other's change
+    assert _in_a_loop(run()) == (33, 33, 33)
 
 
-def test_snapshot_and_display_never_show_a_draft(monkeypatch, small_engine):
-    stored = _recorded(monkeypatch)
-    e = gl.GradientExplorer(depth=50, engine=small_engine)
-    e._displayed = True
-    _drag(e, "depth", (80, 60), settle=False)
-    assert e.plot.format == "jpeg" and e._plot.drafted    # x range still 0.5-100.5 from depth 80
-    snap = e.snapshot()
-    assert snap.png[:4] == b"\x89PNG" and snap.text.startswith("depth 60 ·")
-    assert e._plot.ax.get_xlim() == (0.5, 60.5) and len(stored) == 1
-    _drag(e, "depth", (61,), settle=False)
-    bundle = e._repr_mimebundle_()
-    assert base64.b64decode(bundle["image/png"])[:4] == b"\x89PNG" and e.plot.format == "png"
+def test_once_displayed_the_axis_is_computed_ahead_nearest_first(monkeypatch, small_engine):
+    import asyncio
+
+    e = gl.GradientExplorer(depth=50, width=8, batch_size=8, engine=small_engine)
+    sent = []
+    monkeypatch.setattr(e, "send", lambda msg, buffers=None: sent.append(msg))
+    monkeypatch.setattr(gl.widgets.base, "store_picture", lambda *a, **k: True)
+
+    async def run():
+        e._repr_mimebundle_()
+        await asyncio.sleep(1.0)
+        first = [m["views"][0]["values"]["depth"] for m in sent]
+        _from_page(e, activation="tanh")  # new settings: the work ahead starts again from 50
+        sent.clear()
+        await asyncio.sleep(0.6)
+        return first, [m["views"][0]["values"] for m in sent]
+
+    first, after = _in_a_loop(run())
+    assert first[:6] == [51, 49, 52, 48, 53, 47]  # nearest first, a depth at a time
+    assert len(set(first)) == len(first)  # nothing sent twice
+    tanh = [v["depth"] for v in after if v["activation"] == "tanh"]
+    assert tanh[:4] == [51, 49, 52, 48] and all(v["activation"] == "tanh" for v in after)
+    # the views sent ahead are the ones a change to that depth draws
+    view = next(m for m in sent if m["views"][0]["values"]["depth"] == 49)["views"][0]
+    e.depth.value = 49
+    assert json.dumps(view, sort_keys=True) == json.dumps(e.view, sort_keys=True)
 
 
-@pytest.mark.parametrize("name", list(CHANGES))
-def test_every_explorer_drafts_and_settles(monkeypatch, name):
-    stored = _recorded(monkeypatch)
-    e = _every_explorer()[name]
-    e._displayed = True
-    control, value = next(iter(CHANGES[name][0].items()))
-    _drag(e, control, (value,))
-    assert e.plot.format == "png" and len(stored) == 1, name
-    assert e.plot.value == e._plot.render_png(), name
+def test_the_picture_for_a_save_waits_for_the_last_change(monkeypatch, small_engine):
+    import asyncio
+
+    e = gl.GradientExplorer(depth=5, width=8, batch_size=8, engine=small_engine)
+    stored = []
+    monkeypatch.setattr(gl.widgets.base, "store_picture", lambda mid, png, text, note="": stored.append(text))
+    monkeypatch.setattr(e, "send", lambda *a, **k: None)
+
+    async def run():
+        e._repr_mimebundle_()
+        stored.clear()
+        for d in range(6, 16):  # a drag: no picture while it goes on
+            _from_page(e, depth=d)
+            await asyncio.sleep(0.02)
+        during = list(stored)
+        await asyncio.sleep(e.picture_delay_s + 0.5)
+        return during
+
+    assert _in_a_loop(run()) == []
+    assert len(stored) == 1 and "depth 15 ·" in stored[0]

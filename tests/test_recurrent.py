@@ -223,14 +223,11 @@ def test_cliff_has_a_wall_and_clipping_bounds_the_step():
 
 
 # ----------------------------------------------------------------------------- the explorer
-def test_explorer_controls_and_css_classes(ex):
-    classes = {"gradlab-time-cell": ex.cell, "gradlab-time-steps": ex.steps,
-               "gradlab-time-initializer": ex.recurrent_initializer,
-               "gradlab-time-input-scale": ex.input_scale, "gradlab-time-clip-mode": ex.clip_mode,
-               "gradlab-time-clip-norm": ex.clip_norm, "gradlab-time-status": ex.status,
-               "gradlab-time-plot": ex.plot, "gradlab-time-explorer": ex}
-    for cls, widget in classes.items():
-        assert cls in widget._dom_classes, cls
+def test_explorer_controls(ex):
+    # the page's form controls are named after the Python controls, in order
+    assert [c["name"] for c in ex.spec] == ["cell", "steps", "recurrent_initializer", "input_scale", "clip_mode",
+                                            "clip_norm"]
+    assert ex.kind == "TimeExplorer" and ex.axis == "steps"
     assert (ex.steps.min, ex.steps.max) == (5, 200)
     assert list(ex.cell.options) == ["simple_rnn", "gru", "lstm"]
     assert {"orthogonal", "glorot_uniform", "normal_0.5", "normal_2", "identity"} == {
@@ -244,15 +241,15 @@ def test_explorer_report_is_current_and_plot_follows(ex):
     ex.steps.value = 120
     r = ex.report
     assert r.steps == 120 and r.status == "vanishing"
-    x, ydata = ex._plot.norms.get_data()
-    np.testing.assert_array_equal(ydata, r.time_step_norms)
-    assert len(x) == 120
+    left = ex.view["plots"][0]
+    np.testing.assert_array_equal(left["series"][0]["y"], r.time_step_norms)
+    assert left["x"] == list(range(1, 121))
     ex.input_scale.value = 0.01
     assert ex.report.status == "healthy"
     assert ex.status_text.startswith("simple_rnn · 120 steps · orthogonal · input ×0.01 · clip off → healthy")
-    png = ex.plot.value
+    view = ex.view
     ex.cell.value = "lstm"
-    assert ex.report.steps == 120 and ex.plot.value != png
+    assert ex.report.steps == 120 and ex.view["plots"] != view["plots"]
     ex.clip_mode.value = "norm"
     ex.clip_norm.value = 1e-3
     assert ex.report.clip == ("norm", pytest.approx(1e-3))

@@ -53,7 +53,7 @@ def test_the_saved_picture_is_the_last_state_with_a_rerun_line(runtime):
     bundle = ex._repr_mimebundle_()           # what the cell's output holds: the starting picture
     start_png = bundle["image/png"]
     ex.depth.value = 30                        # the learner moves the slider afterwards
-    last_png = base64.b64encode(ex.plot.value).decode("ascii")
+    last_png = base64.b64encode(ex.png()).decode("ascii")
     assert last_png != start_png
     nb = _notebook(_output(bundle))
     assert gj.keep_last_pictures(nb) == 1
@@ -180,7 +180,7 @@ def test_a_plain_jupyter_server_saves_the_last_picture(tmp_path, runtime):
     outs = saved["cells"][0]["outputs"]
     assert VIEW not in outs[0]["data"], (tmp_path / "server.log").read_text()[-2000:]
     png = "".join(outs[0]["data"]["image/png"]).replace("\n", "")
-    assert base64.b64decode(png) == ex.plot.value and png != bundle["image/png"]
+    assert base64.b64decode(png) == ex.png() and png != bundle["image/png"]
     text = "".join(outs[0]["data"]["text/plain"])  # nbformat stores text as a list of lines
     assert text == repr(ex) and "35 steps" in text
     assert rerun_note() in "".join(outs[1]["data"]["text/plain"])

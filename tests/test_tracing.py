@@ -275,16 +275,17 @@ def test_tracing_lab_float_mode_retraces_tensor_mode_does_not():
     lab.reset.click()
     assert lab.traces == 1 and lab.mode.value == "tensor"
     assert lab._repr_mimebundle_()["text/plain"] == "TracingLab(tensor · value 0.9 → traces: 1)"
-    assert "gradlab-tracing" in lab._dom_classes
-    assert "gradlab-tracing-status" in lab.status._dom_classes
+    assert lab.view["status"]["text"] == lab.status_text and lab.kind == "TracingLab"
 
 
-def test_tracing_lab_plot_is_updated_in_place():
+def test_tracing_lab_view_holds_every_call_and_marks_the_traces():
     lab = gl.TracingLab(value=0.1)
-    fig, png = lab._plot.fig, lab.plot.value
     lab.value.value = 0.3
-    assert lab._plot.fig is fig and lab.plot.value != png
-    assert len(lab._plot.retraced.get_xdata()) == 2
+    (plot,) = lab.view["plots"]
+    calls, traced = plot["series"]
+    assert len(calls["y"]) == 2 and calls["y"][1] == pytest.approx(lab.last_ms)
+    assert [v != "nan" for v in traced["y"]] == [True, True]  # two new Python floats: two traces
+    assert lab.view["report"]["traces"] == lab.traces == 2
 
 
 # ----------------------------------------------------------------------------- review fixes (f1)

@@ -44,8 +44,9 @@ def test_block_norms_equal_an_independent_tape(ex, position):
     assert norms.dtype == np.float64 and norms.shape == (3,)
     assert isinstance(ex.model.loss, keras.losses.SparseCategoricalCrossentropy) and ex.model.loss.from_logits
     np.testing.assert_allclose(norms, tape_norms(ex.model, ex.data), rtol=1e-3)
-    # the plot shows them
-    np.testing.assert_allclose(ex._plot.blocks.get_ydata(), norms)
+    # the view the page draws shows them, and so does its data-report
+    np.testing.assert_allclose(ex.view["plots"][0]["series"][0]["y"], norms)
+    np.testing.assert_allclose(ex.view["report"]["layer_grad_norms"], norms)
 
 
 def test_norm_position_changes_the_norms(ex):
@@ -79,14 +80,18 @@ def test_bad_arguments(engine, kwargs, name):
 
 def test_first_steps_run_once_per_setting(engine):
     lab = TransformerExplorer(num_layers=2, engine=engine, steps=20, warmup_steps=10, batch_size=4)
-    assert lab.runs is None and "run the first 20 steps" in lab._plot.hint.get_text()
+    assert lab.runs is None and len(lab.view["plots"]) == 1
+    assert [c["label"] for c in lab.spec if c["name"] == "run"] == ["run the first 20 steps"]
+    epoch = lab.view["epoch"]
     warm, plain = lab.run_steps()
+    assert lab.view["epoch"] == epoch + 1  # views sent before (no runs) are stale in the page
+    assert len(lab.view["plots"]) == 3
     assert lab.progress.value == lab.progress.max == 40
     assert warm.steps == plain.steps == 20 and np.all(np.isfinite(warm.losses))
     # the warmup ramps the learning rate from 0 (Keras's CosineDecay with warmup_target)
     assert warm.learning_rates[0] == 0.0 and warm.learning_rates[10] == pytest.approx(1e-3)
     assert np.all(plain.learning_rates == pytest.approx(1e-3))
-    np.testing.assert_allclose(lab._plot.loss_warm.get_ydata(), warm.losses)
+    np.testing.assert_allclose(lab.view["plots"][1]["series"][0]["y"], warm.losses)
     assert "with 10 warmup steps" in lab.status_text
     traces = lab._runs[2, "pre"].tracing_count()
     again = lab.run_steps()

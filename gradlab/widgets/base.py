@@ -48,6 +48,7 @@ import asyncio
 import base64
 import json
 import math
+import time
 from collections import OrderedDict
 from pathlib import Path
 
@@ -128,19 +129,22 @@ class _Ahead:
     def stop(self, explorer) -> None:
         self.work.pop(explorer, None)
 
-    def _schedule(self) -> None:
+    def _schedule(self, idle_s: float = 0.0) -> None:
         loop = running_loop()
         if loop is not None and not self.scheduled and self.work:
             self.scheduled = True
-            loop.call_soon(self.step)
+            loop.call_later(idle_s, self.step)
 
     def step(self) -> None:
         self.scheduled = False
+        t0 = time.perf_counter()
         while self.work:
             explorer = next(reversed(self.work))
             for value in self.work[explorer]:
                 if explorer._send_point(value):
-                    self._schedule()
+                    # leave the loop idle as long as the point took: a message from the page (a
+                    # coroutine that yields several times) goes through between two points
+                    self._schedule(max(0.002, time.perf_counter() - t0))
                     return
             self.work.pop(explorer, None)  # its axis is done
 
@@ -171,8 +175,12 @@ class Explorer(anywidget.AnyWidget):
     view = traitlets.Dict().tag(sync=True)
     axis = traitlets.Unicode("").tag(sync=True)
 
-    #: The control the kernel computes ahead along ("": none). Its values are :meth:`_axis_values`.
+    #: The control the page moves along without waiting ("": none): the site sends the page every
+    #: stored point of it; its values are :meth:`_axis_values`.
     axis_control = ""
+    #: Whether the kernel computes the axis ahead: only where a point costs milliseconds (a new
+    #: Transformer depth builds a model, seconds: computing it ahead would hold a click that long).
+    compute_ahead = False
     #: Whether reports are cached by settings (``False`` where a report depends on more than the
     #: controls, e.g. call timings or training runs).
     cache_reports = True
@@ -362,7 +370,7 @@ class Explorer(anywidget.AnyWidget):
 
     def _changed(self) -> None:
         """After every view: restart the work ahead and the picture timer."""
-        if self.axis_control and self.cache_reports and self._displayed:
+        if self.axis_control and self.compute_ahead and self.cache_reports and self._displayed:
             here = self._controls[self.axis_control].value
             previous = getattr(self, "_last_axis", here)
             self._last_axis = here

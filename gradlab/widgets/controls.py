@@ -105,6 +105,11 @@ class Dropdown(Control):
                          options=list(options))
 
     @property
+    def label(self) -> str:
+        """The label the page shows for the current value."""
+        return next(str(label) for label, v in _pairs(self.options) if v == self.value)
+
+    @property
     def choices(self) -> list:
         return [v for _label, v in _pairs(self.options)]
 

@@ -127,6 +127,7 @@ class GradientExplorer(ClipControls, Explorer):
 
     # --------------------------------------------------------------------- the base's hooks
     axis_control = "depth"
+    compute_ahead = True
 
     def _compute(self):
         return self.engine.report(self.depth.value, self.activation.value, self.initializer.value, self.clip,

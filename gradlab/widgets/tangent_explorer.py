@@ -31,6 +31,7 @@ class TangentExplorer(Explorer):
 
     #: The page moves ``w`` without waiting: every grid value of the slider is sent ahead.
     axis_control = "w"
+    compute_ahead = True
 
     def __init__(self, w: float = -0.5, learning_rate: float = 0.3):
         slope_and_step(w, learning_rate)  # validates both

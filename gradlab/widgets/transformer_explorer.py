@@ -189,11 +189,6 @@ class TransformerExplorer(ClipControls, Explorer):
                           height=240)
         return [blocks, loss, norms]
 
-    def _notes(self) -> list:
-        if self.runs is not None:
-            return []
-        return [[{"text": _("press “run the first {steps} steps”").format(steps=self.steps), "color": COLORS["muted"]}]]
-
     def _report_fields(self) -> dict:
         r = self.report
         return {"layer_grad_norms": r.layer_grad_norms, "ffn_grad_norms": r.ffn_grad_norms, "ratio": r.ratio}

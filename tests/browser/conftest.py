@@ -423,3 +423,26 @@ def pytest_runtest_makereport(item, call):
         rep.longrepr.addsection("browser artifacts", note)
     else:
         rep.sections.append(("browser artifacts", note))
+
+
+# ----------------------------------------------------------------------------- the book site
+SITE = ROOT / "build" / "book"
+SITE_INPUTS = [ROOT / "chapters", ROOT / "book", ROOT / "tools" / "book", ROOT / "gradlab" / "widgets" / "static"]
+
+
+def _newest_input() -> float:
+    return max(p.stat().st_mtime for d in SITE_INPUTS for p in d.rglob("*") if p.is_file())
+
+
+@pytest.fixture(scope="session")
+def site() -> Path:
+    """build/book/, rebuilt unless it is newer than every chapter, book/ and tools/book/ file."""
+    index = SITE / "index.html"
+    if not index.exists() or index.stat().st_mtime < _newest_input():
+        r = subprocess.run([sys.executable, str(ROOT / "tools" / "book" / "build.py")], cwd=ROOT,
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, f"make book failed:\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}"
+        print(r.stdout.strip().splitlines()[-1])
+    return SITE
+
+

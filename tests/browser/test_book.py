@@ -16,8 +16,6 @@ from __future__ import annotations
 import html.parser
 import re
 import statistics
-import subprocess
-import sys
 import urllib.parse
 from pathlib import Path
 
@@ -33,22 +31,6 @@ WIDTH = 1366
 RTOL = 2e-4  # 5 significant digits stored; the report carries them as they are
 
 pytestmark = pytest.mark.browser
-
-
-def _newest_input() -> float:
-    return max(p.stat().st_mtime for d in INPUTS for p in d.rglob("*") if p.is_file())
-
-
-@pytest.fixture(scope="session")
-def site() -> Path:
-    """build/book/, rebuilt unless it is newer than every chapter, book/ and tools/book/ file."""
-    index = SITE / "index.html"
-    if not index.exists() or index.stat().st_mtime < _newest_input():
-        r = subprocess.run([sys.executable, str(ROOT / "tools" / "book" / "build.py")], cwd=ROOT,
-                           capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0, f"make book failed:\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}"
-        print(r.stdout.strip().splitlines()[-1])
-    return SITE
 
 
 def pages(site: Path) -> list[Path]:

@@ -216,3 +216,33 @@ def test_bench_drag_rate_settle_and_click(page_of):
         assert max(first["settle_ms"], back["settle_ms"]) <= 200, lines
     print("\n" + "\n".join(lines))
     _shot("drag-bench.txt").write_text("\n".join(lines) + "\n")
+
+
+def test_site_and_lab_show_the_same_words_and_colours(page_of, site, browser):
+    """Chapter 01's explorer at its first setting: the same labels, series, colours and status
+    line in JupyterLab (the kernel's view) and on the book site (the stored view), one module."""
+    page, ex = page_of, explorer(page_of, 0)
+    view.set_control(ex, "activation", "sigmoid")
+    view.set_control(ex, "initializer", "glorot_uniform")
+    view.set_control(ex, "depth", 20)
+    lab = view.wait_report(page, ex, {"depth": 20, "activation": "sigmoid", "initializer": "glorot_uniform",
+                                      "clip_mode": "off"})
+    context = browser.new_context(viewport={"width": 1366, "height": 900})
+    try:
+        sp = context.new_page()
+        sp.goto((site / "en" / "01-vanishing-exploding.html").as_uri())
+        root = sp.locator('[data-gradlab-site="GradientExplorer"] [data-gradlab-explorer][data-report]')
+        root.wait_for(state="attached")
+        root.scroll_into_view_if_needed()
+        on_site = view.report(root)
+        assert on_site["settings"]["depth"] == 20 and on_site["status_text"] == lab["status_text"]
+        view.assert_close("signal_norms", on_site["signal_norms"], lab["signal_norms"], rtol=2e-4)
+        lab_words, site_words = view.words(ex), view.words(root)
+        # the site offers the grid's controls only (clipping needs the notebook)
+        assert set(site_words["controls"]) <= set(lab_words["controls"])
+        assert {k: v for k, v in lab_words.items() if k != "controls"} == \
+               {k: v for k, v in site_words.items() if k != "controls"}
+        assert view.colors(ex) == view.colors(root)
+        _shot("explorer-site-light.png").write_bytes(root.screenshot())
+    finally:
+        context.close()

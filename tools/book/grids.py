@@ -103,6 +103,21 @@ def site_spec(spec: list[dict], controls: list[dict]) -> list[dict]:
     return out
 
 
+def dedupe(leaves_: dict) -> dict:
+    """A list equal to one stored before it (the report's arrays are the plot's series) becomes
+    ``{"#ref": <that path>}``."""
+    seen, out = {}, {}
+    for k, v in leaves_.items():
+        if isinstance(v, list) and len(v) > 1:
+            text = json.dumps(v)
+            if text in seen:
+                out[k] = {"#ref": seen[text]}
+                continue
+            seen[text] = k
+        out[k] = v
+    return out
+
+
 def _texty(v) -> bool:
     return isinstance(v, str) or (isinstance(v, list) and any(
         isinstance(x, str) and x not in ("inf", "-inf", "nan") for x in v))
@@ -129,6 +144,7 @@ def view_grid(name: str, chapter: str, make, controls: list[dict], progress=prin
         explorers[lang] = make(explorers.get("en"))
     combos = list(itertools.product(*[range(len(c["values"])) for c in controls]))
     templates, numbers, texts = {}, {}, {lang: {} for lang in LANGS}
+    strings = {lang: {} for lang in LANGS}  # each text once: its JSON -> its index
     defaults = explorers["en"].values
     for n, idx in enumerate(combos):
         settings = {c["name"]: c["values"][k] for c, k in zip(controls, idx, strict=True)}
@@ -143,7 +159,7 @@ def view_grid(name: str, chapter: str, make, controls: list[dict], progress=prin
                 templates[lang] = {"flat": flat, "spec": site_spec(ex.spec, controls)}
             base = templates[lang]["flat"]
             diff = {_path_key(p): v for p, v in flat.items() if base.get(p) != v}
-            got = {k: v for k, v in diff.items() if not _texty(v)}
+            got = dedupe({k: v for k, v in diff.items() if not _texty(v)})
             dropped = sorted(_path_key(p) for p in base if p not in flat)
             if dropped:
                 got["#drop"] = dropped
@@ -151,7 +167,9 @@ def view_grid(name: str, chapter: str, make, controls: list[dict], progress=prin
                 nums = got
             elif json.dumps(got) != json.dumps(nums):
                 raise RuntimeError(f"{name}: different numbers in {lang} at {settings}")
-            texts[lang][key] = {k: v for k, v in diff.items() if k not in got and k != "#drop"}
+            table = strings[lang]
+            texts[lang][key] = {k: table.setdefault(json.dumps(v, ensure_ascii=False), len(table))
+                                for k, v in diff.items() if _texty(v)}
         numbers[key] = nums
         if (n + 1) % 200 == 0 or n + 1 == len(combos):
             progress(f"{name} {n + 1}/{len(combos)} settings, {time.time() - t0:.0f} s")
@@ -163,7 +181,8 @@ def view_grid(name: str, chapter: str, make, controls: list[dict], progress=prin
     size = dump(DATA / f"{name}.json", data)
     for lang in LANGS:
         body = {"meta": meta, "template": {_path_key(p): v for p, v in templates[lang]["flat"].items()},
-                "spec": templates[lang]["spec"], "points": texts[lang]}
+                "spec": templates[lang]["spec"], "strings": [json.loads(t) for t in strings[lang]],
+                "points": texts[lang]}
         size += dump(DATA / f"{name}.{lang}.json", body)
     progress(f"{name} done: {len(combos)} settings, {size / 1e6:.2f} MB, {time.time() - t0:.0f} s")
 

@@ -26,9 +26,16 @@
     return o;
   }
 
-  /** The view of one setting: the template's leaves, this setting's own, less those it drops. */
-  function viewOf(template, numbers, texts) {
-    var flat = Object.assign({}, template, numbers || {}, texts || {});
+  /** The view of one setting: the template's leaves, this setting's own (numbers; texts by their
+   *  index in ``strings``; a list equal to an earlier one as {"#ref": path}), less those it drops. */
+  function viewOf(template, numbers, texts, strings) {
+    var own = {};
+    Object.keys(texts || {}).forEach(function (p) { own[p] = strings[texts[p]]; });
+    var flat = Object.assign({}, template, numbers || {}, own);
+    Object.keys(flat).forEach(function (p) {
+      var v = flat[p];
+      if (v && typeof v === "object" && !Array.isArray(v) && v["#ref"] !== undefined) flat[p] = flat[v["#ref"]];
+    });
     ((numbers || {})["#drop"] || []).forEach(function (p) { delete flat[p]; });
     delete flat["#drop"];
     var view = {}, lengths = [];
@@ -62,7 +69,7 @@
     function view(values) {
       var k = key(values);
       if (k === null || !grid.points[k]) return null;
-      return viewOf(texts.template, grid.points[k], texts.points[k]);
+      return viewOf(texts.template, grid.points[k], texts.points[k], texts.strings);
     }
     function alongAxis(values) {
       var axis = state.axis, c = controls.filter(function (x) { return x.name === axis; })[0];

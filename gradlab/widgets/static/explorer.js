@@ -225,10 +225,12 @@ function linesPlot(U, host) {
 
   function build(s) {
     const f = frame();
-    const y = s.ylog ? s.ylim.map((v) => Math.log10(num(v))) : s.ylim.map(num);
+    // the limits of the spec drawn now (``spec`` changes with every update, the plot does not)
+    const yRange = () => (spec.ylog ? spec.ylim.map((v) => Math.log10(num(v))) : spec.ylim.map(num));
+    const font = "11px system-ui, sans-serif", labelFont = "12px system-ui, sans-serif";
     const axisY = {
       label: s.ylabel, stroke: f.text, grid: { stroke: f.grid, width: 1 }, ticks: { stroke: f.grid },
-      size: 64, labelSize: 20,
+      size: 58, labelSize: 18, font, labelFont,
     };
     if (s.ylog) {
       axisY.splits = (uu, i, mn, mx) => logTicks(mn, mx);
@@ -239,8 +241,8 @@ function linesPlot(U, host) {
       title: s.title,
       legend: { show: false },
       cursor: { show: true, drag: { x: false, y: false }, points: { show: false } },
-      scales: { x: { time: false, range: () => s.xlim.map(num) }, y: { range: () => y } },
-      axes: [{ label: s.xlabel, stroke: f.text, incrs: s.x.every((v) => Number.isInteger(num(v))) ? [1, 2, 5, 10, 20, 25, 50, 100, 200] : undefined, grid: { stroke: f.grid, width: 1 }, ticks: { stroke: f.grid },
+      scales: { x: { time: false, range: () => spec.xlim.map(num) }, y: { range: yRange } },
+      axes: [{ label: s.xlabel, stroke: f.text, font, labelFont, incrs: s.x.every((v) => Number.isInteger(num(v))) ? [1, 2, 5, 10, 20, 25, 50, 100, 200] : undefined, grid: { stroke: f.grid, width: 1 }, ticks: { stroke: f.grid },
                labelSize: 20, values: s.xticks ? (uu, vals) => vals.map((v) => (s.xticks.find((t) => t[0] === v) || [0, ""])[1]) : undefined,
                splits: s.xticks ? () => s.xticks.map((t) => t[0]) : undefined }, axisY],
       series: [{}].concat(s.series.map((ser) => ({
@@ -306,9 +308,7 @@ function linesPlot(U, host) {
         u = build(s);
         shape = newShape;
       } else {
-        u.setData(data(s), false);
-        u.setScale("x", { min: num(s.xlim[0]), max: num(s.xlim[1]) });
-        u.redraw(false, true);
+        u.setData(data(s), true);  // the scales' ranges read the new spec
       }
       const t = u.root.querySelector(".u-title");
       if (t) {
