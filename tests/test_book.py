@@ -35,15 +35,6 @@ def texts():
             for lang in ("en", "zh")}
 
 
-@pytest.fixture(scope="module")
-def engine():
-    from tools.book import grids
-    from tools.book.engines import MLPGradientEngine, gl
-
-    gl.setup(seed=0)
-    return MLPGradientEngine(**grids.CH01_ENGINE)
-
-
 def sample(grid, n=8):
     seed = int(os.environ.get("GRADLAB_BOOK_SAMPLE_SEED", "20261201"))
     rng = random.Random(seed)

@@ -12,15 +12,9 @@ import gradlab as gl
 from gradlab import i18n
 from gradlab.exercises import answers, checks, compare, feedback, training
 from gradlab.reports.diagnostics import keras, tf
+from tests._helpers import fails as _fails
 
 EXPECTED = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
-
-
-def _fails(result, *needles):
-    assert not result and result.ok is False
-    for needle in needles:
-        assert needle in result.feedback, result.feedback
-    assert str(result).startswith("❌")
 
 
 # ----------------------------------------------------------------------------- CheckResult

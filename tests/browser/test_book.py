@@ -200,16 +200,6 @@ def test_search_finds_chapter_01(site, page, lang, query, chapter):
 
 
 # --------------------------------------------------------------------------- the explorers
-@pytest.fixture(scope="session")
-def engine():
-    import gradlab as gl
-    from tools.book import grids
-    from tools.book.engines import MLPGradientEngine
-
-    gl.setup(seed=0)
-    return MLPGradientEngine(**grids.CH01_ENGINE)
-
-
 def number(v) -> float:
     return {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}[v] if isinstance(v, str) else float(v)
 
