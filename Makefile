@@ -24,7 +24,7 @@ help:
 	@echo "make book-data  recompute the kernel-free explorers' grids (book/data/) with gradlab's engines"
 	@echo "make notebooks  rebuild every chapter from chapters/src and Restart & Run All in place"
 	@echo "make bench      explorer latency benchmark (python -m benchmarks.explorers)"
-	@echo "make lint       ruff over gradlab, tests, tools and the notebooks"
+	@echo "make lint       ruff over gradlab, tests, tools and the notebooks; lint-imports (the layers)"
 
 # Re-installs only when requirements.txt or pyproject.toml change (seconds otherwise).
 # One line per stage; `make install PIP_QUIET=` shows pip's own progress bars too.
@@ -119,6 +119,7 @@ nav: install
 
 lint: install
 	$(VENV)/bin/ruff check gradlab tests tools chapters
+	$(VENV)/bin/lint-imports
 
 bench: install
 	$(PY) -m benchmarks.explorers

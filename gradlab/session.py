@@ -19,7 +19,7 @@ from .i18n import set_language
 tf = quiet_import_tensorflow()
 import keras  # noqa: E402
 
-__all__ = ["PLOT_DEFAULTS", "quiet_import_tensorflow", "setup"]
+__all__ = ["PLOT_DEFAULTS", "setup"]
 
 #: The rc parameters every chapter's figures use.
 PLOT_DEFAULTS = {

@@ -18,6 +18,7 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
 from xdist.scheduler import LoadFileScheduling
 
 os.environ.setdefault("MPLBACKEND", "Agg")
@@ -26,6 +27,18 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import gradlab  # noqa: E402,F401  (imports TensorFlow quietly before any test module does)
+
+
+@pytest.fixture(scope="session")
+def engine():
+    """Chapter 01's MLP engine with the settings the book's grids store (``tools/book/grids.CH01_ENGINE``,
+    the GradientExplorer's defaults): built once per session, for every test file that reads it. A file
+    that needs another engine (a smaller MLP, the recurrent or the Transformer one) defines its own."""
+    from gradlab.engines.mlp import MLPGradientEngine
+    from tools.book import grids
+
+    return MLPGradientEngine(**grids.CH01_ENGINE)
+
 
 #: Node ids under this prefix run on one worker, as one unit (one JupyterLab, one Chromium).
 BROWSER_PREFIX = "tests/browser/"

@@ -247,3 +247,18 @@ def test_figures_are_stored_as_images(name, notebooks):
             assert "application/vnd.jupyter.widget-view+json" not in data, (
                 f"cell {i} stores a live widget view: widgets need a static PNG fallback"
             )
+
+
+def test_percent_sources_are_read_by_jupytext_into_plain_cells():
+    """tools.nbtools.parse_percent is jupytext's py:percent reader (issue 38): markdown uncommented,
+    tags kept, a solution collapsed, blank lines between cells dropped, no jupytext spacing note."""
+    from tools.nbtools import parse_percent
+
+    text = ('# %% [markdown]\n# # Title\n#\n# Some *prose*.\n\n# %%\nx = 1\n\n\n'
+            '# %% tags=["raises-exception"]\n1 / 0\n\n# %% tags=["solution"]\ny = 2\n')
+    cells = parse_percent(text)
+    assert [(c.cell_type, c.source) for c in cells] == [
+        ("markdown", "# Title\n\nSome *prose*."), ("code", "x = 1"), ("code", "1 / 0"), ("code", "y = 2")]
+    assert [dict(c.metadata) for c in cells] == [
+        {}, {}, {"tags": ["raises-exception"]}, {"tags": ["solution"], "jupyter": {"source_hidden": True}}]
+    assert [c.id for c in cells] == ["cell-000", "cell-001", "cell-002", "cell-003"]

@@ -1,51 +1,43 @@
-"""The layers of gradlab, read from the code's own imports (ast), not from a diagram (issue 19).
+"""The layers of gradlab (issues 19 and 38).
 
-core (inputs, loss, norms, clipping, update, state) → reports and finders → training tools →
-plots → widgets → exercises. A module imports only its own layer or the ones below, at the top
-of the file; nothing imports another module's private names or ``keras.src``; computation never
-imports ipywidgets or matplotlib; and there is no import cycle, not even through an import
-inside a function.
+The layer contract itself (core → models and topics → reports → engines → training tools → plots →
+widgets → exercises, every package placed, no GUI import below plots, no cycle between the modules
+of a package) is import-linter's: ``[tool.importlinter]`` in pyproject.toml, checked by
+``lint-imports``, which this file runs (and runs on a broken copy, to show it can fail). What stays
+here are the rules import-linter cannot express: no module imports another module's private names,
+nothing imports ``keras.src``, a gradlab import sits at the top of its file (an import inside a
+function dodges a cycle), no module imports the package facade ``gradlab`` itself (forbidding a
+package in import-linter forbids its descendants too), few top-level modules, and the README's map
+equals the contract.
 """
 
 from __future__ import annotations
 
 import ast
+import os
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import tomllib
 
-PACKAGE = Path(__file__).resolve().parents[1] / "gradlab"
-
-#: The layer of each top-level package or module of gradlab. A module's layer is read from the
-#: package it sits in (``gradlab/reports/verdict.py`` is in ``reports``): a new module needs no
-#: entry, and a new top-level package or module fails :func:`test_every_module_has_a_layer`
-#: until it is placed here. The README's architecture section lists the same packages in
-#: this order (:func:`test_readme_draws_the_same_map`).
-LAYERS = {
-    0: ("_env", "_validate", "i18n", "progress"),
-    1: ("core",),
-    2: ("models", "topics"),
-    3: ("reports",),
-    4: ("engines",),
-    5: ("train",),
-    6: ("plots", "session", "fonts"),
-    7: ("widgets",),
-    8: ("exercises",),
-    9: ("__init__",),
-}
-LAYER_NAMES = {0: "base", 1: "core", 2: "models and topics", 3: "reports and finders", 4: "engines",
-               5: "training tools", 6: "plots", 7: "widgets", 8: "exercises", 9: "the package facade"}
-#: Layers 0-5 are computation: they never import ipywidgets, matplotlib or the plots/widgets.
-COMPUTATION = 5
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "gradlab"
+CONFIG = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]
+#: The layers contract's layers, bottom first: rank -> the packages and modules of that layer.
+LAYERS = {rank: tuple(n.strip() for n in re.split(r"[:|]", layer))
+          for rank, layer in enumerate(reversed(next(c for c in CONFIG["contracts"] if c["type"] == "layers")["layers"]))}
 #: At most this many top-level modules besides ``__init__`` and private ``_helpers`` (issue 27).
 MAX_TOP_LEVEL_MODULES = 8
-#: Modules run as a script (``python gradlab/distribute_worker.py``): they import the package
-#: inside ``main`` on purpose, after creating a strategy.
+#: Modules run as a script (``python gradlab/train/distribute_worker.py``): they import the package
+#: inside ``main`` on purpose, after creating a strategy (pyproject's contracts ignore it too).
 SCRIPTS = {"train.distribute_worker"}
-GUI = ("ipywidgets", "matplotlib", "IPython.display", "PIL")
 #: The translation functions are public by gettext's convention (``from .i18n import _, N_``).
 PUBLIC_UNDERSCORE = {"_", "N_", "__version__"}
+LINT_IMPORTS = "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
 
 
 def _module_name(path: Path) -> str:
@@ -54,15 +46,6 @@ def _module_name(path: Path) -> str:
     if parts[-1] == "__init__" and len(parts) > 1:
         parts = parts[:-1]
     return ".".join(parts)
-
-
-def _layer(module: str) -> int:
-    """The layer of ``module``, from its top-level package (no default: an unplaced one raises)."""
-    top = module.split(".")[0]
-    for rank, names in LAYERS.items():
-        if top in names:
-            return rank
-    raise KeyError(f"gradlab.{module} sits in no layer: place {top!r} in LAYERS")
 
 
 def _is_package(module: str) -> bool:
@@ -118,9 +101,36 @@ IMPORTS = _imports()
 MODULES = sorted({i.module for i in IMPORTS} | {_module_name(p) for p in PACKAGE.rglob("*.py")})
 
 
-def _canonical(target: str) -> str:
-    """A target module as a file module (``core`` the package, ``core.loss`` its part)."""
-    return target
+def _lint_imports(root: Path) -> subprocess.CompletedProcess:
+    """``lint-imports`` on the package under ``root`` with ``root``'s pyproject.toml."""
+    return subprocess.run([sys.executable, "-c", LINT_IMPORTS, "--no-cache", "--config", str(root / "pyproject.toml")],
+                          cwd=root, env={**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])},
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_lint_imports_keeps_the_layer_contracts():
+    result = _lint_imports(ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Contracts: 3 kept, 0 broken." in result.stdout, result.stdout
+
+
+def test_lint_imports_fails_on_a_broken_copy(tmp_path):
+    """A copy with a core module importing plots (up the layers, and matplotlib under it), a cycle
+    between two report modules, and an unplaced top-level package: each contract breaks."""
+    shutil.copytree(PACKAGE, tmp_path / "gradlab", ignore=shutil.ignore_patterns("__pycache__", "locale", "*.js"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    (tmp_path / "gradlab" / "core" / "probe.py").write_text("from ..plots import intro\n")
+    (tmp_path / "gradlab" / "reports" / "probe_a.py").write_text("from . import probe_b\n")
+    (tmp_path / "gradlab" / "reports" / "probe_b.py").write_text("from . import probe_a\n")
+    (tmp_path / "gradlab" / "unplaced").mkdir()
+    (tmp_path / "gradlab" / "unplaced" / "__init__.py").write_text("")
+    result = _lint_imports(tmp_path)
+    out = result.stdout
+    assert result.returncode == 1, out + result.stderr
+    assert "Contracts: 0 kept, 3 broken." in out, out
+    assert "gradlab.core is not allowed to import gradlab.plots" in out and "gradlab.unplaced" in out, out
+    assert "gradlab.core is not allowed to import matplotlib" in out, out
+    assert "No cycles are allowed in gradlab.reports." in out and ".probe_b -> .probe_a" in out, out
 
 
 def test_the_import_reader_sees_the_package():
@@ -151,49 +161,11 @@ def test_no_import_inside_a_function():
     assert not bad, "import gradlab modules at the top of the file:\n" + "\n".join(bad)
 
 
-def test_layers_only_import_downwards():
-    bad = []
-    for i in IMPORTS:
-        if not i.target or i.module == "__init__" or i.module in SCRIPTS:
-            continue
-        a, b = _layer(i.module), _layer(i.target)
-        if b > a:
-            bad.append(f"{i.module} ({LAYER_NAMES[a]}) imports {i.target} ({LAYER_NAMES[b]}), line {i.line}")
-    assert not bad, "\n".join(bad)
-
-
-def test_computation_never_imports_widgets_or_plots():
-    bad = [f"{i.module}:{i.line} imports {i.raw}" for i in IMPORTS
-           if _layer(i.module) <= COMPUTATION and i.raw and i.raw.split(".")[0] in {g.split(".")[0] for g in GUI}]
-    bad += [f"{i.module}:{i.line} imports {i.target}" for i in IMPORTS
-            if _layer(i.module) <= COMPUTATION and i.target and i.target.split(".")[0] in ("plots", "widgets")]
-    assert not bad, "\n".join(bad)
-
-
-def test_no_import_cycle():
-    graph: dict[str, set[str]] = {}
-    for i in IMPORTS:
-        if i.target and i.module != "__init__" and i.target != "__init__":
-            graph.setdefault(i.module, set()).add(i.target)
-    # a package's __init__ importing its own parts is not a cycle with them
-    state, cycles = {}, []
-
-    def visit(node, stack):
-        state[node] = 1
-        for nxt in sorted(graph.get(node, ())):
-            if nxt.startswith(node + "."):  # the package importing its parts
-                continue
-            if state.get(nxt) == 1:
-                if not node.startswith(nxt + "."):  # a part importing a sibling through its package
-                    cycles.append(" → ".join([*stack[stack.index(nxt):], nxt]) if nxt in stack else f"{node} → {nxt}")
-            elif state.get(nxt) is None:
-                visit(nxt, [*stack, nxt])
-        state[node] = 2
-
-    for node in sorted(graph):
-        if node not in state:
-            visit(node, [node])
-    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+def test_no_module_imports_the_package_facade():
+    """``gradlab/__init__.py`` sits above every layer: a module that imports it imports them all."""
+    bad = [f"{i.module}:{i.line}" for i in IMPORTS
+           if i.target == "__init__" and i.module != "__init__" and i.module not in SCRIPTS]
+    assert not bad, bad
 
 
 @pytest.mark.parametrize("module", ["reports.gradients", "reports.diagnostics", "topics.tracing", "train.distribute",
@@ -205,24 +177,16 @@ def test_the_cycles_issue_19_found_are_gone(module):
     assert not inner, [f"{i.module}:{i.line} {i.target}" for i in inner]
 
 
-def test_every_module_has_a_layer():
-    unplaced = sorted({m.split(".")[0] for m in MODULES} - {n for names in LAYERS.values() for n in names})
-    assert not unplaced, f"top-level modules or packages in no layer: {unplaced}"
-
-
 def test_few_top_level_modules():
     top = sorted(p.stem for p in PACKAGE.glob("*.py") if not p.stem.startswith("_"))
     assert len(top) <= MAX_TOP_LEVEL_MODULES, f"{len(top)} top-level modules: {top}"
-    packages = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))
-    assert set(packages) <= {n for names in LAYERS.values() for n in names}, packages
 
 
 def test_readme_draws_the_same_map():
-    """README's architecture list names every package of LAYERS, in the layers' order."""
+    """README's architecture list names every package of the layers contract, in its order."""
     readme = (PACKAGE.parent / "README.md").read_text()
     section = readme.split("<!-- layers -->")[1].split("<!-- /layers -->")[0]
     bullets = re.findall(r"^- \*\*layer (\d)\*\*: (.+?)(?=^- \*\*layer|\Z)", section, flags=re.M | re.S)
     got = {int(rank): tuple(re.findall(r"`gradlab/([a-z0-9_]+)(?:/`|\.py`)", text)) for rank, text in bullets}
-    want = {rank: tuple(n for n in names if not n.startswith("_")) for rank, names in LAYERS.items()
-            if rank != 9}
-    assert got == want, f"README's layers {got} differ from the test's {want}"
+    want = {rank: tuple(n for n in names if not n.startswith("_")) for rank, names in LAYERS.items()}
+    assert got == want, f"README's layers {got} differ from the contract's {want}"

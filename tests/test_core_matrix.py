@@ -21,7 +21,8 @@ import pytest
 import tensorflow as tf
 
 import gradlab as gl
-from tests._matrix import Case, registry, seq
+from tests._matrix import Case, everything, registry, same, seq
+from tests._matrix import restore as _restore
 
 B = 8
 RNG = np.random.default_rng(0)
@@ -361,49 +362,6 @@ def build(name):
     x = tf.nest.map_structure(tf.convert_to_tensor, c.x)
     model(x)  # built, as a learner's model is after its first call
     return model, c
-
-
-def sublayers(layer):
-    out = [layer]
-    for attr in ("layers", ):
-        for sub in getattr(layer, attr, []) if isinstance(layer, keras.Model) else []:
-            out += sublayers(sub)
-    for sub in (getattr(layer, "forward_layer", None), getattr(layer, "backward_layer", None)):
-        if sub is not None:
-            out.append(sub)
-    return out
-
-
-def _state_variables(model):
-    out = [("var", v) for v in model.variables]
-    for layer in sublayers(model):
-        out += [("rnn", v) for v in getattr(layer, "states", None) or []]
-    out += [("metric", v) for v in model.metrics_variables]
-    opt = getattr(model, "optimizer", None)
-    if opt is not None and opt.built:
-        out += [("opt", v) for v in opt.variables]
-    return out
-
-
-def everything(model) -> dict:
-    """Every value a tool could move, collected without gradlab, by (kind, id of the variable)."""
-    return {(kind, id(v)): v.numpy().copy() for kind, v in _state_variables(model)}
-
-
-def _restore(model, values):
-    """Put back what everything() read (after a reference pass moved it)."""
-    for kind, v in _state_variables(model):
-        if (kind, id(v)) in values:
-            v.assign(values[(kind, id(v))])
-        elif kind == "metric":
-            v.assign(tf.zeros_like(v))
-
-
-def same(a: dict, b: dict) -> bool:
-    """``b`` holds every value of ``a`` unchanged; a tracker Keras built during the call is still 0."""
-    if any(key not in b or not np.array_equal(value, b[key], equal_nan=True) for key, value in a.items()):
-        return False
-    return all(kind == "metric" and not np.any(value) for (kind, _i), value in b.items() if (kind, _i) not in a)
 
 
 def reference(model, c, *, training=True, wrt_x=False):

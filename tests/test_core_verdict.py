@@ -19,11 +19,6 @@ import gradlab as gl
 from gradlab.reports.verdict import CAUSES, RULES, STATUSES
 
 
-@pytest.fixture(scope="module")
-def engine():
-    return gl.engines.mlp.MLPGradientEngine()
-
-
 def geometric_gain(s):
     s = np.asarray(s, np.float64)
     return float(np.exp(np.mean(np.log(s[:-1] / s[1:]))))

@@ -22,11 +22,6 @@ from gradlab.engines.mlp import _act_np, predicted_signal
 FLOAT32_MODES = [(r, n) for r in (False, True) for n in ("none", "batch", "layer")]
 
 
-@pytest.fixture(scope="module")
-def engine():
-    return gl.engines.mlp.MLPGradientEngine(max_depth=100)
-
-
 def keras_weight_norms(model, x, y, *, loss_scale=1.0):
     """Float64 norms of dLoss/dKernel of every hidden Dense layer, by an eager tape over Keras."""
     kernels = [layer.kernel for layer in model.layers

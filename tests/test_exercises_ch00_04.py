@@ -8,13 +8,7 @@ import pytest
 import gradlab as gl
 from gradlab.exercises import ch00, ch04
 from gradlab.reports.diagnostics import keras, tf
-
-
-def _fails(result, *needles):
-    assert not result and str(result).startswith("❌")
-    for needle in needles:
-        assert needle in result.feedback, result.feedback
-
+from tests._helpers import fails as _fails
 
 # ----------------------------------------------------------------------------- chapter 00, exercise 1
 X = tf.constant(1.5)

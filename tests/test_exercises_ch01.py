@@ -12,15 +12,9 @@ import pytest
 
 import gradlab as gl
 from gradlab.exercises import ch01
+from tests._helpers import fails as _fails_with
 
 tf = gl.session.quiet_import_tensorflow()
-
-
-def _fails_with(result, *fragments):
-    assert isinstance(result, gl.exercises.checks.CheckResult)
-    assert not result, str(result)
-    for fragment in fragments:
-        assert fragment in result.feedback, f"{fragment!r} not in: {result.feedback}"
 
 
 # ----------------------------------------------------------------------------- exercise 1

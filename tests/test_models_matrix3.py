@@ -29,7 +29,9 @@ import pytest
 import tensorflow as tf
 
 import gradlab as gl
-from tests._matrix import Case, registry, seq
+from tests._matrix import Case, changed, everything, registry, seq
+from tests._matrix import restore as _restore
+from tests._matrix import walk as _walk
 
 B = 6
 RNG = np.random.default_rng(29)
@@ -627,61 +629,6 @@ def _tensors(x):
     if isinstance(x, (tf.SparseTensor, tf.RaggedTensor, tf.Tensor)):
         return x
     return tf.nest.map_structure(tf.convert_to_tensor, x)
-
-
-def _walk(layer):
-    out, stack = [], [layer]
-    while stack:
-        lay = stack.pop()
-        out.append(lay)
-        stack.extend(getattr(lay, "_layers", None) or [])
-        for attr in ("forward_layer", "backward_layer", "layer", "cell"):
-            sub = getattr(lay, attr, None)
-            if isinstance(sub, keras.layers.Layer):
-                stack.append(sub)
-    return out
-
-
-def _state_variables(model):
-    out = [("var", v) for v in model.variables]
-    for layer in _walk(model):
-        out += [("rnn", v) for v in getattr(layer, "states", None) or [] if hasattr(v, "assign")]
-        gen = getattr(layer, "seed_generator", None)
-        if gen is not None:
-            out.append(("seed", gen.state))
-        out += [("attr", v) for v in vars(layer).values() if isinstance(v, tf.Variable)]  # a plain tf.Variable
-    out += [("metric", v) for v in model.metrics_variables]
-    opt = getattr(model, "optimizer", None)
-    if opt is not None and opt.built:
-        out += [("opt", v) for v in opt.variables]
-    return out
-
-
-def everything(model) -> dict:
-    """Every value a tool could move, collected without gradlab; also the flags and policies."""
-    values = {(kind, id(v)): np.array(v.numpy(), copy=True) for kind, v in _state_variables(model)}
-    values["flags"] = tuple((id(lay), lay.trainable, lay.dtype_policy.name) for lay in _walk(model))
-    values["policy"] = keras.config.dtype_policy().name
-    return values
-
-
-def changed(a: dict, b: dict) -> list:
-    """What differs between two :func:`everything` (a tracker Keras built during the call may be 0)."""
-    def same(u, v):
-        if isinstance(u, np.ndarray):
-            return np.array_equal(u, v, equal_nan=u.dtype.kind in "fc")
-        return u == v
-
-    bad = [k for k, v in a.items() if k not in b or not same(v, b[k])]
-    return bad + [k for k, v in b.items() if k not in a and not (k[0] == "metric" and not np.any(v))]
-
-
-def _restore(model, values):
-    for kind, v in _state_variables(model):
-        if (kind, id(v)) in values:
-            v.assign(values[(kind, id(v))])
-        elif kind == "metric":  # a tracker Keras built during the reference's own compute_loss
-            v.assign(tf.zeros_like(v))
 
 
 def _one(x, i):

@@ -14,10 +14,8 @@ from __future__ import annotations
 import base64
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -27,6 +25,7 @@ import gradlab as gl
 import gradlab_jupyter as gj
 from gradlab.i18n import get_language, set_language
 from gradlab.widgets.base import rerun_note
+from tests._helpers import free_port, stop_server, wait_ready
 
 ROOT = Path(__file__).resolve().parents[1]
 VIEW = gj.WIDGET_VIEW
@@ -125,12 +124,6 @@ def test_the_shipped_server_config_enables_the_hook(tmp_path):
     assert out.stdout.split() == ["False", "False"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_a_plain_jupyter_server_saves_the_last_picture(tmp_path, runtime):
     """``jupyter server`` from this environment with no hook flag, as a learner starts it."""
@@ -143,7 +136,7 @@ def test_a_plain_jupyter_server_saves_the_last_picture(tmp_path, runtime):
         env["JUPYTER_CONFIG_PATH"] = str(tmp_path / "prefix" / "etc" / "jupyter")
     root = tmp_path / "root"
     root.mkdir()
-    token, port = os.urandom(8).hex(), _free_port()
+    token, port = os.urandom(8).hex(), free_port()
     log = open(tmp_path / "server.log", "w")
     proc = subprocess.Popen([str(Path(sys.executable).parent / "jupyter"), "server", "--no-browser",
                              "--allow-root", "--ip=127.0.0.1", f"--port={port}", "--ServerApp.port_retries=0",
@@ -161,21 +154,13 @@ def test_a_plain_jupyter_server_saves_the_last_picture(tmp_path, runtime):
         ex = gl.TimeExplorer(steps=20, units=8, batch_size=8)
         bundle = ex._repr_mimebundle_()
         ex.steps.value = 35
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                api("/api/status")
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError((tmp_path / "server.log").read_text()[-3000:]) from None
-                time.sleep(0.3)
+        wait_ready(lambda: api("/api/status") or True, proc, what="jupyter server",
+                   log=lambda: (tmp_path / "server.log").read_text()[-3000:], timeout=120)
         api("/api/contents/saved.ipynb", "PUT", {"type": "notebook", "format": "json",
                                                  "content": _notebook(_output(bundle))})
         saved = json.loads((root / "saved.ipynb").read_text())
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        stop_server(proc)
         log.close()
     outs = saved["cells"][0]["outputs"]
     assert VIEW not in outs[0]["data"], (tmp_path / "server.log").read_text()[-2000:]

@@ -33,11 +33,6 @@ def reference_signals(model, x, y) -> tuple[np.ndarray, np.ndarray]:
     return np.array(norms[: len(zs)]), np.array(norms[len(zs):])
 
 
-@pytest.fixture(scope="module")
-def engine():
-    return gl.engines.mlp.MLPGradientEngine(max_depth=100)
-
-
 #: Below this a layer's norm comes from float32 numbers near the smallest normal (1.2e-38),
 #: where TensorFlow flushes subnormal products to 0: which few elements survive depends on the
 #: last bit of each matmul, i.e. on the summation order. The engine rounds float64 sums to

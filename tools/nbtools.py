@@ -1,7 +1,7 @@
 """Build, navigate and execute the chapters, in both editions.
 
 A chapter's source of truth is ``chapters/src/NN-slug.py``, a plain Python file in the
-"percent" cell format (``# %%`` starts a code cell, ``# %% [markdown]`` a Markdown cell,
+"percent" cell format, read with jupytext (``# %%`` starts a code cell, ``# %% [markdown]`` a Markdown cell,
 ``# %% tags=["raises-exception"]`` adds cell tags). It gives readable diffs and reviews.
 ``make notebooks`` turns each source into ``chapters/NN-slug.ipynb``, writes the navigation
 cell, and runs it top to bottom in a fresh kernel (Restart & Run All), saving the outputs
@@ -16,10 +16,10 @@ own neighbours, and to the same chapter in the other edition.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
+import jupytext
 import nbformat
 
 from gradlab_jupyter import lab_pre_save_hook as _lab_pre_save_hook
@@ -41,8 +41,6 @@ NAV_WORDS = {
     "zh": {"previous": "&lt; 上一章", "next": "下一章 &gt;", "contents": "目录", "anchor": "目录",
            "other": "English"},
 }
-
-_CELL = re.compile(r"^# %%(?P<md> \[markdown\])?(?:\s+tags=(?P<tags>\[.*\]))?\s*$")
 
 
 def chapter_paths() -> list[Path]:
@@ -67,38 +65,14 @@ def edition_of(path: Path) -> str:
 
 
 def parse_percent(text: str) -> list[nbformat.NotebookNode]:
-    """Cells of a percent-format source."""
-    cells, kind, tags, lines = [], None, [], []
-
-    def flush():
-        if kind is None:
-            return
-        body = "\n".join(lines).strip("\n")
-        if kind == "markdown":
-            body = "\n".join(
-                (ln[2:] if ln.startswith("# ") else ln[1:] if ln.startswith("#") else ln)
-                for ln in body.splitlines()
-            )
-            cell = nbformat.v4.new_markdown_cell(body)
-        else:
-            cell = nbformat.v4.new_code_cell(body)
-        if tags:
-            cell.metadata["tags"] = list(tags)
-        if SOLUTION_TAG in tags:  # solutions stay runnable but are collapsed until clicked
-            cell.metadata["jupyter"] = {"source_hidden": True}
-        cells.append(cell)
-
-    for line in text.splitlines():
-        m = _CELL.match(line)
-        if m:
-            flush()
-            kind = "markdown" if m.group("md") else "code"
-            tags = json.loads(m.group("tags")) if m.group("tags") else []
-            lines = []
-        elif kind is not None:
-            lines.append(line)
-    flush()
+    """Cells of a percent-format source, as jupytext reads it (``py:percent``), numbered
+    ``cell-000``, ... A ``solution`` cell's source is collapsed; jupytext's own spacing note
+    (``lines_to_next_cell``, for writing the source back) is not kept in the notebook."""
+    cells = jupytext.reads(text, fmt="py:percent").cells
     for i, cell in enumerate(cells):
+        cell.metadata.pop("lines_to_next_cell", None)
+        if SOLUTION_TAG in cell.metadata.get("tags", []):  # solutions stay runnable, collapsed until clicked
+            cell.metadata["jupyter"] = {"source_hidden": True}
         cell["id"] = f"cell-{i:03d}"
     return cells
 

@@ -260,19 +260,6 @@ class MLPGradientEngine:
         """How many times the engine's functions have been traced, over all modes."""
         return total_tracing_count(self._steps.values())
 
-    def warm_up(self, activations=ACTIVATIONS, *, residual=(False,), norms=("none",),
-                dtypes=("float32",)) -> int:
-        """Trace every listed mode once (depth 2), so that the first change of a control does not
-        pay for a trace; returns the number of modes traced. The explorer calls it lazily."""
-        count = 0
-        for a in activations:
-            for r in residual:
-                for n in norms:
-                    for d in dtypes:
-                        self.report(2, a, "glorot_uniform", residual=r, norm=n, dtype=d)
-                        count += 1
-        return count
-
     def report(
         self,
         depth: int,

@@ -18,26 +18,12 @@ gradient checks (:mod:`gradlab.topics.gradcheck`).
 
 from __future__ import annotations
 
-from ..i18n import end_sentence, join_sentences
-from .answers import as_int_answer, as_number_answer, is_float_number
-from .compare import check_array, check_arrays, check_status, check_true
-from .feedback import CheckResult, call_answer, clean_message, describe_error
-from .training import check_trains, step_length_advice
+# The documented short spelling, ``gl.exercises.checks.<name>``: each name is imported from its one
+# home (listed above), which exports it; this facade exports nothing of its own.
+from ..i18n import end_sentence, join_sentences  # noqa: F401
+from .answers import as_int_answer, as_number_answer, is_float_number  # noqa: F401
+from .compare import check_array, check_arrays, check_status, check_true  # noqa: F401
+from .feedback import CheckResult, call_answer, clean_message, describe_error  # noqa: F401
+from .training import check_trains, step_length_advice  # noqa: F401
 
-__all__ = [
-    "CheckResult",
-    "as_int_answer",
-    "as_number_answer",
-    "call_answer",
-    "check_array",
-    "check_arrays",
-    "check_status",
-    "check_trains",
-    "check_true",
-    "clean_message",
-    "describe_error",
-    "end_sentence",
-    "is_float_number",
-    "join_sentences",
-    "step_length_advice",
-]
+__all__: list[str] = []

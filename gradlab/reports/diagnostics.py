@@ -32,7 +32,7 @@ from .causes import (
     lossless_head_causes,
     lossless_outputs,
 )
-from .report import PROBLEM_KINDS, LayerStats, Problem, StepReport, VariableStats
+from .report import LayerStats, StepReport, VariableStats
 from .rules import StepContext, problems, report_status, step_status
 from .units import dead_fractions
 from .verdict import GAIN_TOLERANCE, MILD_RATIO, Verdict, judge
@@ -42,11 +42,6 @@ import keras  # noqa: E402
 
 __all__ = [
     "BN_TINY_VALUES",
-    "PROBLEM_KINDS",
-    "LayerStats",
-    "Problem",
-    "StepReport",
-    "VariableStats",
     "inspect_training_step",
     "normalization_crossings",
 ]

@@ -25,39 +25,21 @@ import numpy as np
 from .. import core
 from .._env import quiet_import_tensorflow
 from .._validate import renamed_keywords
-from ..core import CLIP_MODES, check_clip, clip_gradients, true_global_norm, true_norm
+from ..core import check_clip, clip_gradients, true_global_norm, true_norm
 from ..i18n import _
 from .base import VerdictReport, given_verdict
-from .verdict import (
-    GAIN_TOLERANCE,
-    MILD_RATIO,
-    STATUSES,
-    diagnose,
-    judge,
-    per_layer_gain,
-    status_word,
-)
+from .verdict import judge, status_word
 
 tf = quiet_import_tensorflow()
 import keras  # noqa: E402
 
 __all__ = [
-    "CLIP_MODES",
     "DensePass",
-    "GAIN_TOLERANCE",
-    "MILD_RATIO",
-    "STATUSES",
     "GradientReport",
-    "check_clip",
-    "clip_gradients",
     "dense_kernel_variables",
     "dense_layers",
     "dense_signal_pass",
-    "diagnose",
     "gradient_report",
-    "per_layer_gain",
-    "true_global_norm",
-    "true_norm",
 ]
 
 

@@ -61,7 +61,6 @@ __all__ = [
     "rounding_bound",
     "run_workers",
     "single_device_gradients",
-    "split_batch",
     "toy_data",
     "toy_model",
     "train_toy",

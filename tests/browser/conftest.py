@@ -22,7 +22,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -32,6 +31,7 @@ from pathlib import Path
 
 import pytest
 
+from tests._helpers import free_port, stop_server, wait_ready
 from tools import lab_zh
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -132,11 +132,6 @@ def browser(chromium_path):
 
 
 # ----------------------------------------------------------------------------- the server
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @dataclass
 class LabServer:
@@ -207,7 +202,7 @@ def start_lab_server(base: Path, extra_overrides: dict | None = None):
     for d in ("user-settings", "workspaces", "runtime", "config", "data"):
         (base / d).mkdir()
     token = os.urandom(16).hex()
-    port = _free_port()
+    port = free_port()
     venv_bin = str(Path(sys.executable).parent)
     env = dict(os.environ)
     env.pop("MPLBACKEND", None)  # the kernel gets JupyterLab's inline backend, as for a learner
@@ -247,7 +242,7 @@ def start_lab_server(base: Path, extra_overrides: dict | None = None):
         _check_overrides(server, overrides)
         yield server
     finally:
-        _stop(proc)
+        stop_server(proc)
         log.close()
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         shutil.copy(log_path, ARTIFACTS / f"jupyterlab-last-session-{base.name}.log")
@@ -286,17 +281,11 @@ def write_notebook(path: Path, cells: list[str]) -> None:
 
 
 def _wait_ready(server: LabServer, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.proc.poll() is not None:
-            raise RuntimeError(f"JupyterLab exited with {server.proc.returncode}:\n"
-                               f"{server.log_tail()}")
-        try:
-            server.api("/api/status")
-            return
-        except OSError:
-            time.sleep(0.3)
-    raise RuntimeError(f"JupyterLab did not answer within {timeout:.0f} s:\n{server.log_tail()}")
+    def status():
+        server.api("/api/status")
+        return True
+
+    wait_ready(status, server.proc, what="JupyterLab", log=server.log_tail, timeout=timeout)
 
 
 def _check_overrides(server: LabServer, overrides: dict) -> None:
@@ -306,30 +295,6 @@ def _check_overrides(server: LabServer, overrides: dict) -> None:
         got = {k: schema[k].get("default") for k in values}
         if got != values:
             raise RuntimeError(f"settings override not applied to {plugin}: {got} != {values}")
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    """Stop the server we started, then any of its kernels that outlived it (by pid)."""
-    import psutil
-
-    if proc.poll() is not None:
-        return
-    try:
-        children = psutil.Process(proc.pid).children(recursive=True)
-    except psutil.Error:
-        children = []
-    proc.terminate()  # SIGTERM: the server shuts its kernels down, then exits
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
-    _, alive = psutil.wait_procs(children, timeout=5)
-    for child in alive:
-        try:
-            child.kill()
-        except psutil.Error:
-            pass
 
 
 # ----------------------------------------------------------------------------- pages, artifacts

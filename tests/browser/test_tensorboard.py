@@ -13,26 +13,20 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
+
+from tests._helpers import free_port, stop_server, wait_ready
 
 from .conftest import artifact_dir
 
 pytestmark = pytest.mark.browser
 
 LAYERS = ("embedding", "block_0", "block_1", "final_norm", "logits")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _write_log(log_dir: Path) -> None:
@@ -58,33 +52,18 @@ def _tensorboard_command(log_dir: Path, port: int) -> list[str]:
 
 
 def _wait_ready(url: str, proc: subprocess.Popen, log_path: Path, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"tensorboard exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"{url}/data/plugins_listing", timeout=5) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.5)
-    raise RuntimeError(f"tensorboard did not answer within {timeout:.0f} s:\n{log_path.read_text()[-3000:]}")
+    def listing():
+        with urllib.request.urlopen(f"{url}/data/plugins_listing", timeout=5) as r:
+            return r.status == 200
 
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+    wait_ready(listing, proc, what="tensorboard", log=lambda: log_path.read_text()[-3000:], timeout=timeout,
+               interval=0.5)
 
 
 def test_tensorboard_shows_per_layer_gradient_norms_and_histograms(request, browser, tmp_path):
     log_dir = tmp_path / "logs"
     _write_log(log_dir)
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     tb_log = tmp_path / "tensorboard.log"
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
@@ -127,5 +106,5 @@ def test_tensorboard_shows_per_layer_gradient_norms_and_histograms(request, brow
     finally:
         if context is not None:
             context.close()
-        _stop(proc)
+        stop_server(proc)
     assert proc.poll() is not None, "the tensorboard server must be stopped"
