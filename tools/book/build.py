@@ -269,9 +269,10 @@ def bar(lang: str, name: str, exists_other: bool, order: list[str], titles: dict
             chapter.append(link("next", k + 1))
     return (f'<nav class="gradlab-bar" aria-label="{html.escape(t["bar"])}">'
             f'<span class="gradlab-bar-chapters">{"".join(chapter)}</span>'
-            f'<a class="gradlab-troubleshoot" href="{trouble}">{html.escape(t["troubleshoot"])}</a>'
+            f'<span class="gradlab-bar-other"><a class="gradlab-troubleshoot" href="{trouble}">'
+            f'{html.escape(t["troubleshoot"])}</a>'
             f'<a class="gradlab-lang-switch" href="{target}" hreflang="{other}" lang="{other}" '
-            f'title="{html.escape(t["switch_title"])}">{html.escape(t["switch"])}</a></nav>')
+            f'title="{html.escape(t["switch_title"])}">{html.escape(t["switch"])}</a></span></nav>')
 
 
 IMG = re.compile(r"<img\b([^>]*?)\s*/?>")
