@@ -261,7 +261,7 @@ def test_heading_anchors_are_their_headings(site):  # noqa: F811
     for path in pages(site):
         p = _Ids()
         p.feed(path.read_text(encoding="utf-8"))
-        long_ids = [i[:60] for i in p.ids if len(i) > 200]
+        long_ids = [i[:60] for i in p.ids if len(i) > 400]  # the longest heading (an API signature) is ~200
         assert not long_ids, f"{path.relative_to(site)}: {long_ids}"
     text = (site / "en" / "01-vanishing-exploding.html").read_text(encoding="utf-8")
     assert '<h1><span class="gradlab-anchor" id="Vanishing-and-exploding-gradients-·-梯度消失与梯度爆炸的检测与处理">' in text

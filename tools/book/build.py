@@ -88,7 +88,7 @@ def md_cell(text: str, cell_id: str) -> dict:
 def run_box(lang: str, nb: Path) -> str:
     t = TEXTS[lang]
     rel = nb.relative_to(ROOT).as_posix()
-    return (f":::{{admonition}} {t['run_title']}\n:class: tip gradlab-run no-search\n\n"
+    return (f":::{{admonition}} {t['run_title']}\n:class: tip no-search gradlab-run\n\n"
             f"{t['run'].format(path=rel)}\n\n"
             f"{{download}}`{t['download'].format(name=nb.name)} <_notebooks/{nb.name}>`\n:::\n")
 
