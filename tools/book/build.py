@@ -372,6 +372,11 @@ def main() -> int:
     for aside, pdf in kept:
         pdf.parent.mkdir(parents=True, exist_ok=True)
         os.replace(aside, pdf)
+    for lang in LANGS:  # make pdf's own output (build/pdf/), when the site has none yet
+        name = landing.PDF.format(lang=lang)
+        if not (OUT / lang / name).exists() and (ROOT / "build" / "pdf" / name).exists():
+            (OUT / lang).mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / "build" / "pdf" / name, OUT / lang / name)
     facts = {lang: landing.facts(lang, OUT) for lang in LANGS}
     for lang in LANGS:
         names = stage(lang, facts[lang])
