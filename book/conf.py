@@ -10,16 +10,24 @@ are its own, and widget views (which would need a CDN) are dropped for their sta
 from __future__ import annotations
 
 import os
+import sys
 
 BOOK = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(BOOK)
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)  # tools.book.search_sections, the search page's sections
 LANG = os.environ.get("GRADLAB_BOOK_LANG", "en")
 
 project = "gradlab"
 author = "gradlab"
 copyright = "gradlab authors"
 language = "zh_CN" if LANG == "zh" else "en"
+# The theme's own strings that its catalogs leave in English for zh ("Color mode", "System
+# Settings", "Toggle primary sidebar", ...): book/locale/zh_CN/LC_MESSAGES/sphinx.po, compiled
+# by build.py into build/ (these catalogs come before the themes' own).
+locale_dirs = [os.environ["GRADLAB_BOOK_LOCALE"]] if os.environ.get("GRADLAB_BOOK_LOCALE") else []
 
-extensions = ["myst_nb", "sphinx_copybutton", "sphinx.ext.mathjax"]
+extensions = ["myst_nb", "sphinx_copybutton", "sphinx.ext.mathjax", "tools.book.search_sections"]
 exclude_patterns = ["_build", "_notebooks", "**.ipynb_checkpoints", "src", "*.md.txt"]
 master_doc = "index"
 smartquotes = False  # headings as the notebooks write them: their Jupyter anchors keep the plain quote
@@ -57,6 +65,12 @@ html_theme_options = {
     "home_page_in_toc": True,
     "navigation_with_keys": False,
     "search_bar_text": "搜索…" if LANG == "zh" else "Search this edition…",
+    # one search box: the sidebar's (the header repeated it; the article's bar has the button)
+    "navbar_persistent": [],
+    # one navigation row per chapter: build.py's bar at the top (previous, contents, next,
+    # troubleshooting, the other language); the notebooks' own nav cell and the theme's
+    # previous/next footer are left out
+    "show_prev_next": False,
 }
 html_context = {"default_mode": "light"}
 html_css_files = ["gradlab/book.css"]
@@ -68,6 +82,9 @@ html_search_language = "zh" if LANG == "zh" else "en"
 # reader's query for a term finds it; build.py writes the dictionary (tools/book/build.py).
 html_search_options = {"dict": os.environ["GRADLAB_BOOK_ZH_DICT"]} if os.environ.get("GRADLAB_BOOK_ZH_DICT") else {}
 html_show_search_summary = False  # summaries fetch() each page, which a file:// page may not
+# Ranking and snippets from the sections that tools/book/search_sections.py stores at build
+# time: a page whose title or headings hold the word comes first (Sphinx's own scores tie them)
+html_search_scorer = os.path.join(BOOK, "search-scorer.js")
 copybutton_prompt_text = r">>> |\.\.\. |\$ "
 copybutton_prompt_is_regexp = True
 copybutton_selector = "div.cell_input div.highlight pre, div.highlight pre"

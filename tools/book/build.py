@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from tools.book import landing  # noqa: E402
 from tools.book.explorers import DATA, EXPLORERS, copy_assets, inline_module, mount_html  # noqa: E402
 
 OUT = ROOT / "build" / "book"
@@ -37,20 +38,17 @@ CHAPTERS = {"en": ROOT / "chapters", "zh": ROOT / "chapters" / "zh"}
 TROUBLESHOOTING = {"en": "Troubleshoot a training problem · 常见问题排查", "zh": "常见问题排查"}
 TEXTS = {
     "en": {"switch": "中文", "switch_title": "阅读本页的中文版", "troubleshoot": "Troubleshooting guide",
-           "run_title": "Run this chapter", "landing": "gradlab · gradient problems in TensorFlow 2",
+           "run_title": "Run this chapter",
            "run": ("In a clone of the repository, `make lab` installs everything once and starts "
                    "JupyterLab (127.0.0.1, token); open `{path}` and choose *Run All Cells*."),
            "download": "Download the notebook ({name})",
-           "intro": ("Why do gradients vanish, explode, come back `None`, or run slowly in TensorFlow 2, "
-                     "and what do you do about it? One chapter per question: read the stored outputs "
-                     "here, move the explorers' controls in the page, or run the notebooks yourself.")},
+           "bar": "Chapter navigation", "prev": "Previous", "next": "Next", "contents": "Contents"},
     "zh": {"switch": "English", "switch_title": "Read this page in English", "troubleshoot": "常见问题排查",
-           "run_title": "运行本章", "landing": "gradlab · TensorFlow 2 梯度问题交互手册",
+           "run_title": "运行本章",
            "run": ("在仓库的克隆中，`make lab` 会先安装一次所需的一切，再启动 JupyterLab（127.0.0.1，"
                    "带令牌）；打开 `{path}`，选择 *Run All Cells*（运行全部单元格）。"),
            "download": "下载本章的 notebook（{name}）",
-           "intro": ("TensorFlow 2 中的梯度为什么会消失、爆炸、变成 `None` 或者算得很慢？遇到了又该怎么办？"
-                     "每章回答一个问题：在这里阅读保存的输出，在页面里拖动探索器的控件，或者自己运行 notebook。")},
+           "bar": "章节导航", "prev": "上一章", "next": "下一章", "contents": "目录"},
 }
 LINK = re.compile(r"\]\(\s*(?P<path>[^)\s#]*?\.ipynb)?(?P<frag>#[^)\s]*)?\s*\)")
 
@@ -90,12 +88,12 @@ def md_cell(text: str, cell_id: str) -> dict:
 def run_box(lang: str, nb: Path) -> str:
     t = TEXTS[lang]
     rel = nb.relative_to(ROOT).as_posix()
-    return (f":::{{admonition}} {t['run_title']}\n:class: tip gradlab-run\n\n"
+    return (f":::{{admonition}} {t['run_title']}\n:class: tip no-search gradlab-run\n\n"
             f"{t['run'].format(path=rel)}\n\n"
             f"{{download}}`{t['download'].format(name=nb.name)} <_notebooks/{nb.name}>`\n:::\n")
 
 
-def stage(lang: str) -> list[str]:
+def stage(lang: str, facts: dict) -> list[str]:
     """Copy and adapt one edition's notebooks; returns the page names."""
     dst = SRC / lang
     if dst.exists():
@@ -107,6 +105,8 @@ def stage(lang: str) -> list[str]:
         nb = json.loads(nb_path.read_text(encoding="utf-8"))
         cells, placed = [], set()
         for i, cell in enumerate(nb["cells"]):
+            if cell.get("metadata", {}).get("gradlab_nav"):
+                continue  # the notebook's own "< previous | contents | next >": the page's bar says it
             if cell["cell_type"] == "markdown":
                 src = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
                 cell = dict(cell, source=rewrite_links(src, lang))
@@ -122,17 +122,55 @@ def stage(lang: str) -> list[str]:
                             log(f"no grid for {key} ({spec.data}): run `make book-data`; the page keeps its figure")
                             placed.add(key)
                             continue
+                        # the cell's stored picture: hidden once the live view is drawn, printed instead of it
+                        tags = cell.setdefault("metadata", {}).setdefault("tags", [])
+                        if "gradlab-explorer-static" not in tags:
+                            tags.append("gradlab-explorer-static")
                         cells.append(md_cell(mount_html(spec, lang), f"gradlab-explorer-{key}"))
                         placed.add(key)
         nb["cells"] = cells
         nb.setdefault("metadata", {}).pop("widgets", None)
         (dst / nb_path.name).write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
         names.append(nb_path.stem)
-    t = TEXTS[lang]
-    lines = [f"# {t['landing']}", "", t["intro"], "", "```{toctree}", ":maxdepth: 1", ""]
-    lines += names + ["```", ""]
-    (dst / "index.md").write_text("\n".join(lines), encoding="utf-8")
+    for name, text in reference_pages(lang).items():
+        (dst / f"{name}.md").write_text(text, encoding="utf-8")
+    (dst / "index.md").write_text(landing.landing_md(lang, names, titles_of(lang), facts), encoding="utf-8")
     return names
+
+
+def titles_of(lang: str) -> dict[str, str]:
+    """Each chapter's H1, as its first markdown cell writes it."""
+    out = {}
+    for nb_path in chapters(lang):
+        nb = json.loads(nb_path.read_text(encoding="utf-8"))
+        for cell in nb["cells"]:
+            src = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+            m = re.match(r"#\s+(.+)", src.strip())
+            if cell["cell_type"] == "markdown" and m:
+                out[nb_path.stem] = m.group(1).strip()
+                break
+    return out
+
+
+API = ROOT / "docs" / "api.md"
+MD_LINK = re.compile(r"\[([^\]]+)\]\((?!https?:|#)([^)\s]+\.md)\)")
+REFERENCE_NOTE = {
+    "en": {"api": "", "glossary": ""},
+    "zh": {"api": ("> gradlab 的 API 参考（英文原文，`docs/api.md`）：`gradlab.__all__` 中可以带到你自己项目里的"
+                   "工具，每个都附有可运行的示例。\n\n"),
+           "glossary": ""},
+}
+
+
+def reference_pages(lang: str) -> dict[str, str]:
+    """gradlab's API reference (docs/api.md) and the Chinese edition's glossary, as pages of
+    both editions; a link to a Markdown file the site does not publish keeps its text."""
+    out = {}
+    for name, path in (("api", API), ("glossary", GLOSSARY)):
+        text = MD_LINK.sub(lambda m: m.group(1), path.read_text(encoding="utf-8"))
+        head, _, body = text.partition("\n")
+        out[name] = f"{head}\n\n{REFERENCE_NOTE[lang][name]}{body}"
+    return out
 
 
 GLOSSARY = ROOT / "chapters" / "zh" / "GLOSSARY.md"
@@ -155,17 +193,41 @@ def zh_dictionary() -> Path:
 JIEBA = re.compile(r"(Building prefix dict|Loading model|Prefix dict has been built|Dumping model)")
 
 
+LOCALE = BOOK / "locale"
+
+
+def theme_catalog() -> Path:
+    """book/locale/*/LC_MESSAGES/sphinx.po compiled (Babel) into build/book-locale/: the
+    theme's strings in Chinese (Sphinx reads these catalogs before the themes' own)."""
+    from babel.messages import mofile, pofile
+
+    out = ROOT / "build" / "book-locale"
+    for po in sorted(LOCALE.glob("*/LC_MESSAGES/*.po")):
+        mo = out / po.relative_to(LOCALE).with_suffix(".mo")
+        mo.parent.mkdir(parents=True, exist_ok=True)
+        with po.open("rb") as f:
+            catalog = pofile.read_po(f)
+        with mo.open("wb") as f:
+            mofile.write_mo(f, catalog)
+    return out
+
+
 def sphinx(lang: str) -> subprocess.Popen:
     env = dict(os.environ, GRADLAB_BOOK_LANG=lang, PYTHONHASHSEED="0")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
     if lang == "zh":
         env["GRADLAB_BOOK_ZH_DICT"] = str(zh_dictionary())
+        env["GRADLAB_BOOK_LOCALE"] = str(theme_catalog())
     cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-c", str(BOOK),
            "-d", str(ROOT / "build" / "book-doctrees" / lang), str(SRC / lang), str(OUT / lang)]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 # ------------------------------------------------------------------------ post-processing
-HEADING = re.compile(r"<(h[1-6])>(.*?)<a class=\"headerlink\"", re.S)
+#: a heading with its permalink; the text may not cross another heading's end (the theme's
+#: hidden print header is an <h1> without a permalink: it must not swallow the page's table
+#: of contents up to the first real heading)
+HEADING = re.compile(r"<(h[1-6])>((?:(?!</h[1-6]>).)*?)<a class=\"headerlink\"", re.S)
 TAGS = re.compile(r"<[^>]+>")
 
 
@@ -182,15 +244,35 @@ def add_anchors(page: str) -> str:
     return HEADING.sub(sub, page)
 
 
-def bar(lang: str, name: str, exists_other: bool) -> str:
+def bar(lang: str, name: str, exists_other: bool, order: list[str], titles: dict[str, str]) -> str:
+    """The page's one navigation row: previous, contents, next (chapters), the troubleshooting
+    guide and the same page in the other language."""
     t = TEXTS[lang]
     other = OTHER[lang]
     target = f"../{other}/{name}" if exists_other else f"../{other}/index.html"
     trouble = "04-summary.html#" + html.escape(TROUBLESHOOTING[lang].replace(" ", "-"), quote=True)
-    return (f'<nav class="gradlab-bar" aria-label="{html.escape(t["switch_title"])}">'
-            f'<a class="gradlab-troubleshoot" href="{trouble}">{html.escape(t["troubleshoot"])}</a>'
+    chapter = []
+    stem = name[: -len(".html")]
+    if stem in order:
+        k = order.index(stem)
+
+        def link(kind: str, j: int) -> str:
+            text = f"{order[j][:2]} · {titles.get(order[j], order[j]).split(' · ')[0]}"
+            shown = f"< {text}" if kind == "prev" else f"{text} >"
+            return (f'<a class="gradlab-{kind}" href="{order[j]}.html" rel="{kind}" '
+                    f'title="{html.escape(t[kind])}: {html.escape(text)}">{html.escape(shown)}</a>')
+
+        if k > 0:
+            chapter.append(link("prev", k - 1))
+        chapter.append(f'<a class="gradlab-contents" href="index.html">{html.escape(t["contents"])}</a>')
+        if k + 1 < len(order):
+            chapter.append(link("next", k + 1))
+    return (f'<nav class="gradlab-bar" aria-label="{html.escape(t["bar"])}">'
+            f'<span class="gradlab-bar-chapters">{"".join(chapter)}</span>'
+            f'<span class="gradlab-bar-other"><a class="gradlab-troubleshoot" href="{trouble}">'
+            f'{html.escape(t["troubleshoot"])}</a>'
             f'<a class="gradlab-lang-switch" href="{target}" hreflang="{other}" lang="{other}" '
-            f'title="{html.escape(t["switch_title"])}">{html.escape(t["switch"])}</a></nav>')
+            f'title="{html.escape(t["switch_title"])}">{html.escape(t["switch"])}</a></span></nav>')
 
 
 IMG = re.compile(r"<img\b([^>]*?)\s*/?>")
@@ -232,7 +314,12 @@ def postprocess(lang: str) -> int:
     root = OUT / lang
     n = 0
     others = {p.name for p in (OUT / OTHER[lang]).glob("*.html")}
+<<<<<<< HEAD
     copy_assets(root / "_static")
+=======
+    order = [p.stem for p in chapters(lang)]
+    titles = titles_of(lang)
+>>>>>>> site37
     for page in root.glob("*.html"):
         text = page.read_text(encoding="utf-8")
         text = inline_module(text)
@@ -240,7 +327,7 @@ def postprocess(lang: str) -> int:
         text = alt_texts(text, lang)
         marker = '<article class="bd-article">'
         if marker in text:
-            text = text.replace(marker, marker + bar(lang, page.name, page.name in others), 1)
+            text = text.replace(marker, marker + bar(lang, page.name, page.name in others, order, titles), 1)
         page.write_text(text, encoding="utf-8")
         n += 1
     return n
@@ -256,19 +343,14 @@ def fix_search(lang: str) -> None:
                         encoding="utf-8")
 
 
-def root_index() -> None:
-    parts = []
-    for lang in LANGS:
-        t = TEXTS[lang]
-        parts.append(f'<li lang="{lang}"><a href="{lang}/index.html">{html.escape(t["landing"])}</a>'
-                     f'<p>{html.escape(t["intro"].replace("`", ""))}</p></li>')
-    (OUT / "index.html").write_text(
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        "<title>gradlab · book</title>"
-        "<style>body{font-family:system-ui,'Noto Sans CJK SC',sans-serif;max-width:46rem;margin:3rem auto;"
-        "padding:0 1rem;line-height:1.5}li{margin:1.5rem 0}a{font-size:1.3rem}</style></head>"
-        "<body><h1>gradlab</h1><ul>" + "".join(parts) + "</ul></body></html>\n", encoding="utf-8")
+def keep_pdfs() -> list[tuple[Path, Path]]:
+    """``make pdf``'s files survive the rebuild: moved aside before build/book/ is emptied."""
+    kept = []
+    for pdf in sorted(OUT.glob(f"*/{landing.PDF.format(lang='*')}")):
+        aside = ROOT / "build" / f"kept-{pdf.parent.name}-{pdf.name}"
+        os.replace(pdf, aside)
+        kept.append((aside, pdf))
+    return kept
 
 
 def data_scripts() -> int:
@@ -289,10 +371,20 @@ def data_scripts() -> int:
 
 def main() -> int:
     t0 = time.time()
+    kept = keep_pdfs() if OUT.exists() else []
     if OUT.exists():
         shutil.rmtree(OUT)
+    for aside, pdf in kept:
+        pdf.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(aside, pdf)
+    for lang in LANGS:  # make pdf's own output (build/pdf/), when the site has none yet
+        name = landing.PDF.format(lang=lang)
+        if not (OUT / lang / name).exists() and (ROOT / "build" / "pdf" / name).exists():
+            (OUT / lang).mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / "build" / "pdf" / name, OUT / lang / name)
+    facts = {lang: landing.facts(lang, OUT) for lang in LANGS}
     for lang in LANGS:
-        names = stage(lang)
+        names = stage(lang, facts[lang])
         log(f"staged {len(names)} {lang} chapters from {CHAPTERS[lang].relative_to(ROOT)} (stored outputs)")
     procs = {lang: sphinx(lang) for lang in LANGS}
     failed = False
@@ -310,8 +402,13 @@ def main() -> int:
     for lang in LANGS:
         fix_search(lang)
         log(f"post-processed {postprocess(lang)} {lang} pages")
+    for lang in LANGS:
+        z = landing.write_zip(lang, OUT / lang)
+        f = facts[lang]
+        log(f"{lang}: {z.name} {z.stat().st_size / 1e6:.1f} MB; PDF {'linked' if f['pdf'] else 'absent (make pdf)'}; "
+            f"outputs of TensorFlow {f['versions'].get('tensorflow')}, {f['date']}; core path: {f['time']}")
     size = data_scripts()
-    root_index()
+    (OUT / "index.html").write_text(landing.root_index(OUT, facts), encoding="utf-8")
     total = sum(f.stat().st_size for f in OUT.rglob("*") if f.is_file())
     log(f"explorer data {size / 1e6:.1f} MB; site {total / 1e6:.1f} MB in {OUT.relative_to(ROOT)}; "
         f"{time.time() - t0:.0f} s")

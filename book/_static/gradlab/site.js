@@ -115,6 +115,7 @@
       var mount = document.createElement("div");
       host.appendChild(mount);
       view.render({ model: Model(host, grid, texts), el: mount });
+      host.setAttribute("data-ready", "1");  // the live view is there: the printed page keeps the picture
     });
   }
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
