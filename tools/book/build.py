@@ -314,12 +314,9 @@ def postprocess(lang: str) -> int:
     root = OUT / lang
     n = 0
     others = {p.name for p in (OUT / OTHER[lang]).glob("*.html")}
-<<<<<<< HEAD
     copy_assets(root / "_static")
-=======
     order = [p.stem for p in chapters(lang)]
     titles = titles_of(lang)
->>>>>>> site37
     for page in root.glob("*.html"):
         text = page.read_text(encoding="utf-8")
         text = inline_module(text)
