@@ -51,7 +51,10 @@ def view_of(template: dict, numbers: dict, texts: dict, strings: list | None = N
         o = view
         for k in range(upto):
             key = keys[k]
-            slot = o[int(key)] if isinstance(o, list) else o.get(key)
+            if isinstance(o, list):
+                slot = o[int(key)] if int(key) < len(o) else None
+            else:
+                slot = o.get(key)
             if slot is None:
                 slot = [] if keys[k + 1].isdigit() else {}
                 if isinstance(o, list):
@@ -138,12 +141,12 @@ def test_view_of_puts_back_lists_dicts_and_dropped_leaves():
          "notes": [[{"text": "n"}]], "e": {}, "r": {"again": [1.0, 3.0]}}
     ta = {_path_key(p): v for p, v in leaves(a).items()}
     fb = {_path_key(p): v for p, v in leaves(b).items()}
-    nums = dedupe({k: v for k, v in fb.items() if ta.get(k) != v})
+    nums = dedupe({k: v for k, v in fb.items() if k not in ta or ta[k] != v})
     nums["#drop"] = sorted(k for k in ta if k not in fb)
     assert view_of(ta, nums, {}) == b
     # and back: a view with fewer items than the template
     tb, fa = fb, ta
-    nums = {k: v for k, v in fa.items() if tb.get(k) != v}
+    nums = {k: v for k, v in fa.items() if k not in tb or tb[k] != v}
     nums["#drop"] = sorted(k for k in tb if k not in fa)
     assert view_of(tb, nums, {}) == a
 

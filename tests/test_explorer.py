@@ -114,16 +114,19 @@ def test_the_view_is_numbers_not_pictures(name):
             assert e.view["values"][k] == pytest.approx(v), (name, k)
 
 
-def test_non_finite_numbers_are_spelled_out():
+def test_non_finite_numbers_are_spelled_out(ex):
     from gradlab.plots.view import jsonable
 
     assert jsonable(np.array([1.0, np.inf, -np.inf, np.nan])) == [1.0, "inf", "-inf", "nan"]
     assert jsonable({"a": np.float32(2.5), "b": (np.int64(3), np.bool_(True))}) == {"a": 2.5, "b": [3, True]}
-    e = gl.GradientExplorer(depth=30, activation="relu", initializer="large_normal", width=8, batch_size=8)
+    e = ex
+    e.set(depth=60, activation="linear", initializer="large_normal", clip_mode="off", residual=False, norm="none",
+          dtype="float32", loss_scale=1)
     sig = e.report.signal_norms
     assert not np.all(np.isfinite(sig))  # this setting overflows: the view must still be valid JSON
     got = e.view["report"]["signal_norms"]
     assert [g if isinstance(g, str) else float(g) for g in got] == jsonable(sig)
+    e.set(depth=20, activation="sigmoid", initializer="glorot_uniform")
 
 
 def test_snapshot_and_bundle_carry_the_same_timing_free_text(explorers):

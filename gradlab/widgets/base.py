@@ -142,9 +142,9 @@ class _Ahead:
             explorer = next(reversed(self.work))
             for value in self.work[explorer]:
                 if explorer._send_point(value):
-                    # leave the loop idle as long as the point took: a message from the page (a
+                    # leave the loop idle half as long as the point took: a message from the page (a
                     # coroutine that yields several times) goes through between two points
-                    self._schedule(max(0.002, time.perf_counter() - t0))
+                    self._schedule(max(0.002, 0.5 * (time.perf_counter() - t0)))
                     return
             self.work.pop(explorer, None)  # its axis is done
 

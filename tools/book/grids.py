@@ -158,7 +158,7 @@ def view_grid(name: str, chapter: str, make, controls: list[dict], progress=prin
             if lang not in templates:
                 templates[lang] = {"flat": flat, "spec": site_spec(ex.spec, controls)}
             base = templates[lang]["flat"]
-            diff = {_path_key(p): v for p, v in flat.items() if base.get(p) != v}
+            diff = {_path_key(p): v for p, v in flat.items() if p not in base or base[p] != v}
             got = dedupe({k: v for k, v in diff.items() if not _texty(v)})
             dropped = sorted(_path_key(p) for p in base if p not in flat)
             if dropped:
