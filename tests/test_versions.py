@@ -100,3 +100,16 @@ def test_the_version_is_written_once():
     assert re.fullmatch(r"\d+\.\d+\.\d+", gl.__version__)
     init = (Path(gl.__file__)).read_text(encoding="utf-8")
     assert init.count("__version__ = ") == 1
+
+
+def test_the_attention_initializer_is_the_same_draw_without_keras_315_axes():
+    """Keras before 3.15 has no GlorotUniform(input_axes=): gradlab's fallback draws the same numbers."""
+    from gradlab.models.transformer import glorot_uniform_over_axes
+
+    shape = (16, 4, 8)  # MultiHeadAttention's query kernel: (d_model, heads, head_dim)
+    fallback = glorot_uniform_over_axes(123, (0,), (1, 2), native=False)(shape, dtype="float32")
+    limit = (6.0 / (16 + 4 * 8)) ** 0.5
+    assert float(tf.reduce_max(tf.abs(fallback))) <= limit and float(tf.reduce_max(tf.abs(fallback))) > 0.9 * limit
+    if "input_axes" in __import__("inspect").signature(keras.initializers.GlorotUniform).parameters:
+        native = keras.initializers.GlorotUniform(seed=123, input_axes=(0,), output_axes=(1, 2))(shape, dtype="float32")
+        assert tf.reduce_all(native == fallback)
