@@ -26,13 +26,13 @@ import socket
 import subprocess
 import sys
 import time
-import tomllib
 import urllib.request
 import zipfile
 from email.parser import Parser
 from pathlib import Path
 
 import pytest
+import tomllib
 import yaml
 
 import gradlab as gl

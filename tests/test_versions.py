@@ -10,11 +10,11 @@ import os
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import keras
 import tensorflow as tf
+import tomllib
 
 import gradlab as gl
 

@@ -27,8 +27,9 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -63,6 +64,12 @@ def oldest_versions(pyproject: Path = ROOT / "pyproject.toml") -> dict[str, str]
     if set(found) != {"tensorflow", "keras"}:
         raise SystemExit(f"pyproject.toml must declare tensorflow>=X and keras>=Y; found {deps}")
     return found
+
+
+def _padded(version: str) -> str:
+    """``"3.5"`` -> ``"3.5.0"``."""
+    parts = version.split(".")
+    return ".".join(parts + ["0"] * (3 - len(parts)))
 
 
 def pinned(name: str) -> str:
@@ -124,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     path, tf_version, keras_version = where.stdout.split()[-3:]
     if not Path(path).resolve().is_relative_to(venv.resolve()):
         raise SystemExit(f"gradlab was imported from {path}, not from the wheel in {venv}")
-    if (tf_version, keras_version) != (versions["tensorflow"], versions["keras"]):
+    if tuple(map(_padded, (tf_version, keras_version))) != tuple(map(_padded, (versions["tensorflow"], versions["keras"]))):
         raise SystemExit(f"expected TensorFlow {versions['tensorflow']} and Keras {versions['keras']}, "
                          f"found {tf_version} and {keras_version}")
     print(f"[4/4] the tools' tests on TensorFlow {tf_version}, Keras {keras_version}, gradlab from {path}", flush=True)
