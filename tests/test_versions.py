@@ -113,3 +113,15 @@ def test_the_attention_initializer_is_the_same_draw_without_keras_315_axes():
     if "input_axes" in __import__("inspect").signature(keras.initializers.GlorotUniform).parameters:
         native = keras.initializers.GlorotUniform(seed=123, input_axes=(0,), output_axes=(1, 2))(shape, dtype="float32")
         assert tf.reduce_all(native == fallback)
+
+
+def test_the_explorers_recompute_on_a_control_change():
+    """Headless, as in pytest: part of the tier that runs on the oldest TensorFlow and Keras."""
+    ex = gl.GradientExplorer(depth=6, width=8, batch_size=8)
+    before = ex.report
+    ex.depth.value = 12
+    assert ex.report is not before and len(ex.report.signal_norms) > len(before.signal_norms)
+    tx = gl.TimeExplorer(steps=20, units=8, batch_size=8)
+    text = repr(tx)
+    tx.steps.value = 35
+    assert repr(tx) != text and "35 steps" in repr(tx)
