@@ -110,7 +110,7 @@ test-matrix: install
 # exactly the oldest TensorFlow and Keras into a venv kept under .venv/share/gradlab/ (keyed on
 # the versions; a fresh machine downloads about 600 MB), runs the tools' unit tests there.
 test-oldest: install
-	$(PY) tools/test_oldest.py --python $(PYTHON)
+	$(PY) tools/test_oldest.py --python $(PYTHON) $(XDIST)
 
 wheel: install
 	$(PY) -m pip wheel --no-deps -w dist .

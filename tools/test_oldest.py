@@ -14,7 +14,8 @@ versions, which ``requirements.txt`` pins. This tier tests the other end of the 
    puts the checkout first on ``sys.path``) skipped. Not the notebooks: their outputs belong to
    the pins.
 
-Usage: ``python tools/test_oldest.py [--python PYTHON] [--venv DIR] [pytest args...]``.
+Usage: ``python tools/test_oldest.py [--python PYTHON] [--venv DIR] [pytest args...]``
+(``make test-oldest`` passes ``-n 2 --dist loadfile``: two workers, as ``make test``).
 """
 
 from __future__ import annotations
@@ -116,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         pip = [str(bindir / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
         # the dependencies (a no-op when the cached venv has them), then this wheel over any older one
         run(pip + [f"tensorflow=={versions['tensorflow']}", f"keras=={versions['keras']}",
-                   f"pytest=={pinned('pytest')}", str(wheel)])
+                   f"pytest=={pinned('pytest')}", f"pytest-xdist=={pinned('pytest-xdist')}", str(wheel)])
         run(pip + ["--force-reinstall", "--no-deps", str(wheel)])
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(MPLBACKEND="Agg", GRADLAB_OLDEST="1")
