@@ -116,8 +116,8 @@ def _save_and_reopen(python: Path, tmp: Path, nb: dict) -> tuple[dict, str]:
     root.mkdir()
     token, port = os.urandom(8).hex(), _free_port()
     env = _clean_env(JUPYTER_RUNTIME_DIR=str(tmp / "runtime"), JUPYTER_CONFIG_DIR=str(tmp / "user-config"),
-                     JUPYTER_DATA_DIR=str(tmp / "data"), JUPYTER_CONFIG_PATH="")
-    env.pop("JUPYTER_CONFIG_PATH")
+                     JUPYTER_DATA_DIR=str(tmp / "data"))
+    env.pop("JUPYTER_CONFIG_PATH", None)  # only the environment's own config, as a learner's server
     log_path = tmp / "server.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen([str(python), "-m", "jupyter_server", "--no-browser", "--allow-root", "--ip=127.0.0.1",
