@@ -11,6 +11,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export PYTHONUNBUFFERED := 1
 
 .PHONY: help install lab lab-zh catalog catalog-check test test-fast test-cpu-order test-matrix notebooks nav lint bench bench-browser clean book book-data
+.PHONY: test-oldest wheel
 
 help:
 	@echo "make lab        start JupyterLab (127.0.0.1, token) at chapter 00"
@@ -20,6 +21,8 @@ help:
 	@echo "make test-fast  a quick check (under 3 minutes): gradlab's core and engine tests and chapter 05"
 	@echo "make test-cpu-order  nbval of the CPU-sensitive chapters under another summation order"
 	@echo "make test-matrix  the third model matrix with its slow pairs (tests/test_models_matrix3.py)"
+	@echo "make test-oldest  the tools' tests on the oldest TensorFlow and Keras gradlab supports (from its wheel)"
+	@echo "make wheel      gradlab's wheel into dist/ (pip install dist/gradlab-*.whl: the tools in your own environment)"
 	@echo "make book       the static site of both editions into build/book/ (stored outputs, offline; open index.html)"
 	@echo "make book-data  recompute the kernel-free explorers' grids (book/data/) with gradlab's engines"
 	@echo "make notebooks  rebuild every chapter from chapters/src and Restart & Run All in place"
@@ -36,7 +39,6 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install $(PIP_QUIET) --upgrade pip
 	@echo "[3/3] installing requirements.txt (TensorFlow is about 2.6 GB: minutes on a first install)"
 	$(PY) -m pip install $(PIP_QUIET) -r requirements.txt
-	$(PY) -m gradlab_jupyter install >/dev/null  # the pre-save hook in this env's Jupyter (-e skips data files)
 	@touch $(STAMP)
 	@echo "installed into $(VENV)"
 
@@ -102,6 +104,18 @@ test-cpu-order: install
 # The third model matrix in full: its slow (tool, model) pairs too (about 3 more minutes).
 test-matrix: install
 	GRADLAB_FULL_MATRIX=1 $(PY) -m pytest $(XDIST) tests/test_models_matrix3.py
+
+# --- issue 39: the supported versions and the wheel ---------------------------------------
+# The other end of the range (pyproject.toml's lower bounds): builds the wheel, installs it with
+# exactly the oldest TensorFlow and Keras into a venv kept under .venv/share/gradlab/ (keyed on
+# the versions; a fresh machine downloads about 600 MB), runs the tools' unit tests there.
+test-oldest: install
+	$(PY) tools/test_oldest.py --python $(PYTHON) $(XDIST)
+
+wheel: install
+	$(PY) -m pip wheel --no-deps -w dist .
+	@ls dist/gradlab-*.whl
+# --- end issue 39 -------------------------------------------------------------------------
 
 # The book site: Sphinx + MyST-NB over the stored notebooks (never executed), both editions.
 book: install

@@ -24,14 +24,60 @@ self-checks (``gl.exercises.checks``, ``gradlab.exercises``).
 from __future__ import annotations
 
 import importlib
+import re
+import warnings
 
 from ._env import quiet_import_tensorflow
 
-quiet_import_tensorflow()
+#: gradlab's version: the one place it is written (pyproject.toml reads it, tool.hatch.version).
+__version__ = "0.1.0"
 
-from .i18n import language_from_env, set_language  # noqa: E402
+#: The oldest TensorFlow and Keras on which every tool in ``__all__`` is tested (``make test-oldest``
+#: installs the wheel with exactly these); pyproject.toml's dependencies state the same lower
+#: bounds (tests/test_versions.py). Keras 3.3 lacks ``compute_loss(training=)``, which the core's
+#: loss passes on; the newest versions, which the chapters' outputs come from, are in requirements.txt.
+SUPPORTED_VERSIONS = {"tensorflow": "2.16.2", "keras": "3.5.0"}
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """``"2.16.2"`` -> ``(2, 16, 2)``: the numeric release, a pre-release or local tail dropped."""
+    numbers = []
+    for piece in str(version).split(".")[:3]:
+        digits = re.match(r"\d+", piece)
+        if digits is None:
+            break
+        numbers.append(int(digits.group()))
+    return tuple(numbers)
+
+
+def _too_old(found: dict[str, str]) -> list[str]:
+    """The packages of ``found`` (name -> version) older than :data:`SUPPORTED_VERSIONS`."""
+    return [name for name, oldest in SUPPORTED_VERSIONS.items()
+            if name in found and _release(found[name]) < _release(oldest)]
+
+
+_tf = quiet_import_tensorflow()
+
+import keras  # noqa: E402  (imported by quiet_import_tensorflow: free here)
+
+from .i18n import _, language_from_env, set_language  # noqa: E402
 
 set_language(language_from_env())
+
+
+def _warn_if_too_old() -> None:
+    """One line, at import, when TensorFlow or Keras is older than the tested range."""
+    found = {"tensorflow": _tf.__version__, "keras": keras.__version__}
+    if _too_old(found):
+        warnings.warn(_("gradlab {version} needs TensorFlow >= {tf_min} and Keras >= {keras_min}, "
+                        "this environment has TensorFlow {tf} and Keras {keras}: "
+                        "pip install -U \"tensorflow>={tf_min}\" \"keras>={keras_min}\"").format(
+                            version=__version__, tf_min=SUPPORTED_VERSIONS["tensorflow"],
+                            keras_min=SUPPORTED_VERSIONS["keras"], tf=found["tensorflow"], keras=found["keras"]),
+                      RuntimeWarning, stacklevel=3)
+
+
+_warn_if_too_old()
 
 from . import core, engines, exercises, models, plots, reports, topics, train  # noqa: E402,F401  (the layers, as gl.<package>)
 from .core import clip_gradients, true_global_norm, true_norm  # noqa: E402
@@ -48,8 +94,6 @@ from .topics.per_example import per_example_gradients  # noqa: E402
 from .topics.tracing import TraceCounter, time_step, tracing_count  # noqa: E402
 from .train.fit import GradNormLogger, GradNormSequential, GradNormTrainStep  # noqa: E402
 from .train.steps import TrainingRun, make_train_step, train_steps  # noqa: E402
-
-__version__ = "0.1.0"
 
 # Widgets load ipywidgets; they are imported only when a notebook first asks for one.
 _WIDGETS = {"GradientExplorer": "gradient_explorer", "TangentExplorer": "tangent_explorer",

@@ -115,8 +115,8 @@ def test_the_shipped_server_config_enables_the_hook(tmp_path):
     assert json.loads(path.read_text()) == shipped
     import tomllib
 
-    data_files = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["data-files"]
-    assert data_files == {"etc/jupyter/jupyter_server_config.d": ["jupyter-config/jupyter_server_config.d/gradlab.json"]}
+    shared = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["hatch"]["build"]["targets"]["wheel"]["shared-data"]
+    assert shared == {"jupyter-config/jupyter_server_config.d/gradlab.json": gj.CONFIG_FILE.as_posix()}
     # the server imports the hook without TensorFlow (it loads it at start-up)
     out = subprocess.run([sys.executable, "-c", "import sys, gradlab_jupyter; print('tensorflow' in sys.modules, "
                           "'gradlab' in sys.modules)"], capture_output=True, text=True, cwd=ROOT,

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 import zlib
 
@@ -64,6 +65,31 @@ BLOCK_WEIGHTS = ("attention/query/kernel", "attention/query/bias", "attention/ke
 def weight_seed(seed: int, where: str) -> int:
     """A seed for the weight at ``where``: the same for every depth and norm position."""
     return zlib.crc32(f"{seed}/{where}".encode()) & 0x7FFFFFFF
+
+
+#: Keras 3.15 added ``input_axes``/``output_axes`` to the variance-scaling initializers.
+_AXES_KEYWORDS = "input_axes" in inspect.signature(keras.initializers.GlorotUniform).parameters
+
+
+def glorot_uniform_over_axes(seed: int, input_axes: tuple[int, ...], output_axes: tuple[int, ...],
+                             *, native: bool | None = None):
+    """``GlorotUniform(seed, input_axes=, output_axes=)``: fans over the given axes of a kernel.
+
+    On Keras before 3.15, which has no such keywords, the same draw: ``RandomUniform`` over
+    ``±sqrt(6 / (fan_in + fan_out))`` with the same seed (tests/test_transformer.py compares the
+    two). ``native=False`` forces that fallback.
+    """
+    if _AXES_KEYWORDS if native is None else native:
+        return keras.initializers.GlorotUniform(seed=seed, input_axes=input_axes, output_axes=output_axes)
+
+    class _OverAxes(keras.initializers.Initializer):
+        def __call__(self, shape, dtype=None):
+            fan_in = math.prod(shape[a] for a in input_axes)
+            fan_out = math.prod(shape[a] for a in output_axes)
+            limit = math.sqrt(6.0 / max(1.0, fan_in + fan_out))
+            return keras.initializers.RandomUniform(-limit, limit, seed=seed)(shape, dtype=dtype)
+
+    return _OverAxes()
 
 
 def embedding_initializer(name: str, seed: int):
@@ -133,8 +159,7 @@ class TransformerBlock(keras.layers.Layer):
 
     def _attention_initializer(self, part: str):
         axes = self._ATTENTION_AXES[part]
-        return keras.initializers.GlorotUniform(seed=weight_seed(self.seed, part), input_axes=axes[0],
-                                                output_axes=axes[1])
+        return glorot_uniform_over_axes(weight_seed(self.seed, part), axes[0], axes[1])
 
     def build(self, input_shape):
         self.attention.build(input_shape, input_shape)
