@@ -17,7 +17,8 @@ Pure computation: :class:`TrainingEngine` trains :func:`gradlab.build_mlp`'s net
   steps, so a view draws the run as it comes in.
 
 The optimizers are Keras's formulas (``tests/test_training_engine.py`` checks them against
-``keras.optimizers`` in an independent ``GradientTape`` loop): ``"sgd"`` is ``SGD(lr)``,
+``keras.optimizers`` in an independent ``GradientTape`` loop, to the last bit for SGD; the
+hyperparameters are Keras's float32 numbers, :data:`MOMENTUM`): ``"sgd"`` is ``SGD(lr)``,
 ``"momentum"`` ``SGD(lr, momentum=0.9)``, ``"adam"`` ``Adam(lr)`` (``beta_1=0.9, beta_2=0.999,
 epsilon=1e-7``). Clipping is the core's (:func:`gradlab.core.clip_with`), per variable for
 ``"norm"`` as ``tf.clip_by_norm`` on each kernel and bias.
@@ -56,8 +57,12 @@ __all__ = ["MAX_STEPS", "OPTIMIZERS", "TrainingEngine", "check_settings", "train
 
 #: The optimizers of the built-in run: Keras's SGD, SGD with momentum 0.9, and Adam.
 OPTIMIZERS: tuple[str, ...] = ("sgd", "momentum", "adam")
-MOMENTUM = 0.9
+#: The hyperparameters exactly as Keras applies them in float64: its learning rate is a float32
+#: variable, and ``ops.cast(0.9, "float64")`` goes through float32 (the momentum, and the betas of
+#: Adam's bias correction ``beta ** t``), while ``1 - beta`` and ``epsilon`` stay Python floats.
+MOMENTUM = float(np.float32(0.9))
 BETA_1, BETA_2, EPSILON = 0.9, 0.999, 1e-7
+POWER_1, POWER_2 = float(np.float32(BETA_1)), float(np.float32(BETA_2))
 MAX_STEPS = 10_000
 F64 = tf.float64
 
@@ -104,10 +109,10 @@ def _optimize(params, grads, m, v, kind, lr, it):
 
     def adam():
         t = tf.cast(it, F64)
-        alpha = lr * tf.sqrt(1 - tf.pow(tf.constant(BETA_2, F64), t)) / (1 - tf.pow(tf.constant(BETA_1, F64), t))
+        alpha = lr * tf.sqrt(1 - tf.pow(tf.constant(POWER_2, F64), t)) / (1 - tf.pow(tf.constant(POWER_1, F64), t))
         m2 = [a + (g - a) * (1 - BETA_1) for a, g in zip(m, grads)]
         v2 = [b + (g * g - b) * (1 - BETA_2) for b, g in zip(v, grads)]
-        return [p - alpha * a / (tf.sqrt(b) + EPSILON) for p, a, b in zip(params, m2, v2)], m2, v2
+        return [p - (a * alpha) / (tf.sqrt(b) + EPSILON) for p, a, b in zip(params, m2, v2)], m2, v2
 
     return tf.switch_case(kind, [sgd, momentum, adam])
 
@@ -270,7 +275,7 @@ class TrainingEngine:
                   tf.zeros([1], F64)]
         m = [tf.zeros_like(p) for p in params]
         v = [tf.zeros_like(p) for p in params]
-        consts = (tf.constant(OPTIMIZERS.index(optimizer)), tf.constant(learning_rate, F64),
+        consts = (tf.constant(OPTIMIZERS.index(optimizer)), tf.constant(float(np.float32(learning_rate)), F64),
                   tf.constant(0 if clip is None else 1 + CLIP_MODES.index(clip[0])),
                   tf.constant(1.0 if clip is None else clip[1], F64),
                   tf.constant(derivative_threshold(activation), F64))
