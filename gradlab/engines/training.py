@@ -39,11 +39,10 @@ from ..core import CLIP_MODES, check_clip
 from ..models.mlp import ACTIVATIONS, INITIALIZERS
 from ..reports.training import (
     GRAD_LOG_EDGES,
-    HIST_BINS,
     TrainingReport,
     act_edges,
-    derivative_threshold,
     activation_derivative,
+    derivative_threshold,
     histogram_counts,
     inactive_from_derivative,
 )
@@ -101,18 +100,18 @@ def _optimize(params, grads, m, v, kind, lr, it):
     """One update of Keras's SGD / SGD(momentum) / Adam (``kind`` 0, 1, 2); ``it`` counts from 1."""
 
     def sgd():
-        return [p - lr * g for p, g in zip(params, grads)], list(m), list(v)
+        return [p - lr * g for p, g in zip(params, grads, strict=True)], list(m), list(v)
 
     def momentum():
-        m2 = [MOMENTUM * a - lr * g for a, g in zip(m, grads)]
-        return [p + a for p, a in zip(params, m2)], m2, list(v)
+        m2 = [MOMENTUM * a - lr * g for a, g in zip(m, grads, strict=True)]
+        return [p + a for p, a in zip(params, m2, strict=True)], m2, list(v)
 
     def adam():
         t = tf.cast(it, F64)
         alpha = lr * tf.sqrt(1 - tf.pow(tf.constant(POWER_2, F64), t)) / (1 - tf.pow(tf.constant(POWER_1, F64), t))
-        m2 = [a + (g - a) * (1 - BETA_1) for a, g in zip(m, grads)]
-        v2 = [b + (g * g - b) * (1 - BETA_2) for b, g in zip(v, grads)]
-        return [p - (a * alpha) / (tf.sqrt(b) + EPSILON) for p, a, b in zip(params, m2, v2)], m2, v2
+        m2 = [a + (g - a) * (1 - BETA_1) for a, g in zip(m, grads, strict=True)]
+        v2 = [b + (g * g - b) * (1 - BETA_2) for b, g in zip(v, grads, strict=True)]
+        return [p - (a * alpha) / (tf.sqrt(b) + EPSILON) for p, a, b in zip(params, m2, v2, strict=True)], m2, v2
 
     return tf.switch_case(kind, [sgd, momentum, adam])
 
@@ -190,7 +189,7 @@ def _make_chunk(activation: str):
         norms = _layer_norms(*grads)
         clipped = _clip(grads, clip_mode, clip_t)
         new, m2, v2 = _optimize(params, clipped, m, v, kind, lr, it)
-        delta = _layer_norms(*[a - c for a, c in zip(new, params)])
+        delta = _layer_norms(*[a - c for a, c in zip(new, params, strict=True)])
         ratios = delta / _layer_norms(*params)
         dead = tf.reduce_mean(tf.cast(inactive_from_derivative(dact, threshold), F64), axis=1)
         dead = tf.concat([dead, tf.constant([np.nan], F64)], 0)
@@ -213,12 +212,12 @@ def _make_chunk(activation: str):
 
         def body(i, params, m, v, finite, arrays):
             new, m2, v2, rows = step(x, y, params, m, v, it + i, kind, lr, clip_mode, clip_t, threshold)
-            arrays = [a.write(i, r) for a, r in zip(arrays, rows)]
+            arrays = [a.write(i, r) for a, r in zip(arrays, rows, strict=True)]
             finite = tf.math.is_finite(rows[0])
             # the step whose loss is not finite is recorded but not applied
             keep = lambda a, c: tf.where(finite, a, c)  # noqa: E731
-            return (i + 1, [keep(a, c) for a, c in zip(new, params)], [keep(a, c) for a, c in zip(m2, m)],
-                    [keep(a, c) for a, c in zip(v2, v)], finite, arrays)
+            return (i + 1, [keep(a, c) for a, c in zip(new, params, strict=True)], [keep(a, c) for a, c in zip(m2, m, strict=True)],
+                    [keep(a, c) for a, c in zip(v2, v, strict=True)], finite, arrays)
 
         i, params, m, v, finite, arrays = tf.while_loop(
             cond, body, (tf.constant(0), list(params), list(m), list(v), tf.constant(True), arrays))

@@ -72,6 +72,8 @@ RATIO_GUIDE = 1e-3
 FROZEN_RATIO = 1e-5
 #: A layer whose median update ratio is above this takes steps that are too large.
 LARGE_RATIO = 1e-1
+#: A finite loss that grows this many times over the run has diverged too.
+GROWTH = 100.0
 #: Units count as having died when this many more (at least 2, and 10% of the layer) are inactive than at step 0.
 DIED_MIN = 2
 DIED_SHARE = 0.1
@@ -261,8 +263,15 @@ def _median_ratios(report: TrainingReport) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- the rules
 def rule_diverged(report: TrainingReport) -> TrainingFinding | None:
-    """The loss became NaN or inf at some step."""
+    """The loss became NaN or inf at some step, or grew :data:`GROWTH` times while staying finite."""
     if report.diverged_at is None:
+        first, last = float(report.loss[0]), float(report.loss[-1])
+        if report.steps_taken >= 2 and first > 0 and last > GROWTH * first:
+            return TrainingFinding(
+                "diverged",
+                _("diverged: the loss grew from {first} to {last} (still finite, but it will not come back)").format(
+                    first=f"{first:.4g}", last=f"{last:.3g}"),
+                _("lower the learning rate (try a tenth), or clip the gradients, e.g. clip=('global_norm', 1.0)"))
         return None
     value = report.loss[-1]
     word = "NaN" if math.isnan(value) else "inf"
