@@ -296,10 +296,8 @@ class TrainingEngine:
     def run(self, depth: int = 20, activation: str = "sigmoid", initializer: str = "glorot_uniform",
             optimizer: str = "sgd", learning_rate: float = 0.1, clip=None, steps: int = 60) -> TrainingReport:
         """The whole run's :class:`TrainingReport` (the last of :meth:`chunks`, in one chunk)."""
-        report = None
-        for report in self.chunks(depth, activation, initializer, optimizer, learning_rate, clip, steps,
-                                  chunk=MAX_STEPS):
-            pass
+        *_, report = self.chunks(depth, activation, initializer, optimizer, learning_rate, clip, steps,
+                                  chunk=MAX_STEPS)
         return report
 
     def _report(self, settings, rows, activation, depth, steps, *, partial) -> TrainingReport:

@@ -194,9 +194,7 @@ def watch_training(model, x, y, *, optimizer, steps: int, clip=None, loss: Calla
     trackers are put back exactly as they were. Returns a :class:`TrainingReport` whose layers are
     those with trainable weights; ``dead_fraction`` is known for ``Dense`` layers with an activation.
     """
-    report = None
-    for report in watch_training_chunks(model, x, y, optimizer=optimizer, steps=steps, clip=clip, loss=loss,
-                                        sample_weight=sample_weight, chunk=100_000):
-        pass
+    *_, report = watch_training_chunks(model, x, y, optimizer=optimizer, steps=steps, clip=clip, loss=loss,
+                                        sample_weight=sample_weight, chunk=100_000)
     return report
 
