@@ -296,8 +296,9 @@ def rule_not_learning(report: TrainingReport) -> TrainingFinding | None:
         "not-learning",
         _("{layer}'s updates are {ratio} of its weights (the largest layer's: {top}): it is not learning").format(
             layer=_layer_word(report, i), ratio=f"{med[i]:.1e}", top=f"{top:.1e}"),
-        _("its gradient vanished on the way back: use relu with he_normal, or an optimizer that scales each "
-          "weight's step (Adam); a larger learning rate only moves the other layers faster"))
+        _("its gradient vanished on the way back: use relu with he_normal, normalization or residual connections; "
+          "a larger learning rate only moves the other layers faster, and Adam rescues gradients only down to "
+          "its epsilon (1e-7)"))
 
 
 def _died(report: TrainingReport, layer: int):
