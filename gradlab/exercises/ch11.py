@@ -57,7 +57,7 @@ def check_update_ratio(fn) -> CheckResult:
     name = _("update ratio")
     for before, after in _ratio_cases():
         got, failed = call_answer(name, fn, [tf.constant(t) for t in before], [tf.constant(t) for t in after])
-        if failed:
+        if failed is not None:
             return failed
         result = check_array(name, got, update_ratio_reference(before, after), rtol=1e-6, atol=0.0)
         if not result.ok:
@@ -81,7 +81,7 @@ def check_dead_fraction(fn) -> CheckResult:
     z = np.array([[-1.0, 2.0, 0.0, -3.0, 0.5], [-0.5, -1.0, 0.0, -2.0, -0.1], [-2.0, 0.3, -1.0, -0.1, -4.0]],
                  "float32")
     got, failed = call_answer(name, fn, tf.constant(z))
-    if failed:
+    if failed is not None:
         return failed
     result = check_array(name, got, dead_fraction_reference(z), rtol=1e-6, atol=1e-9)
     if not result.ok:
