@@ -158,7 +158,7 @@ class TrainingFinding:
     fix: str
 
     def __str__(self) -> str:
-        return _("{finding} What to do: {fix}").format(finding=self.text, fix=self.fix)
+        return _("{finding}. What to do: {fix}.").format(finding=self.text, fix=self.fix)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
