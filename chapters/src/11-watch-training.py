@@ -136,9 +136,11 @@ print(sig.status_line)
 plot_run(sig)
 
 # %% [markdown]
-# The gradient norm falls by about a factor of four per layer from the output back (chapter
-# 01's vanishing gradient), and the update ratio with it: the first layer moves by about
-# 1e-15 of its weights per step. In float64 that is still a number; in float32 it would be
+# Two things happen. At steps 2 to 4 the loss jumps to about 80: at 0.1 SGD overshoots in
+# the last layers (their update ratios near 1, far above the red guide), then the output
+# settles. And at every step the gradient norm falls by about a factor of four per layer
+# from the output back (chapter 01's vanishing gradient), the update ratio with it: the
+# first layer moves by about 1e-15 of its weights per step. In float64 that is still a number; in float32 it would be
 # below the rounding of the weights (2^-24 ≈ 6e-8 of them), and the first layer would not
 # move at all. The loss falls to 1.03 and stays: that is about the variance of `y`, what the
 # output layer reaches alone by predicting the mean. The network below it does not help.
@@ -257,11 +259,11 @@ print("exact zeros in the gradient of hidden_5, step 1 and step 100:", dead.grad
 # A sweep of the learning rate on the ten-layer ReLU network, 100 steps each:
 
 # %%
-print(" lr      median ratio (all layers)   final loss   status")
+print(" lr      median ratio   final loss   status")
 for lr in (0.001, 0.003, 0.01, 0.03, 0.1, 0.2):
     r = run(depth=10, activation="relu", initializer="he_normal", optimizer="sgd", learning_rate=lr, steps=100)
     rows = r.update_ratios[:-1] if r.diverged_at else r.update_ratios
-    print(f" {lr:<6g}  {np.median(rows):.2g}                       {r.loss[-1]:<10.3g}   {r.status}")
+    print(f" {lr:<6g}  {np.median(rows):<13.2g}  {r.loss[-1]:<11.3g}  {r.status}")
 
 # %% [markdown]
 # Where it holds: the best run here (0.03) has a median ratio near 1e-3; ten times smaller
