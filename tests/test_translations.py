@@ -28,7 +28,6 @@ TWINS = [p.stem for p in zh_chapter_paths()]
 #: Chapters whose translation has not been written yet (they may lack a twin, or show English
 #: prose in their twin). Each entry must go once its chapter is translated.
 NOT_YET_TRANSLATED = {
-    "11-watch-training",  # issue 36: the draft of chapter 11; its twin comes with the explorer (issue 35)
 }
 CJK = re.compile(r"[\u4e00-\u9fff]")
 
