@@ -178,9 +178,9 @@ print(f"||dL/dalpha||: {gl.true_norm(d_alpha):.3g}, ||dL/dW||: {gl.true_norm(d_w
 # With normalization instead:
 
 # %%
-for norm in ("layer", "batch"):
+for norm, label in (("layer", "layer norm"), ("batch", "batch norm")):
     r = engine.report(100, "relu", "he_normal", residual=True, norm=norm)
-    print(f"residual + {norm} norm: {r.summary()}")
+    print(f"residual + {label}: {r.summary()}")
 
 # %% [markdown]
 # ## Batch norm and layer norm · 批归一化与层归一化
@@ -263,9 +263,9 @@ def shown(ratio):  # above a million only the power of ten: batch 2's digits dep
 for batch_size in (2, 8, 128):
     small = gl.engines.mlp.MLPGradientEngine(batch_size=batch_size, max_depth=50)
     cells = []
-    for norm in ("batch", "layer"):
+    for norm, label in (("batch", "batch norm"), ("layer", "layer norm")):
         r = small.report(50, "tanh", "glorot_uniform", norm=norm)
-        cells.append(f"{norm} norm: ratio {shown(r.ratio)} ({gl.reports.verdict.status_word(r.status)})")
+        cells.append(f"{label}: ratio {shown(r.ratio)} ({gl.reports.verdict.status_word(r.status)})")
     print(f"batch {batch_size:>3}: " + "; ".join(cells))
 
 # %% [markdown]
