@@ -221,8 +221,9 @@ def test_translated_twin_uses_the_glossary_terms(stem):
     english = " ".join(c.source for c in notebook_from_source(SRC / f"{stem}.py").cells
                        if c.cell_type == "markdown").lower()
     chinese = " ".join(c.source for c in zh.zh_notebook(stem).cells if c.cell_type == "markdown")
-    def norm(s: str) -> str:  # "Kaiming（He）初始化" and "Kaiming 初始化" compare equal
-        return re.sub(r"（[^）]*）|\s", "", s)
+    def norm(s: str) -> str:  # "Kaiming（He）初始化" and "Kaiming 初始化" compare equal; a link's text counts
+        s = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", s)  # "[引言](00-introduction.ipynb)一章" reads 引言一章
+        return re.sub(r"（[^）\u4e00-\u9fff]*）|\s", "", s)  # drop an English gloss, keep a Chinese aside
 
     text = norm(chinese)
     missing = []
