@@ -333,6 +333,34 @@ def test_the_playbook_is_named_in_chinese():
     assert not bad, bad
 
 
+@pytest.mark.parametrize("stem", TWINS)
+def test_stored_chinese_outputs_keep_chinese_typography(stem):
+    """Output lines with Chinese use full-width punctuation and →, a measure word before a count of
+    NaN, and no space before （ (tools/catalog.py OUTPUT_RULES; the stored outputs the book shows)."""
+    from tools import catalog as cat
+
+    bad = cat.notebook_typography(CHAPTERS / "zh" / f"{stem}.ipynb")
+    assert not bad, f"{stem}: fix the label in chapters/zh/src/{stem}.yml or the catalog:\n  " + "\n  ".join(bad)
+
+
+def test_output_typography_reads_only_chinese_lines(tmp_path):
+    import json
+
+    from tools import catalog as cat
+
+    cell = {"cell_type": "code", "execution_count": 7, "source": "", "metadata": {}, "outputs": [
+        {"output_type": "stream", "name": "stdout", "text": ["lr 0.3：w 0 -> 0.90，损失 4.000 -> 1.697\n",
+                                                            "dy/dx: 6.0\n", "SGD, momentum=0.9: [0 2]\n"]},
+        {"output_type": "execute_result", "execution_count": 7, "metadata": {},
+         "data": {"text/plain": "深度 8: 增益 0.707, 比值 0.088"}}]}
+    path = tmp_path / "nb.ipynb"
+    path.write_text(json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}), encoding="utf-8")
+    found = cat.notebook_typography(path)
+    assert [f.split(": '")[0] for f in found] == ["[7] '->' in Chinese text (write →)",
+                                                "[7] ASCII ',', ':' or ';' before a Chinese character"], found
+    assert not any("dy/dx" in f or "momentum" in f for f in found)
+
+
 def test_the_rules_catch_what_they_forbid():
     assert AMBIGUOUS_MULTIPLE.search("稠密梯度多出 {factor} 倍") and AMBIGUOUS_MULTIPLE.search("损失高出 30 倍")
     assert AMBIGUOUS_MULTIPLE.search("每层增长约 1.04 倍") and AMBIGUOUS_MULTIPLE.search("大了 $10^8$ 倍")
