@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Gradients through time · 循环网络中的梯度
+# # Gradients through time · 循环神经网络中的梯度
 
 # %% [markdown]
 # **What you will learn**
@@ -193,7 +193,7 @@ except ValueError as err:
     print("use_cudnn=True on a CPU:", str(err).split("use_cudnn=True")[1].split(".")[0].strip())
 
 # %% [markdown]
-# ## Why tanh RNNs vanish or explode · tanh 循环网络为何消失或爆炸
+# ## Why tanh RNNs vanish or explode · tanh 循环神经网络为何消失或爆炸
 #
 # Each step back multiplies the gradient by $\operatorname{diag}(f'(z_t))\,W^\top$. Its norm
 # is at most $\sigma_{\max}(W)\cdot\gamma$, where $\sigma_{\max}$ is $W$'s largest singular
