@@ -997,7 +997,7 @@ for fan_in, fan_out in [(64, 64), (256, 64)]:
         W = init((fan_in, fan_out))
         fwd = float(tf.math.reduce_std(xin @ W))                      # input std is 1
         bwd = float(tf.math.reduce_std(gout @ tf.transpose(W)))
-        print(f"{fan_in:3d}→{fan_out:<3d} {gl.i18n.pad(name, 15)} forward ×{fwd:.2f}   backward ×{bwd:.2f}")
+        print(f"{fan_in:3d}→{fan_out:<3d} {gl.i18n.pad(name, 17)} forward ×{fwd:.2f}   backward ×{bwd:.2f}")
 
 # %% [markdown]
 # For the square layer Glorot keeps both at 1 and He gives $\sqrt2 \approx 1.41$ both ways
