@@ -277,6 +277,19 @@ def test_typography_checker_names_glued_fragments():
     assert cat.typography_problems("请让计算保持在 TensorFlow 操作中：.numpy() 和 np.* 会离开梯度带。") == []
 
 
+def test_typography_checker_names_what_the_chinese_reader_found():
+    """Issue 37: the half-width punctuation, arrows, counts and spaces a native reader marked."""
+    assert cat.typography_problems("深度 8: 增益 0.707") == ["ASCII ',', ':' or ';' before a Chinese character"]
+    assert cat.typography_problems("post-LN, 无预热") == ["ASCII ',', ':' or ';' before a Chinese character"]
+    assert cat.typography_problems("初始化时 -> 训练后") == ["'->' in Chinese text (write →)"]
+    assert cat.typography_problems("在 Pow 中（'pow'，118 NaN）") == ["a count without its measure word (118 个 NaN)"]
+    assert cat.typography_problems("1e-3 到 0.1 （梯度消失）") == ["a space before a full-width parenthesis"]
+    # what is right stays quiet: full-width marks, →, 个, code and English glued to nothing Chinese
+    for fine in ("深度 8：增益 0.707，比值 0.088", "初始化时 → 训练后", "（'pow'，118 个 NaN）", "1e-3 到 0.1（梯度消失）",
+                 "SGD(0.1, momentum=0.9) 的步长", "clipped, norm = tf.clip_by_global_norm(grads, c)", "{n} 个值中有 {bad} 个是 NaN"):
+        assert cat.typography_problems(fine) == [], fine
+
+
 def test_joiners_follow_the_language():
     assert i18n.join_sentences("It vanishes.", "", "Try relu.") == "It vanishes. Try relu."
     assert i18n.join_sentences(["A.", "B."]) == "A. B."

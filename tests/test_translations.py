@@ -221,8 +221,9 @@ def test_translated_twin_uses_the_glossary_terms(stem):
     english = " ".join(c.source for c in notebook_from_source(SRC / f"{stem}.py").cells
                        if c.cell_type == "markdown").lower()
     chinese = " ".join(c.source for c in zh.zh_notebook(stem).cells if c.cell_type == "markdown")
-    def norm(s: str) -> str:  # "Kaiming（He）初始化" and "Kaiming 初始化" compare equal
-        return re.sub(r"（[^）]*）|\s", "", s)
+    def norm(s: str) -> str:  # "Kaiming（He）初始化" and "Kaiming 初始化" compare equal; a link's text counts
+        s = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", s)  # "[引言](00-introduction.ipynb)一章" reads 引言一章
+        return re.sub(r"（[^）\u4e00-\u9fff]*）|\s", "", s)  # drop an English gloss, keep a Chinese aside
 
     text = norm(chinese)
     missing = []
@@ -330,6 +331,34 @@ def test_the_playbook_is_named_in_chinese():
     bad = [where for where, text in chinese_texts()
            if re.search(r"(?<!调优手册（)(?<!Deep Learning )Tuning Playbook", text)]
     assert not bad, bad
+
+
+@pytest.mark.parametrize("stem", TWINS)
+def test_stored_chinese_outputs_keep_chinese_typography(stem):
+    """Output lines with Chinese use full-width punctuation and →, a measure word before a count of
+    NaN, and no space before （ (tools/catalog.py OUTPUT_RULES; the stored outputs the book shows)."""
+    from tools import catalog as cat
+
+    bad = cat.notebook_typography(CHAPTERS / "zh" / f"{stem}.ipynb")
+    assert not bad, f"{stem}: fix the label in chapters/zh/src/{stem}.yml or the catalog:\n  " + "\n  ".join(bad)
+
+
+def test_output_typography_reads_only_chinese_lines(tmp_path):
+    import json
+
+    from tools import catalog as cat
+
+    cell = {"cell_type": "code", "execution_count": 7, "source": "", "metadata": {}, "outputs": [
+        {"output_type": "stream", "name": "stdout", "text": ["lr 0.3：w 0 -> 0.90，损失 4.000 -> 1.697\n",
+                                                            "dy/dx: 6.0\n", "SGD, momentum=0.9: [0 2]\n"]},
+        {"output_type": "execute_result", "execution_count": 7, "metadata": {},
+         "data": {"text/plain": "深度 8: 增益 0.707, 比值 0.088"}}]}
+    path = tmp_path / "nb.ipynb"
+    path.write_text(json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}), encoding="utf-8")
+    found = cat.notebook_typography(path)
+    assert [f.split(": '")[0] for f in found] == ["[7] '->' in Chinese text (write →)",
+                                                "[7] ASCII ',', ':' or ';' before a Chinese character"], found
+    assert not any("dy/dx" in f or "momentum" in f for f in found)
 
 
 def test_the_rules_catch_what_they_forbid():

@@ -4,7 +4,8 @@
     python tools/catalog.py update    # merge the template into every <lang>/LC_MESSAGES/gradlab.po
     python tools/catalog.py compile   # every .po -> .mo (what gradlab.i18n reads)
     python tools/catalog.py all       # the three in order (`make catalog`)
-    python tools/catalog.py check     # untranslated, fuzzy, placeholder and (Chinese) typography problems; exit 1 if any
+    python tools/catalog.py check     # untranslated, fuzzy, placeholder and (Chinese) typography problems,
+                                      # in the catalog and in the stored outputs of chapters/zh; exit 1 if any
 
 Every message is a call ``_("...")``, ``N_("...")`` or ``ngettext("...", "...", n)`` in
 ``gradlab/`` (Babel's default keywords). A comment starting ``# TRANSLATORS:`` on the line
@@ -150,6 +151,10 @@ TYPOGRAPHY_RULES: dict[str, re.Pattern] = {
     "ASCII ':' or ';' after a Chinese character": re.compile(f"[{_CJK}][:;]"),
     "ASCII ',' after a Chinese character": re.compile(f"[{_CJK}],"),
     "ASCII '.' closing a Chinese sentence": re.compile(f"[{_CJK}]\\.(?=$|\\s|[{_CJK}])"),
+    "ASCII ',', ':' or ';' before a Chinese character": re.compile(f"(?<![{_CJK}])[,:;] ?[\u3400-\u9fff]"),
+    "'->' in Chinese text (write →)": re.compile("->"),
+    "a count without its measure word (118 个 NaN)": re.compile(r"(?<![\w.{])\d+ (?:NaN|Inf|inf)\b"),
+    "a space before a full-width parenthesis": re.compile(r"[\w)\]] （"),
     "梯度检查 (the glossary's term for gradient check is 梯度检验)": re.compile("梯度检查"),
 }
 
@@ -157,6 +162,40 @@ TYPOGRAPHY_RULES: dict[str, re.Pattern] = {
 def typography_problems(text: str) -> list[str]:
     """The Chinese typography rules ``text`` breaks (names of :data:`TYPOGRAPHY_RULES`)."""
     return [name for name, rule in TYPOGRAPHY_RULES.items() if rule.search(text)]
+
+
+#: The rules for a stored output line of a Chinese notebook: only lines with Chinese characters
+#: are read (code, tracebacks and English API messages keep their ASCII punctuation).
+OUTPUT_RULES = ("ASCII ':' or ';' after a Chinese character", "ASCII ',' after a Chinese character",
+                "ASCII ',', ':' or ';' before a Chinese character", "'->' in Chinese text (write →)",
+                "a count without its measure word (118 个 NaN)", "a space before a full-width parenthesis")
+_HAS_CHINESE = re.compile("[\u3400-\u9fff]")
+
+
+def output_texts(notebook: dict):
+    """(execution count, text) for every stored text output of a notebook (streams, text/plain)."""
+    for cell in notebook.get("cells", []):
+        if cell.get("cell_type") != "code":
+            continue
+        for out in cell.get("outputs", []):
+            text = out.get("text") or out.get("data", {}).get("text/plain", "")
+            yield cell.get("execution_count"), "".join(text) if isinstance(text, list) else text
+
+
+def notebook_typography(path: Path) -> list[str]:
+    """``[n] rule: line`` for every stored output line of the notebook at ``path`` that has Chinese
+    characters and breaks one of :data:`OUTPUT_RULES` (each line once)."""
+    import json
+
+    out, seen = [], set()
+    for count, text in output_texts(json.loads(Path(path).read_text(encoding="utf-8"))):
+        for line in text.splitlines():
+            if (count, line) in seen or not _HAS_CHINESE.search(line):
+                continue
+            seen.add((count, line))
+            out += [f"[{count}] {name}: {line.strip()[:160]!r}" for name in OUTPUT_RULES
+                    if TYPOGRAPHY_RULES[name].search(line)]
+    return out
 
 
 def catalog_typography(catalog: Catalog) -> list[str]:
@@ -244,6 +283,9 @@ def cmd_check() -> int:
         found = problems(catalog, template)
         if locale.startswith("zh"):
             found["typography"] = catalog_typography(catalog)
+            found["typography in stored outputs"] = [
+                f"{nb.relative_to(ROOT)} {item}" for nb in sorted((ROOT / "chapters" / "zh").glob("*.ipynb"))
+                for item in notebook_typography(nb)]
         for kind, items in found.items():
             if items:
                 bad += 1

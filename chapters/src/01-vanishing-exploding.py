@@ -180,7 +180,7 @@ cases = [(2, "sigmoid", "glorot_uniform"), (3, "sigmoid", "glorot_uniform"), (5,
          (50, "sigmoid", "large_normal"), (50, "relu", "he_normal")]
 for depth, act, init in cases:
     r = engine.report(depth, act, init)
-    print(f"depth {depth:2d} {act:8s} {init:15s} gain {r.gain:.3f}  ratio {r.ratio:.2g}  → {gl.reports.verdict.status_word(r.status)}")
+    print(f"depth {depth:2d} {act:8s} {init:15s} gain {r.gain:.3f}  ratio {r.ratio:<6.2g} → {gl.reports.verdict.status_word(r.status)}")
 
 # %% [markdown]
 # Sigmoid at depth 2 loses a factor of about 5 once: healthy. At depth 3 the loss has
@@ -860,7 +860,7 @@ for kwargs in [dict(clipvalue=1.0), dict(clipnorm=1.0), dict(global_clipnorm=1.0
     v1, v2 = tf.Variable([0.0, 0.0]), tf.Variable([0.0, 0.0])
     opt = keras.optimizers.SGD(learning_rate=1.0, **kwargs)
     opt.apply_gradients(zip(pair, [v1, v2]))
-    print(f"{str(kwargs):26s} step 1: {np.round(-v1.numpy(), 3)}  step 2: {np.round(-v2.numpy(), 3)}")
+    print(f"{str(kwargs):26s} step 1: {str(np.round(-v1.numpy(), 3)):14s} step 2: {np.round(-v2.numpy(), 3)}")
 
 # %% [markdown]
 # ### Only one clipping argument at a time
@@ -965,7 +965,7 @@ for act, init, what in [("linear", "orthogonal", "an orthogonal matrix keeps eve
                         ("relu", "zeros", "all-zero weights: z = 0, and relu'(0) = 0 in TensorFlow"),
                         ("linear", "large_normal", "a factor of about 8 per layer: 8**60 overflows")]:
     r = engine.report(60, act, init)
-    print(f"{act:6s} + {init:12s} gain {r.gain:.4g}  layer-1 signal {r.signal_norms[0]:.3g} → {gl.i18n.pad(gl.reports.verdict.status_word(r.status), 10)} ({what})")
+    print(f"{act:6s} + {init:12s} gain {r.gain:<5.4g} layer-1 signal {r.signal_norms[0]:<6.3g} → {gl.i18n.pad(gl.reports.verdict.status_word(r.status), 10)} ({what})")
 
 # %% [markdown]
 # `linear` with `orthogonal` preserves the signal exactly (gain 1): a linear network
@@ -997,7 +997,7 @@ for fan_in, fan_out in [(64, 64), (256, 64)]:
         W = init((fan_in, fan_out))
         fwd = float(tf.math.reduce_std(xin @ W))                      # input std is 1
         bwd = float(tf.math.reduce_std(gout @ tf.transpose(W)))
-        print(f"{fan_in:3d}→{fan_out:<3d} {name:15s} forward ×{fwd:.2f}   backward ×{bwd:.2f}")
+        print(f"{fan_in:3d}→{fan_out:<3d} {gl.i18n.pad(name, 17)} forward ×{fwd:.2f}   backward ×{bwd:.2f}")
 
 # %% [markdown]
 # For the square layer Glorot keeps both at 1 and He gives $\sqrt2 \approx 1.41$ both ways

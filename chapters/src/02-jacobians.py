@@ -644,11 +644,12 @@ print(fallbacks)  # [] for tanh(W x): fully vectorised
 
 # %% tags=["nbval-ignore-output"]
 pfor_timing = gl.topics.jacobian_timing.time_pfor_vs_loop(sizes=(16, 64, 256), repeats=5)
-print("n:                         ", pfor_timing.sizes)
-print("eager, pfor, ms:           ", np.round(1e3 * pfor_timing.eager["pfor"], 2))
-print("eager, while_loop, ms:     ", np.round(1e3 * pfor_timing.eager["while_loop"], 2))
-for where, speedup in pfor_timing.speedups().items():
-    print(f"{where:5s} speed-up of pfor (×):", np.round(speedup, 2))
+speedups = pfor_timing.speedups()
+print("n:                                ", pfor_timing.sizes)
+print("eager, pfor, ms:                  ", np.round(1e3 * pfor_timing.eager["pfor"], 2))
+print("eager, while_loop, ms:            ", np.round(1e3 * pfor_timing.eager["while_loop"], 2))
+print("speed-up of pfor, tf.function (×):", np.round(speedups["graph"], 2))
+print("speed-up of pfor, eager (×):      ", np.round(speedups["eager"], 2))
 
 # %% [markdown]
 # Inside a `tf.function` pfor is at least as fast as the loop, and its lead grows with $n$
@@ -745,8 +746,10 @@ print("reverse over reverse:", gl.topics.jacobians.hvp(quad, xq, vq, method="rev
 
 # %% tags=["nbval-ignore-output"]
 hvp_timing = gl.topics.jacobian_timing.time_gradient_vs_hvp(n=256, repeats=30)
+labels = {"loss": "the loss", "gradient": "the gradient", "hvp forward_over_reverse": "HVP, forward over reverse",
+          "hvp reverse_over_reverse": "HVP, reverse over reverse"}
 for name, ratio in hvp_timing.relative().items():
-    print(f"{name:26s} {ratio:5.2f} × the gradient's time")
+    print(f"{gl.i18n.pad(labels[name], 29)} {ratio:5.2f} × the gradient's time")
 
 # %% [markdown]
 # On the machine that built this notebook, over several runs, both HVPs took about 1.3 to

@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Beyond the source: residual connections, normalization and mixed precision · 超越原文：残差连接、归一化与混合精度
+# # Beyond the source: residual connections, normalization and mixed precision · 超越原文：残差连接、规范化与混合精度
 
 # %% [markdown]
 # **What you will learn**
@@ -79,7 +79,7 @@ for residual in (False, True):
     print(f"residual={residual!s:5}: {r.summary()}")
 
 # %% [markdown]
-# ## A residual stack with He initialization still explodes · 为什么还需要归一化
+# ## A residual stack with He initialization still explodes · 为什么还需要规范化
 #
 # The skip fixes the backward product, but the forward pass now *adds* every block's output to
 # $h$. With ReLU and He initialization each branch has about the variance of its input, so the
@@ -178,12 +178,12 @@ print(f"||dL/dalpha||: {gl.true_norm(d_alpha):.3g}, ||dL/dW||: {gl.true_norm(d_w
 # With normalization instead:
 
 # %%
-for norm in ("layer", "batch"):
+for norm, label in (("layer", "layer norm"), ("batch", "batch norm")):
     r = engine.report(100, "relu", "he_normal", residual=True, norm=norm)
-    print(f"residual + {norm} norm: {r.summary()}")
+    print(f"residual + {label}: {r.summary()}")
 
 # %% [markdown]
-# ## Batch norm and layer norm · 批归一化与层归一化
+# ## Batch norm and layer norm · 批量规范化与层规范化
 #
 # Both subtract a mean and divide by a standard deviation, then apply a learned scale γ and
 # shift β (γ = 1 and β = 0 as Keras initializes them). **Batch norm** takes the statistics of
@@ -263,9 +263,9 @@ def shown(ratio):  # above a million only the power of ten: batch 2's digits dep
 for batch_size in (2, 8, 128):
     small = gl.engines.mlp.MLPGradientEngine(batch_size=batch_size, max_depth=50)
     cells = []
-    for norm in ("batch", "layer"):
+    for norm, label in (("batch", "batch norm"), ("layer", "layer norm")):
         r = small.report(50, "tanh", "glorot_uniform", norm=norm)
-        cells.append(f"{norm} norm: ratio {shown(r.ratio)} ({gl.reports.verdict.status_word(r.status)})")
+        cells.append(f"{label}: ratio {shown(r.ratio)} ({gl.reports.verdict.status_word(r.status)})")
     print(f"batch {batch_size:>3}: " + "; ".join(cells))
 
 # %% [markdown]

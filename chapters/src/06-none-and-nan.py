@@ -456,12 +456,12 @@ for name, fn in traps.items():
     with tf.GradientTape() as tape:
         tape.watch(at)
         out = fn(at)
-    print(f"{name:20s} value {out.numpy()}  gradient {tape.gradient(out, at).numpy()}")
+    print(f"{name:20s} value {str(out.numpy()):16s} gradient {tape.gradient(out, at).numpy()}")
 zero = tf.zeros([3])
 with tf.GradientTape() as tape:
     tape.watch(zero)
     norm = tf.norm(zero)
-print(f"{'tf.norm(zeros)':20s} value {norm.numpy():.3g}  gradient {tape.gradient(norm, zero).numpy()}")
+print(f"{'tf.norm(zeros)':20s} value {norm.numpy():<16.3g} gradient {tape.gradient(norm, zero).numpy()}")
 
 # %% [markdown]
 # `sqrt` and powers below 1 (`x ** 0.5`) are finite at 0 but their derivative is infinite
@@ -849,7 +849,7 @@ for name, fn in [("naive", lambda t: tf.math.log(1.0 + tf.exp(t))), ("custom gra
     with tf.GradientTape() as tape:
         tape.watch(big_x)
         out = fn(big_x)
-    print(f"{gl.i18n.pad(name, 17)} value {out.numpy()}  gradient {tape.gradient(out, big_x).numpy()}")
+    print(f"{gl.i18n.pad(name, 17)} value {str(out.numpy()):28s} gradient {tape.gradient(out, big_x).numpy()}")
 
 # %% [markdown]
 # The custom gradient fixes the gradient, but the *value* at 100 is still `inf`: `exp(100)`

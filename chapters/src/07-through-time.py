@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Gradients through time · 循环网络中的梯度
+# # Gradients through time · 循环神经网络中的梯度
 
 # %% [markdown]
 # **What you will learn**
@@ -193,7 +193,7 @@ except ValueError as err:
     print("use_cudnn=True on a CPU:", str(err).split("use_cudnn=True")[1].split(".")[0].strip())
 
 # %% [markdown]
-# ## Why tanh RNNs vanish or explode · tanh 循环网络为何消失或爆炸
+# ## Why tanh RNNs vanish or explode · tanh 循环神经网络为何消失或爆炸
 #
 # Each step back multiplies the gradient by $\operatorname{diag}(f'(z_t))\,W^\top$. Its norm
 # is at most $\sigma_{\max}(W)\cdot\gamma$, where $\sigma_{\max}$ is $W$'s largest singular
@@ -360,9 +360,9 @@ print(gl.i18n.pad("cell", 10, ">"), gl.i18n.pad("learned it", 10, ">"),
       "| ratio step 1 / step T, init -> trained (verdict after training)")
 for cell, (losses, before, after) in results.items():
     learned = "yes" if after[50].loss < 0.05 else "no"  # test MSE against the baseline of 0.167
-    print(f"{cell:>10} {gl.i18n.pad(learned, 10, '>')} | 50 steps: {before[50].ratio:.2g} -> {ratio_range(after[50].ratio)} "
-          f"({gl.reports.verdict.status_word(after[50].status)}); 200 steps: {before[200].ratio:.2g} -> {ratio_range(after[200].ratio)} "
-          f"({gl.reports.verdict.status_word(after[200].status)})")
+    print(f"{cell:>10} {gl.i18n.pad(learned, 10, '>')} | 50 steps: {before[50].ratio:.2g} -> {ratio_range(after[50].ratio)}"
+          f" ({gl.reports.verdict.status_word(after[50].status)}); 200 steps: {before[200].ratio:.2g} -> {ratio_range(after[200].ratio)}"
+          f" ({gl.reports.verdict.status_word(after[200].status)})")
 lstm_last = results["lstm"][0][-50:]
 print(f"LSTM, last 50 training losses: the largest is more than 2 times the smallest: "
       f"{lstm_last.max() > 2 * lstm_last.min()}")
@@ -401,8 +401,8 @@ with Progress(2, "control task, 600 steps") as bar:
                               learning_rate=0.01, clip=1.0)
         after = gl.time_report(model, x50, last_two(x50), compiled=True)
         learned = "yes" if losses[-50:].mean() < 0.01 else "no"
-        rows.append(f"{cell:>6} {gl.i18n.pad(learned, 20, '>')} | {before.ratio:.2g} -> {ratio_range(after.ratio)} "
-                    f"({gl.reports.verdict.status_word(after.status)})")
+        rows.append(f"{cell:>6} {gl.i18n.pad(learned, 20, '>')} | {before.ratio:.2g} -> {ratio_range(after.ratio)}"
+                    f" ({gl.reports.verdict.status_word(after.status)})")
         bar.update(note=cell)
 print(gl.i18n.pad("cell", 6, ">"), gl.i18n.pad("learned the control", 20, ">"),
       "| ratio step 1 / step 50, init -> trained (verdict)")

@@ -232,7 +232,7 @@ flat = {}
 for name, (init, scale) in EMBEDDINGS.items():
     r = engine.report(12, "pre", embedding_initializer=init, scale_embedding=scale, data=(x, y))
     flat[name] = r
-    print(f"{name:>14}: stream {r.stream_rms[0]:6.3f} → {r.stream_rms[-1]:5.2f}   block 1 {r.layer_grad_norms[0]:.3g}"
+    print(f"{gl.i18n.pad(name, 14, '>')}: stream {r.stream_rms[0]:6.3f} → {r.stream_rms[-1]:5.2f}   block 1 {r.layer_grad_norms[0]:.3g}"
           f"   last/first block {r.ratio:.2f}   second FFN kernel {r.ffn_grad_norms[-1] / r.ffn_grad_norms[0]:.2f}")
 
 # %% [markdown]

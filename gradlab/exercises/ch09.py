@@ -21,7 +21,7 @@ import numpy as np
 from .. import core
 from .._env import quiet_import_tensorflow
 from ..engines.transformer import TransformerGradientEngine
-from ..i18n import _
+from ..i18n import _, join_list
 from ..models.transformer import block_paths, build_transformer, markov_tokens
 from ..progress import Progress, check_progress
 from ..reports.transformer import block_gradient_report
@@ -455,7 +455,7 @@ def check_clip_threshold(norms, threshold=None) -> CheckResult:
     share = float(np.mean(want_norms > value))
     methods = [float(np.percentile(want_norms, 90, method=m)) for m in ("lower", "higher", "nearest", "midpoint")]
     clipped = np.flatnonzero(want_norms > want) + 1
-    steps = ", ".join(str(int(s)) for s in clipped)
+    steps = join_list(str(int(s)) for s in clipped)
     if abs(value - want) <= 1e-3 * want or any(abs(value - m) <= 1e-3 * m for m in methods) \
             or f"{value:.3g}" == f"{want:.3g}":
         return CheckResult(name, True, _("{t}, the 90th percentile of the {n} unclipped norms you logged: it clips "
@@ -590,7 +590,7 @@ def check_flat_pre_ln(ratios) -> CheckResult:
                 "({s0}) and grows only to {s1} over 24 blocks, so every block's LayerNorm divides by nearly the "
                 "same number; the others fall to {low}–{high}. Even d is less flat than one 12-block model "
                 "suggested: the stream still grows, a little, with every block").format(
-                values=", ".join(f"{k} {want[k]:.3g}" for k in keys), s0=f"{stream[0]:.3g}", s1=f"{stream[-1]:.3g}",
+                values=join_list(f"{k} {want[k]:.3g}" for k in keys), s0=f"{stream[0]:.3g}", s1=f"{stream[-1]:.3g}",
                 low=f"{min(others):.2f}", high=f"{max(others):.2f}"))
     if np.allclose(values, values[0], rtol=1e-6):
         return CheckResult(name, False, _("every setting got the same number ({v}): measure each one with its own "

@@ -215,7 +215,7 @@ def _final_loss_result(name: str, run, *, steps: int, below: float, require_vari
                               "None gradients; {names} present and trained") if require_variables else
                             _("{final} < {below} (first below it at step {hit} of {steps}); every gradient finite; no "
                               "None gradients")).format(final=final_text, below=f"{below:g}", hit=hit, steps=steps,
-                                                        names=", ".join(require_variables)))
+                                                        names=join_list(require_variables)))
     if hit is not None and run.losses[-1] <= min(window) and run.losses[-1] < window[0]:
         advice = _("The loss first went below {below} at step {hit} and is still falling: it gets there too late. "
                    "Make each step count for more (momentum, or a larger rate with clipping) or train "

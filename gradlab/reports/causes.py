@@ -341,7 +341,8 @@ def _parse(err: Exception) -> tuple[str, int, str]:
     m = _DETECTED.search(text)
     if not m:
         return "", 0, ""
-    counts = join_list(f"{n} {k.lstrip('+')}" if k.startswith("+") else f"{n} {k}"
+    # TRANSLATORS: a count of non-finite values in an op's output, such as "118 NaN" or "1 -Inf"
+    counts = join_list(_("{count} {value}").format(count=n, value=k.lstrip("+"))
                        for k, n in _COUNTS.findall(text))
     return m.group(2), int(m.group(1)), counts
 

@@ -72,6 +72,10 @@ def _describe(value) -> str:
         return f"{value.dtype.name if hasattr(value.dtype, 'name') else value.dtype}{shape}"
     if isinstance(value, float):
         return _("python float {value}").format(value=f"{value:.6g}")
+    if isinstance(value, bool):
+        return _("python bool {value}").format(value=repr(value))
+    if isinstance(value, int):
+        return _("python int {value}").format(value=repr(value))[:60]
     return _("python {type} {value}").format(type=type(value).__name__, value=repr(value))[:60]
 
 
