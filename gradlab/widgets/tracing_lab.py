@@ -7,8 +7,7 @@ import time
 import numpy as np
 
 from ..i18n import N_, _
-from ..plots.tracing import RETRACE_COLOR, STEADY_COLOR
-from ..plots.view import line_plot
+from ..plots.view import COLORS, STATUS_COLORS, line_plot
 from ..topics.tracing import sgd_step_function, tf
 from .base import Explorer
 from .controls import Button, Dropdown, Slider
@@ -88,8 +87,8 @@ class TracingLab(Explorer):
         start = max(0, len(times) - self.MAX_CALLS)
         x = np.arange(start + 1, start + t.size + 1)
         return [line_plot(
-            x=x, series=[{"label": _("call (cached graph)"), "y": t, "color": STEADY_COLOR, "width": 1, "marker": "dot"},
-                         {"label": _("call that traced"), "y": np.where(r, t, np.nan), "color": RETRACE_COLOR,
+            x=x, series=[{"label": _("call (cached graph)"), "y": t, "color": COLORS["signal"], "width": 1, "marker": "dot"},
+                         {"label": _("call that traced"), "y": np.where(r, t, np.nan), "color": STATUS_COLORS["exploding"],
                           "line": False, "marker": "dot"}],
             xlabel=_("call"), ylabel=_("ms (log scale)"), title=_("time of each call"),
             xlim=(x[0] - 0.5, 10 * np.ceil(x[-1] / 10) + 0.5) if t.size else (0.5, 10.5), height=240)]
@@ -98,7 +97,7 @@ class TracingLab(Explorer):
         return {"traces": self.traces, "loss": self.loss}
 
     def _status_color(self):
-        return RETRACE_COLOR if self.last_retraced else None
+        return STATUS_COLORS["exploding"] if self.last_retraced else None
 
     def _text(self) -> str:
         return self.summary

@@ -392,7 +392,10 @@ function legendItems(view, dark) {
 // ----------------------------------------------------------------------------- the view
 async function render({ model, el: host }) {
   const U = await uPlotFor(model);
-  const root = el("div", { class: "gradlab-view", "data-gradlab-explorer": model.get("kind") });
+  // the keys a learner presses on its controls (arrows on a slider) are the controls', not the
+  // notebook's shortcuts (Lumino skips events from inside an element with this attribute)
+  const root = el("div", { class: "gradlab-view", "data-gradlab-explorer": model.get("kind"),
+                           "data-lm-suppress-shortcuts": "true" });
   const wide = el("div", { class: "gradlab-wide" });
   const controlsBox = el("div", { class: "gradlab-controls", role: "group" });
   const plotsBox = el("div", { class: "gradlab-plots" });
