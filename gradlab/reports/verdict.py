@@ -259,11 +259,28 @@ def _names(names, n: int, unit: str) -> list[str]:
     return [str(name) for name in names]
 
 
+#: The per-layer band's upper edge as printed: 1/0.95 = 1.0526 (not "1.05", which is below the edge used).
+_HIGH_TEXT = f"{1.0 / (1.0 - GAIN_TOLERANCE):.5g}"
+
+
+def _gain_text(gain: float) -> str:
+    """The per-layer gain with 3 significant digits, or more where 3 would put it on the other side of
+    (or on) an edge of the band it is judged against: 1.051 reads within 0.95–1.0526, 1.053 above it."""
+    edges = ((1.0 - GAIN_TOLERANCE, f"{1.0 - GAIN_TOLERANCE:g}"), (1.0 / (1.0 - GAIN_TOLERANCE), _HIGH_TEXT))
+    text = f"{gain:.3g}"
+    for digits in range(3, 10):
+        text = f"{gain:.{digits}g}"
+        if all((gain < edge) == (float(text) < float(shown)) and (gain > edge) == (float(text) > float(shown))
+               or gain == edge for edge, shown in edges):
+            break
+    return text
+
+
 def _fields(s: np.ndarray, names: list[str], ratio: float, gain: float, vanish_below, explode_above,
             dtype: str) -> dict:
     """The numbers every finding may name, formatted once."""
-    return dict(n=s.size, first=names[0], last=names[-1], ratio=f"{ratio:.2g}", gain=f"{gain:.3g}",
-                low=f"{1.0 - GAIN_TOLERANCE:g}", high=f"{1.0 / (1.0 - GAIN_TOLERANCE):.3g}",
+    return dict(n=s.size, first=names[0], last=names[-1], ratio=f"{ratio:.2g}", gain=_gain_text(gain),
+                low=f"{1.0 - GAIN_TOLERANCE:g}", high=_HIGH_TEXT,
                 vanish=f"{vanish_below:g}", explode=f"{explode_above:g}", mild_low=f"{1 / MILD_RATIO:g}",
                 mild_high=f"{MILD_RATIO:g}", dtype=_(_UNDERFLOW[dtype if dtype in _UNDERFLOW else "float32"]))
 
