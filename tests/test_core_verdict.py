@@ -306,3 +306,11 @@ def test_the_band_printed_is_the_band_used(gain, side):
     assert f"({side} {band})" in r.message, r.message
     shown = float(r.message.split(" changes ")[1].split("×")[0])
     assert (0.95 <= shown <= 1 / 0.95) == (side == "within")
+
+
+def test_an_exact_zero_without_tiny_neighbours_is_not_called_an_underflow():
+    v = gl.judge([0.0, 1e-3, 1e-2, 1.0])
+    assert v.status == "vanishing" and "underflow" not in v.causes, v.causes
+    assert "underflowed" not in v.finding and "no underflow" in v.finding and "zero weights" in v.finding
+    near = gl.judge([0.0, 1e-36, 1e-20, 1.0])  # a neighbour near float32's smallest numbers: evidence
+    assert "underflowed in float32" in near.finding

@@ -214,6 +214,29 @@ def _check_norms(signal_norms) -> np.ndarray:
     return s
 
 
+#: A norm below this, next to an exact 0, is evidence that the 0 is an underflow in that dtype (its
+#: elements sit near the smallest subnormal: 1.4e-45 in float32, 6e-8 in float16).
+UNDERFLOW_NEAR = {"float32": 1e-30, "bfloat16": 1e-30, "float64": 1e-290, "float16": 1e-4}
+
+
+def underflow_evidence(s, dtype: str) -> bool:
+    """Whether an exact 0 among the norms ``s`` can be an underflow: some non-zero norm is within a
+    few decades of the dtype's smallest numbers, or a zero's neighbour, shrinking by its own factor
+    once more, would be. ``[0, 1e-3, 1e-2, 1]`` has none: its 0 is zero
+    weights or units that never fire, not an underflow."""
+    s = np.asarray(s, dtype=np.float64)
+    near = UNDERFLOW_NEAR.get(dtype, UNDERFLOW_NEAR["float32"])
+    nonzero = s[(s > 0) & np.isfinite(s)]
+    if nonzero.size and float(nonzero.min()) < near:
+        return True
+    for i in np.flatnonzero(s == 0):  # the neighbour's own shrink, carried one layer on, reaches down there
+        for step in (-1, 1):
+            n1, n2 = i + step, i + 2 * step
+            if 0 <= n2 < s.size and s[n1] > 0 and s[n2] > 0 and s[n1] * min(s[n1] / s[n2], 1.0) < near:
+                return True
+    return False
+
+
 def _causes(status: str, s: np.ndarray, *, activation, normalized, residual, dtype) -> tuple[str, ...]:
     if status == "non-finite":
         return ("overflow",)
@@ -229,7 +252,9 @@ def _causes(status: str, s: np.ndarray, *, activation, normalized, residual, dty
         base = ["saturating-activation"]
     else:
         base = ["initializer-scale"]
-    if np.any(s == 0):
+    if np.any(s == 0) and not underflow_evidence(s, dtype):  # an exact 0 with nothing tiny behind it
+        base = ["dead-units"]
+    elif np.any(s == 0):
         if dtype in ("float16", "bfloat16"):
             base.insert(0, "underflow")
         else:
@@ -282,7 +307,8 @@ def _fields(s: np.ndarray, names: list[str], ratio: float, gain: float, vanish_b
     return dict(n=s.size, first=names[0], last=names[-1], ratio=f"{ratio:.2g}", gain=_gain_text(gain),
                 low=f"{1.0 - GAIN_TOLERANCE:g}", high=_HIGH_TEXT,
                 vanish=f"{vanish_below:g}", explode=f"{explode_above:g}", mild_low=f"{1 / MILD_RATIO:g}",
-                mild_high=f"{MILD_RATIO:g}", dtype=_(_UNDERFLOW[dtype if dtype in _UNDERFLOW else "float32"]))
+                mild_high=f"{MILD_RATIO:g}", dtype=_(_UNDERFLOW[dtype if dtype in _UNDERFLOW else "float32"]),
+                raw_dtype=dtype)
 
 
 def _by_unit(unit: str, layer_text: str, step_text: str) -> str:
@@ -313,6 +339,11 @@ def _vanishing(s: np.ndarray, ratio: float, gain: float, unit: str, f: dict, van
     """The total and per-layer rules towards 0: ``(status, rule, finding)``, or ``None``."""
     if not (ratio < vanish_below or (gain < 1.0 - GAIN_TOLERANCE and ratio < 1.0 / MILD_RATIO)):
         return None
+    if s[0] == 0 and not underflow_evidence(s, f["raw_dtype"]):
+        return "vanishing", "total", _(
+            "The gradient at {first} is exactly 0, while {last} still gets one; no norm comes near the "
+            "smallest numbers of {dtype}, so this is no underflow: zero weights or units that never fire "
+            "block it. The ratio 0 is below the threshold {vanish}.").format(**f)
     if s[0] == 0:
         return "vanishing", "total", _(
             "The gradient at {first} is exactly 0: every element underflowed in {dtype}, while "
