@@ -314,3 +314,12 @@ def test_an_exact_zero_without_tiny_neighbours_is_not_called_an_underflow():
     assert "underflowed" not in v.finding and "no underflow" in v.finding and "zero weights" in v.finding
     near = gl.judge([0.0, 1e-36, 1e-20, 1.0])  # a neighbour near float32's smallest numbers: evidence
     assert "underflowed in float32" in near.finding
+
+
+@pytest.mark.parametrize("norms, status, word", [([1.0, 1e-5, 1.0], "vanishing", "dip"),
+                                                 ([1.0, 1e5, 1.0], "exploding", "spike")])
+def test_a_dip_or_a_spike_in_the_middle_layers_is_seen(norms, status, word):
+    v = gl.judge(norms)  # the end-to-end ratio is 1: it was "healthy"
+    assert v.status == status and v.rule == "middle" and word in v.finding, v.finding
+    assert "layer 2" in v.finding
+    assert gl.judge([1.0, 0.5, 2.0, 1.0]).status == "healthy"  # a factor of 2 in the middle is no dip

@@ -737,3 +737,19 @@ def test_a_custom_train_step_is_named_beside_the_loss_the_report_measured():
     plain = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
     plain.compile(optimizer="sgd", loss="mse")
     assert "train_step" not in str(gl.inspect_training_step(plain, x, y))
+
+
+def test_a_zero_kernel_is_named_as_what_it_is_not_an_underflow():
+    """A middle Dense layer with a zero kernel: the signal before it is exactly 0 though nothing came
+    near 1e-38 (issue 38: it read "every element underflowed in float32" with relu/he advice)."""
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="tanh"),
+                              keras.layers.Dense(16, activation="tanh", kernel_initializer="zeros"),
+                              keras.layers.Dense(16, activation="tanh"), keras.layers.Dense(1)])
+    x = np.random.default_rng(0).random((32, 8)).astype("float32")
+    y = np.random.default_rng(1).random((32, 1)).astype("float32")
+    report = gl.inspect_training_step(model, x, y)
+    assert report.layers[0].signal == 0.0 and min(s.signal for s in report.layers[1:]) > 1e-3  # nothing tiny
+    text = report.verdict.finding + " ".join(p.finding for p in report.problems)
+    assert "underflow" not in report.verdict.causes and "underflowed" not in text, text
+    assert "zero weights" in text

@@ -344,6 +344,10 @@ def _signal_finding(c: StepContext, vanishing: bool, normalized: bool) -> str:
                 _("Exploding gradient ratio: the signal at {first!r} is {ratio}× the signal at {last!r}. The change "
                   "happens across normalization layers ({layers}), which divide the gradient by the scale of their "
                   "input: the ratio measures that rescaling (and the skip connections), not the scale of the weights."))
+    elif first == 0 and c.verdict is not None and "underflow" not in c.verdict.causes:
+        text = _("Vanishing gradients: the signal at {first!r} is exactly 0 ({last!r}: {value}), with nothing small "
+                 "enough near it for an underflow: zero weights or units that never fire block it, so the early "
+                 "layers do not learn.")
     elif first == 0:
         text = _("Vanishing gradients: the signal at {first!r} underflowed to exactly 0 ({last!r}: {value}), so the "
                  "early layers barely learn.")

@@ -47,7 +47,7 @@ __all__ = [
 
 STATUSES: tuple[str, ...] = ("healthy", "vanishing", "exploding", "non-finite", "uneven")
 #: Which rule decided a :class:`Verdict`.
-RULES: tuple[str, ...] = ("total", "per-layer", "none", "non-finite", "all-zero", "one-layer")
+RULES: tuple[str, ...] = ("total", "per-layer", "middle", "none", "non-finite", "all-zero", "one-layer")
 #: The kinds of cause a :class:`Verdict` names, most likely first in ``Verdict.causes``.
 CAUSES: tuple[str, ...] = (
     "saturating-activation",  # sigmoid/tanh derivatives (at most 0.25 / 1) shrink the signal
@@ -378,6 +378,32 @@ def _exploding(ratio: float, gain: float, unit: str, f: dict, explode_above):
           "what it is at {last} (above {mild_high}): the per-step rule.")).format(**f)
 
 
+def _middle(s: np.ndarray, names: list[str], unit: str, f: dict, vanish_below, explode_above):
+    """A dip or a spike between the end layers that the end-to-end ratio cannot see ([1, 1e-5, 1]):
+    a middle entry below ``vanish_below`` times the smaller end, or above ``explode_above`` times the
+    larger one. ``(status, rule, finding)``, or ``None``."""
+    if s.size < 3:
+        return None
+    mid = s[1:-1]
+    low_end, high_end = min(s[0], s[-1]), max(s[0], s[-1])
+    k_low, k_high = int(np.argmin(mid)) + 1, int(np.argmax(mid)) + 1
+    if low_end > 0 and s[k_low] < vanish_below * low_end:
+        return "vanishing", "middle", _by_unit(
+            unit, _("The signal at {where} is {factor}× the smaller of the end layers' ({first}, {last}): below the "
+                    "threshold {vanish}. The end-to-end ratio {ratio}× hides this dip in the middle layers."),
+            _("The gradient at {where} is {factor}× the smaller of the end steps' ({first}, {last}): below the "
+              "threshold {vanish}. The end-to-end ratio {ratio}× hides this dip.")).format(
+            where=names[k_low], factor=f"{s[k_low] / low_end:.2g}", **f)
+    if s[k_high] > explode_above * high_end:
+        return "exploding", "middle", _by_unit(
+            unit, _("The signal at {where} is {factor}× the larger of the end layers' ({first}, {last}): above the "
+                    "threshold {explode}. The end-to-end ratio {ratio}× hides this spike in the middle layers."),
+            _("The gradient at {where} is {factor}× the larger of the end steps' ({first}, {last}): above the "
+              "threshold {explode}. The end-to-end ratio {ratio}× hides this spike.")).format(
+            where=names[k_high], factor=f"{s[k_high] / high_end:.2g}", **f)
+    return None
+
+
 def _no_rule(ratio: float, gain: float, unit: str, f: dict):
     """Why no rule fires, and whether a small per-layer change still compounds: ``(status, rule, finding)``."""
     if not 1.0 - GAIN_TOLERANCE <= gain <= 1.0 / (1.0 - GAIN_TOLERANCE):  # a clear per-layer change, too small in all
@@ -431,7 +457,9 @@ def judge(
         ratio = float(s[0] / s[-1])
     f = _fields(s, labels, ratio, gain, vanish_below, explode_above, dtype)
     status, rule, finding = (_degenerate(s, labels, unit, f) or _vanishing(s, ratio, gain, unit, f, vanish_below)
-                             or _exploding(ratio, gain, unit, f, explode_above) or _no_rule(ratio, gain, unit, f))
+                             or _exploding(ratio, gain, unit, f, explode_above)
+                             or _middle(s, labels, unit, f, vanish_below, explode_above)
+                             or _no_rule(ratio, gain, unit, f))
     causes = _causes(status, s, activation=activation, normalized=normalized, residual=residual, dtype=dtype)
     return Verdict(status, tidy_spacing(finding), _advice(unit, causes[0] if causes else None, status), ratio,
                    gain, s.size,
