@@ -753,3 +753,25 @@ def test_a_zero_kernel_is_named_as_what_it_is_not_an_underflow():
     text = report.verdict.finding + " ".join(p.finding for p in report.problems)
     assert "underflow" not in report.verdict.causes and "underflowed" not in text, text
     assert "zero weights" in text
+
+
+def test_most_units_dead_is_a_problem_whatever_the_always_active_count():
+    from gradlab.reports.units import DeadUnits
+
+    # 20 of 32 never active next to 12 always active: excess (20 - 12) / 32 = 0.25, which read "healthy"
+    layer = DeadUnits("dense", "relu", dead=20, units=32, always_active=12, values=32)
+    assert layer.is_problem
+    chance = DeadUnits("dense", "relu", dead=14, units=32, always_active=14, values=32)  # a fresh net's level
+    assert not chance.is_problem
+
+
+def test_fresh_he_networks_of_width_32_to_128_raise_no_dead_unit_alarm():
+    for width in (32, 128):
+        for seed in range(3):
+            keras.utils.set_random_seed(seed)
+            model = keras.Sequential([keras.Input((16,))] + [
+                keras.layers.Dense(width, activation="relu", kernel_initializer="he_normal") for _ in range(8)]
+                + [keras.layers.Dense(1)])
+            x = np.random.default_rng(seed).normal(size=(32, 16)).astype("float32")
+            report = gl.inspect_training_step(model, x, np.zeros((32, 1), "float32"))
+            assert not any(p.kind == "dead-units" for p in report.problems), (width, seed, report)
