@@ -775,3 +775,15 @@ def test_fresh_he_networks_of_width_32_to_128_raise_no_dead_unit_alarm():
             x = np.random.default_rng(seed).normal(size=(32, 16)).astype("float32")
             report = gl.inspect_training_step(model, x, np.zeros((32, 1), "float32"))
             assert not any(p.kind == "dead-units" for p in report.problems), (width, seed, report)
+
+
+def test_relu6_stuck_at_6_is_described_as_stuck_at_6():
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((8,)),
+                              keras.layers.Dense(16, activation="relu6", bias_initializer=keras.initializers.Constant(50.0)),
+                              keras.layers.Dense(16, activation="tanh"), keras.layers.Dense(1)])
+    x = np.random.default_rng(0).normal(size=(32, 8)).astype("float32")
+    report = gl.inspect_training_step(model, x, np.zeros((32, 1), "float32"))
+    dead = [p for p in report.problems if p.kind == "dead-units"]
+    assert dead and "stuck at the cap" in dead[0].finding, report
+    assert "exactly 0 for every example" not in dead[0].finding

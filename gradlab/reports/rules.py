@@ -283,6 +283,11 @@ def _dead_finding(layers: tuple[DeadUnits, ...]) -> str:
         text = _("Dead units: {dead} of {units} units of {layer!r} ({activation}) pass no gradient on this batch: "
                  "their pre-activation is so far below 0 at every example that {activation}'s derivative rounds to "
                  "exactly 0 in float32.").format(dead=d.dead, units=d.units, layer=d.layer, activation=d.activation)
+    elif len(layers) == 1 and d.at_top == d.dead:
+        text = _("Dead ReLU units: {dead} of {units} units of {layer!r} ({activation}) pass no gradient on this batch: "
+                 "their output is stuck at the cap (6 for relu6) for every example, where {activation}'s derivative is "
+                 "0 as it is below 0; a large positive bias or pre-activation pushed them there.").format(
+            dead=d.dead, units=d.units, layer=d.layer, activation=d.activation)
     elif len(layers) == 1:
         text = _("Dead ReLU units: {dead} of {units} units of {layer!r} ({activation}) are never active on this batch "
                  "(their output is exactly 0 for every example), while {always} are always active; by chance, a "

@@ -81,6 +81,9 @@ class DeadUnits:
     #: Whether ``always_active`` is the chance level of ``dead`` (the ReLU family); a smooth
     #: activation's units are never dead by chance, so its chance level is 0.
     symmetric: bool = True
+    #: Of the ``dead`` units, those stuck at the top of a capped activation (relu6 at 6 for every
+    #: example: its derivative is 0 there too), not at 0.
+    at_top: int = 0
 
     @property
     def fraction(self) -> float:
@@ -177,8 +180,11 @@ def dead_fractions(calls) -> tuple[DeadUnits, ...]:
         active = tf.reduce_any(tf.logical_not(flat), axis=others).numpy()
         always = tf.reduce_all(tf.logical_not(flat), axis=others).numpy()
         values = int(np.prod([int(y.shape[a]) for a in others]))
+        dead = ~active
+        # a dead unit whose output is not 0 at any example sits at the top (relu6 stuck at 6), not at 0
+        top = dead & tf.reduce_all(tf.not_equal(tf.cast(y, tf.float32), 0.0), axis=others).numpy()
         out.append(DeadUnits(c.name, named[0], int(active.size - active.sum()), int(active.size),
-                             int(always.sum()), values, named[0] not in SMOOTH_DYING))
+                             int(always.sum()), values, named[0] not in SMOOTH_DYING, int(top.sum())))
     return tuple(out)
 
 
