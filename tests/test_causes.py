@@ -346,3 +346,26 @@ def test_a_lossless_head_with_a_loss_passed_in_is_not_blamed():
     report = gl.inspect_training_step(model, HX, HY, loss=lambda y, p: tf.reduce_mean(tf.square(y[0] - p[0])))
     p = next(p for p in report.problems if p.kind == "none-gradient")
     assert "has no loss" not in p.finding
+
+
+# ----------------------------------------------------------------------------- the learner's op, not TF's helper (issue 38)
+@pytest.mark.parametrize("op, fn", [
+    ("Acos", lambda v: tf.acos(v)), ("Asin", lambda v: tf.asin(v)),
+    ("Sqrt", lambda v: tf.sqrt(v - tf.constant([1.0, 0.0]))),
+])
+def test_a_backward_nan_names_the_learners_op_and_its_fix(op, fn):
+    v = tf.Variable([1.0, 0.5])  # acos, asin at 1 and sqrt at 0: finite forward, infinite derivative
+    found = gl.find_nonfinite_source(lambda: tf.reduce_sum(fn(v)), [v])
+    assert "backward pass" in found.finding and f"the gradient of {op} ('{op}')" in found.finding, found
+    assert "divide_no_nan" not in found and "1/x at 0" not in found
+    if op != "Sqrt":  # the fix applies to the learner's op: clip it inside (-1, 1)
+        assert f"tf.{op.lower()}(tf.clip_by_value(" in found.fix
+        with tf.GradientTape() as tape:
+            safe = tf.reduce_sum(fn(tf.clip_by_value(v, -1 + 1e-6, 1 - 1e-6)))
+        assert bool(tf.reduce_all(tf.math.is_finite(tape.gradient(safe, v))))
+
+
+def test_a_fractional_power_at_0_names_pow():
+    v = tf.Variable([1.0, 0.5])
+    found = gl.find_nonfinite_source(lambda: tf.reduce_sum((v - tf.constant([1.0, 0.0])) ** (1 / 3)), [v])
+    assert "backward pass, in Pow" in found.finding and "divide_no_nan" not in found

@@ -57,7 +57,7 @@ def test_findings_name_the_threshold_that_decided():
     assert "below 0.95" in per_layer and "below 0.1" in per_layer and "per-layer rule" in per_layer
     assert "above the threshold 500" in gl.judge([600.0, 1.0], explode_above=500).finding
     loose = gl.judge([0.25, 0.5, 1.0]).finding
-    assert "outside 0.95–1.05" in loose and "within 0.1–10" in loose and "needs both" in loose
+    assert "outside 0.95–1.0526" in loose and "within 0.1–10" in loose and "needs both" in loose
 
 
 def test_the_healthy_message_says_what_it_measured(engine):
@@ -68,7 +68,7 @@ def test_the_healthy_message_says_what_it_measured(engine):
         assert r.status == "healthy" and r.ratio == pytest.approx(s[0] / s[-1])
         assert f"{r.ratio:.2g}" == f"{ratio:.2g}"
         assert "usable size" not in r.message
-        assert "within 0.95–1.05" in r.message and f"compounds to {r.ratio:.2g}× over 100 layers" in r.message
+        assert "within 0.95–1.0526" in r.message and f"compounds to {r.ratio:.2g}× over 100 layers" in r.message
         assert f"{geometric_gain(s):.3g}× per layer" in r.message
     # chapter 01's tanh + Glorot at depth 50 is flagged, by the per-layer rule
     r = engine.report(50, "tanh", "glorot_uniform")
@@ -289,3 +289,32 @@ def test_reports_hold_only_their_verdict():
     assert e.status == e.verdict.status and e.summary().endswith("[residual]")
     old = gl.GradientReport(np.array([1.0, 2.0]), np.ones(2), np.ones(2), np.ones(2), 0.5, "healthy", "fine", 0.1)
     assert (old.status, old.ratio, old.message, old.loss) == ("healthy", 0.5, "fine", 0.1)
+
+
+@pytest.mark.parametrize("gain, side", [(1.051, "within"), (1.053, "outside"), (0.9501, "within"), (0.9499, "outside")])
+def test_the_band_printed_is_the_band_used(gain, side):
+    """The per-layer band is 0.95..1/0.95 = 1.0526: a gain of 1.051 is inside it, 1.053 outside, and
+    the message prints the edge and the gain so that a reader sees which (it printed 0.95–1.05)."""
+    norms = gain ** np.arange(30.0)[::-1]  # layer 1 first: gain**29 .. 1, total ratio within 0.1..10 or not
+    r = gl.judge(norms)
+    band = "0.95–1.0526"
+    assert f"({side} {band})" in r.message, r.message
+    shown = float(r.message.split(" changes ")[1].split("×")[0])
+    assert (0.95 <= shown <= 1 / 0.95) == (side == "within")
+
+
+def test_an_exact_zero_without_tiny_neighbours_is_not_called_an_underflow():
+    v = gl.judge([0.0, 1e-3, 1e-2, 1.0])
+    assert v.status == "vanishing" and "underflow" not in v.causes, v.causes
+    assert "underflowed" not in v.finding and "no underflow" in v.finding and "zero weights" in v.finding
+    near = gl.judge([0.0, 1e-36, 1e-20, 1.0])  # a neighbour near float32's smallest numbers: evidence
+    assert "underflowed in float32" in near.finding
+
+
+@pytest.mark.parametrize("norms, status, word", [([1.0, 1e-5, 1.0], "vanishing", "dip"),
+                                                 ([1.0, 1e5, 1.0], "exploding", "spike")])
+def test_a_dip_or_a_spike_in_the_middle_layers_is_seen(norms, status, word):
+    v = gl.judge(norms)  # the end-to-end ratio is 1: it was "healthy"
+    assert v.status == status and v.rule == "middle" and word in v.finding, v.finding
+    assert "layer 2" in v.finding
+    assert gl.judge([1.0, 0.5, 2.0, 1.0]).status == "healthy"  # a factor of 2 in the middle is no dip

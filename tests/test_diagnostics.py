@@ -737,3 +737,53 @@ def test_a_custom_train_step_is_named_beside_the_loss_the_report_measured():
     plain = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
     plain.compile(optimizer="sgd", loss="mse")
     assert "train_step" not in str(gl.inspect_training_step(plain, x, y))
+
+
+def test_a_zero_kernel_is_named_as_what_it_is_not_an_underflow():
+    """A middle Dense layer with a zero kernel: the signal before it is exactly 0 though nothing came
+    near 1e-38 (issue 38: it read "every element underflowed in float32" with relu/he advice)."""
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="tanh"),
+                              keras.layers.Dense(16, activation="tanh", kernel_initializer="zeros"),
+                              keras.layers.Dense(16, activation="tanh"), keras.layers.Dense(1)])
+    x = np.random.default_rng(0).random((32, 8)).astype("float32")
+    y = np.random.default_rng(1).random((32, 1)).astype("float32")
+    report = gl.inspect_training_step(model, x, y)
+    assert report.layers[0].signal == 0.0 and min(s.signal for s in report.layers[1:]) > 1e-3  # nothing tiny
+    text = report.verdict.finding + " ".join(p.finding for p in report.problems)
+    assert "underflow" not in report.verdict.causes and "underflowed" not in text, text
+    assert "zero weights" in text
+
+
+def test_most_units_dead_is_a_problem_whatever_the_always_active_count():
+    from gradlab.reports.units import DeadUnits
+
+    # 20 of 32 never active next to 12 always active: excess (20 - 12) / 32 = 0.25, which read "healthy"
+    layer = DeadUnits("dense", "relu", dead=20, units=32, always_active=12, values=32)
+    assert layer.is_problem
+    chance = DeadUnits("dense", "relu", dead=14, units=32, always_active=14, values=32)  # a fresh net's level
+    assert not chance.is_problem
+
+
+def test_fresh_he_networks_of_width_32_to_128_raise_no_dead_unit_alarm():
+    for width in (32, 128):
+        for seed in range(3):
+            keras.utils.set_random_seed(seed)
+            model = keras.Sequential([keras.Input((16,))] + [
+                keras.layers.Dense(width, activation="relu", kernel_initializer="he_normal") for _ in range(8)]
+                + [keras.layers.Dense(1)])
+            x = np.random.default_rng(seed).normal(size=(32, 16)).astype("float32")
+            report = gl.inspect_training_step(model, x, np.zeros((32, 1), "float32"))
+            assert not any(p.kind == "dead-units" for p in report.problems), (width, seed, report)
+
+
+def test_relu6_stuck_at_6_is_described_as_stuck_at_6():
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((8,)),
+                              keras.layers.Dense(16, activation="relu6", bias_initializer=keras.initializers.Constant(50.0)),
+                              keras.layers.Dense(16, activation="tanh"), keras.layers.Dense(1)])
+    x = np.random.default_rng(0).normal(size=(32, 8)).astype("float32")
+    report = gl.inspect_training_step(model, x, np.zeros((32, 1), "float32"))
+    dead = [p for p in report.problems if p.kind == "dead-units"]
+    assert dead and "stuck at the cap" in dead[0].finding, report
+    assert "exactly 0 for every example" not in dead[0].finding

@@ -380,3 +380,74 @@ def test_a_float32_only_backward_pass_with_low_precision_inputs_falls_back_to_fl
     np.testing.assert_allclose(np.diag(r.theoretical[0]), 2 * x.numpy().astype(np.float64), rtol=1e-6)
     bad = check_gradient(square_float32_backward_wrong, x, progress=False)
     assert bad.verdict == "wrong" and bad.dtype == "float32"
+
+
+# ----------------------------------------------------------------------------- per-entry judgement (issue 38)
+@tf.custom_gradient
+def _big_and_square_wrong(a):
+    """f = [1e7 a0, a1²] whose backward pass gives a1 for d f1/d a1 instead of 2 a1."""
+    return tf.stack([1e7 * a[0], a[1] ** 2]), lambda dy: tf.stack([1e7 * dy[0], a[1] * dy[1]])
+
+
+@tf.custom_gradient
+def _wide_float32_wrong(a):
+    """f = [2000 a0, a1] whose backward pass drops d f1/d a1 (a 100% error 2000× below the largest entry)."""
+    return tf.stack([2000.0 * a[0], a[1]]), lambda dy: tf.stack([2000.0 * dy[0], 0.0 * dy[1]])
+
+
+@tf.custom_gradient
+def _half_last_unit(y):
+    return tf.identity(y), lambda dy: dy * tf.constant([1.0, 1.0, 1.0, 0.5])
+
+
+def test_a_wrong_entry_small_next_to_the_largest_fails_in_float64():
+    r = check_gradient(_big_and_square_wrong, tf.constant([1.0, 1.5], tf.float64))
+    assert r.verdict == "wrong" and r.wrong_entries == 1, r.message
+    # the tape gives a1 = 1.5 where the derivative is 2 a1 = 3: an error of half its own entry
+    assert r.worst.output == (1,) and r.worst.input == (1,)
+    assert r.worst.theoretical == pytest.approx(1.5) and r.worst.numerical == pytest.approx(3.0, rel=1e-8)
+    assert r.max_rel_error == pytest.approx(0.5, rel=1e-6)
+    assert "d f[1] / d x[1]" in r.message
+
+
+def test_a_wrong_entry_2000x_below_the_largest_fails_in_float32():
+    r = check_gradient(_wide_float32_wrong, tf.constant([1.0, 1.5], tf.float32) * tf.constant(1.0))
+    assert r.verdict == "wrong" and r.worst.input == (1,) and r.worst.output == (1,), r.message
+    assert r.max_rel_error == pytest.approx(1.0, rel=1e-3)  # the tape gives 0 where f's slope is 1
+
+
+def test_a_keras_dense_unit_with_half_its_gradient_and_tiny_weights_fails():
+    keras.utils.set_random_seed(0)
+    layer = keras.layers.Dense(4)
+    layer.build((None, 5))
+    kernel = layer.kernel.numpy()
+    kernel[:, -1] *= 1e-4  # the last unit's weights: 1e-4 of the others
+    layer.kernel.assign(kernel)
+    x = tf.constant(np.random.default_rng(0).normal(size=(3, 5)), tf.float32)
+    r = check_gradient(lambda t: _half_last_unit(layer(t)), x)
+    assert r.dtype == "float32" and r.verdict == "wrong", r.message
+    assert r.wrong_entries == 15  # the last unit of 3 examples, 5 inputs each
+    assert r.worst.output[-1] == 3 and r.worst.numerical == pytest.approx(2 * r.worst.theoretical, rel=1e-2)
+
+
+@pytest.mark.parametrize("case", ["exp float64", "exp float32", "dense softmax float32", "dense softmax float64"])
+def test_right_functions_with_a_wide_range_still_pass(case):
+    if case.startswith("exp"):
+        dtype = tf.float64 if case.endswith("64") else tf.float32
+        x = tf.constant(np.linspace(-20.0, 20.0, 9), dtype)  # entries from 2e-9 to 5e8
+        r = check_gradient(lambda t: tf.exp(t), x)
+    else:
+        keras.utils.set_random_seed(1)
+        dtype = "float64" if case.endswith("64") else "float32"
+        model = keras.Sequential([keras.Input((6,), dtype=dtype), keras.layers.Dense(8, activation="tanh", dtype=dtype),
+                                  keras.layers.Dense(5, activation="softmax", dtype=dtype)])
+        x = tf.constant(3.0 * np.random.default_rng(1).normal(size=(2, 6)), dtype)
+        r = check_gradient(lambda t: model(t), x)
+        assert r.dtype == dtype
+    assert r.ok, r.message
+
+
+def test_a_large_value_absorbing_a_change_in_float64_is_not_called_float32():
+    r = check_gradient(lambda v: 1e8 + 1e-3 * v, tf.constant([1.0, 2.0], tf.float64))
+    assert r.dtype == "float64" and r.tolerance == 1e-6, r.message
+    assert "computes in float32 inside" not in r.message and "absorbs the change" in r.message

@@ -196,7 +196,9 @@ class Taps:
 
 
 def _float_tensors(value) -> list:
-    return [t for t in tf.nest.flatten(value) if isinstance(t, tf.Tensor) and t.dtype.is_floating]
+    """The float tensors in ``value``; of a ``tf.RaggedTensor`` (an Embedding of ragged token ids) its values."""
+    return [t for t in tf.nest.flatten(value, expand_composites=True)
+            if isinstance(t, tf.Tensor) and t.dtype.is_floating]
 
 
 _ABSENT = object()

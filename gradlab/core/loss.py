@@ -187,6 +187,39 @@ class Loss:
                 f"SparseCategoricalCrossentropy needs integer labels 0..{classes - 1}; relabel y (e.g. "
                 "labels 1..n shifted by -1), or give the output layer one unit per class")
 
+    def _elementwise_compiled(self) -> bool:
+        """The compiled loss is one of Keras's own, which compare y and the output element by element
+        (all but the sparse and CTC ones); a learner's own compiled function may take other shapes."""
+        fn = getattr(self.model, "loss", None)
+        name = fn if isinstance(fn, str) else getattr(fn, "__name__", None) if callable(fn) else None
+        if isinstance(fn, keras.losses.Loss):
+            name = type(fn).__name__ if type(fn).__module__.startswith("keras") else None
+        elif callable(fn) and not getattr(fn, "__module__", "").startswith("keras"):
+            name = None
+        return bool(name) and not any(k in name.lower() for k in ("sparse", "ctc"))
+
+    def _check_compiled_shapes(self, y, y_pred) -> None:
+        """A Keras loss compiled into the model broadcasts a ``y`` of another shape (``(B,)`` against
+        ``(B, 3)`` silently; ``(B, 2)`` against ``(B, 3)`` with TensorFlow's ``Incompatible shapes``):
+        refused here, naming y. Keras squeezes or expands one trailing axis of size 1, so that stays."""
+        ys, ps = tf.nest.flatten(y), tf.nest.flatten(y_pred)
+        if len(ys) != len(ps) or isinstance(y_pred, dict) != isinstance(y, dict):
+            return  # Keras matches the structures itself, and says so
+
+        def same(u, v):
+            return len(u) == len(v) and all(i is None or j is None or i == j for i, j in zip(u, v, strict=True))
+
+        for t, p, _sw in _pairs(y, y_pred):
+            a, b = tuple(t.shape), tuple(p.shape)
+            if same(a, b) or (len(a) + 1 == len(b) and b[-1] == 1 and same(a, b[:-1])) or (
+                    len(a) == len(b) + 1 and a[-1] == 1 and same(a[:-1], b)):
+                continue
+            also = f" (or {b[:-1]})" if b and b[-1] == 1 else ""
+            raise ValueError(
+                f"y has shape {a} but the model's output has shape {b}; the compiled loss compares them element "
+                f"by element (a y it can broadcast would give a wrong loss), so y must have shape {b}{also}. "
+                "Reshape y, or check that y belongs to this model's output")
+
     def check(self, y, y_pred, sample_weight=None) -> None:
         """Shape checks of ``y`` (and ``sample_weight``) against the output (eagerly, before any trace).
 
@@ -204,6 +237,8 @@ class Loss:
                     "sample_weight needs per-example losses, but loss= returns a single number: return "
                     "one loss per example (e.g. tf.reduce_mean(tf.square(y - y_pred), axis=-1)) or pass a "
                     "keras.losses.Loss such as keras.losses.MeanSquaredError()")
+        if self.kind == "compiled" and self._elementwise_compiled():
+            self._check_compiled_shapes(y, y_pred)
         if self.kind != "mse":
             return
         ys, ps = tf.nest.flatten(y), tf.nest.flatten(y_pred)

@@ -327,6 +327,12 @@ _FIX = {
     "Div": (N_("a division by 0"), N_("use tf.math.divide_no_nan, or add an epsilon to the denominator")),
     "Reciprocal": (N_("1/x at 0"), N_("use tf.math.divide_no_nan, or add an epsilon")),
     "Xlogy": (N_("x·log(y) at y = 0"), N_("tf.math.xlogy is 0 where x is 0; keep y positive where x is not")),
+    "Acos": (N_("acos at ±1: its derivative −1/sqrt(1 − x²) is infinite there"),
+             N_("keep the argument inside (−1, 1): tf.acos(tf.clip_by_value(x, -1 + 1e-6, 1 - 1e-6))")),
+    "Asin": (N_("asin at ±1: its derivative 1/sqrt(1 − x²) is infinite there"),
+             N_("keep the argument inside (−1, 1): tf.asin(tf.clip_by_value(x, -1 + 1e-6, 1 - 1e-6))")),
+    "Atanh": (N_("atanh at ±1: it and its derivative 1/(1 − x²) are infinite there"),
+              N_("keep the argument inside (−1, 1): tf.atanh(tf.clip_by_value(x, -1 + 1e-6, 1 - 1e-6))")),
     "Exp": (N_("exp overflowing float32 (above about 88)"),
             N_("use a stable form: tf.math.softplus, tf.reduce_logsumexp, or from_logits=True")),
 }
@@ -377,6 +383,45 @@ def _graph_node(loss_fn, op_type: str) -> str:
     if len(names) > 3:
         return _("one of {names} and {more} more").format(names=shown, more=len(names) - 3)
     return _("one of {names}").format(names=shown)
+
+
+def _backward_culprit(loss_fn) -> tuple[str, str]:
+    """``(op type, graph name)`` of the forward op whose own gradient turns finite gradients into
+    NaN/inf: the op, in ``loss_fn`` traced as a graph, whose outputs get a finite gradient (or none)
+    while one of its inputs, which it alone consumes, gets a non-finite one. The backward pass of
+    ``tf.acos`` divides by sqrt(1 − x²) in a Reciprocal op the learner never wrote: this names Acos.
+    ``("", "")`` when ``loss_fn`` cannot be traced or no op is found."""
+    probed: list = []
+
+    def probe():
+        loss = loss_fn()
+        ops = [op for op in tf.compat.v1.get_default_graph().get_operations()
+               if op.type not in ("ReadVariableOp", "Const", "Identity")]
+        tensors = list({id(t): t for op in ops for t in (*op.inputs, *op.outputs)
+                        if t.dtype.is_floating}.values())
+        grads = tf.gradients(loss, tensors)
+        flags = [tf.reduce_all(tf.math.is_finite(g.values if isinstance(g, tf.IndexedSlices) else g))
+                 if g is not None else tf.constant(True) for g in grads]
+        probed.append((ops, tensors))
+        return tf.stack(flags)
+
+    try:
+        finite = tf.function(probe)().numpy()
+    except Exception:  # noqa: BLE001 - the name is a bonus; the op check_numerics names stays
+        return "", ""
+    ops, tensors = probed[-1]
+    ok = {id(t): bool(f) for t, f in zip(tensors, finite, strict=True)}
+    forward_ops = {id(op) for op in ops}
+
+    def alone(t):  # op is the only forward op that reads t (the gradient ops read it too)
+        return sum(id(c) in forward_ops for c in t.consumers()) == 1
+
+    for op in reversed(ops):  # nearest the loss first
+        outs = [t for t in op.outputs if id(t) in ok]
+        bad = [t for t in op.inputs if id(t) in ok and not ok[id(t)]]
+        if outs and all(ok[id(t)] for t in outs) and any(alone(t) for t in bad):
+            return op.type, op.name
+    return "", ""
 
 
 def _checked_run(loss_fn, variables):
@@ -452,7 +497,9 @@ def find_nonfinite_source(loss_closure: Callable[[], object], variables: Sequenc
             _("The first NaN/inf is born in the backward pass, inside the gradient of a tf.function called by "
               "loss_fn: {where}.").format(where=_location(op_type, counts=counts)),
             _("call the inner function's body eagerly to name the op"))
-    forward = _BACKWARD_OF.get(op_type, op_type)
+    forward, name = _backward_culprit(loss_fn)
+    if not forward:
+        forward, name = _BACKWARD_OF.get(op_type, op_type), ""
     if forward in _FIX:
         what, fix = (_(t) for t in _FIX[forward])
     else:
@@ -460,7 +507,8 @@ def find_nonfinite_source(loss_closure: Callable[[], object], variables: Sequenc
         fix = _("keep the input away from the point where the derivative blows up")
     if forward != op_type:
         where = _("{grad}, the gradient of {op}").format(grad=_location(op_type, counts=counts),
-                                                         op=_location(forward, _graph_node(loss_fn, forward)))
+                                                         op=_location(forward, repr(name) if name else
+                                                                      _graph_node(loss_fn, forward)))
     else:
         where = _location(op_type, counts=counts)
     return NonfiniteSource(_("The forward pass is finite; the first NaN/inf is born in the backward pass, in "

@@ -283,6 +283,11 @@ def _dead_finding(layers: tuple[DeadUnits, ...]) -> str:
         text = _("Dead units: {dead} of {units} units of {layer!r} ({activation}) pass no gradient on this batch: "
                  "their pre-activation is so far below 0 at every example that {activation}'s derivative rounds to "
                  "exactly 0 in float32.").format(dead=d.dead, units=d.units, layer=d.layer, activation=d.activation)
+    elif len(layers) == 1 and d.at_top == d.dead:
+        text = _("Dead ReLU units: {dead} of {units} units of {layer!r} ({activation}) pass no gradient on this batch: "
+                 "their output is stuck at the cap (6 for relu6) for every example, where {activation}'s derivative is "
+                 "0 as it is below 0; a large positive bias or pre-activation pushed them there.").format(
+            dead=d.dead, units=d.units, layer=d.layer, activation=d.activation)
     elif len(layers) == 1:
         text = _("Dead ReLU units: {dead} of {units} units of {layer!r} ({activation}) are never active on this batch "
                  "(their output is exactly 0 for every example), while {always} are always active; by chance, a "
@@ -344,6 +349,10 @@ def _signal_finding(c: StepContext, vanishing: bool, normalized: bool) -> str:
                 _("Exploding gradient ratio: the signal at {first!r} is {ratio}× the signal at {last!r}. The change "
                   "happens across normalization layers ({layers}), which divide the gradient by the scale of their "
                   "input: the ratio measures that rescaling (and the skip connections), not the scale of the weights."))
+    elif first == 0 and c.verdict is not None and "underflow" not in c.verdict.causes:
+        text = _("Vanishing gradients: the signal at {first!r} is exactly 0 ({last!r}: {value}), with nothing small "
+                 "enough near it for an underflow: zero weights or units that never fire block it, so the early "
+                 "layers do not learn.")
     elif first == 0:
         text = _("Vanishing gradients: the signal at {first!r} underflowed to exactly 0 ({last!r}: {value}), so the "
                  "early layers barely learn.")

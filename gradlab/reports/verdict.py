@@ -47,7 +47,7 @@ __all__ = [
 
 STATUSES: tuple[str, ...] = ("healthy", "vanishing", "exploding", "non-finite", "uneven")
 #: Which rule decided a :class:`Verdict`.
-RULES: tuple[str, ...] = ("total", "per-layer", "none", "non-finite", "all-zero", "one-layer")
+RULES: tuple[str, ...] = ("total", "per-layer", "middle", "none", "non-finite", "all-zero", "one-layer")
 #: The kinds of cause a :class:`Verdict` names, most likely first in ``Verdict.causes``.
 CAUSES: tuple[str, ...] = (
     "saturating-activation",  # sigmoid/tanh derivatives (at most 0.25 / 1) shrink the signal
@@ -214,6 +214,29 @@ def _check_norms(signal_norms) -> np.ndarray:
     return s
 
 
+#: A norm below this, next to an exact 0, is evidence that the 0 is an underflow in that dtype (its
+#: elements sit near the smallest subnormal: 1.4e-45 in float32, 6e-8 in float16).
+UNDERFLOW_NEAR = {"float32": 1e-30, "bfloat16": 1e-30, "float64": 1e-290, "float16": 1e-4}
+
+
+def underflow_evidence(s, dtype: str) -> bool:
+    """Whether an exact 0 among the norms ``s`` can be an underflow: some non-zero norm is within a
+    few decades of the dtype's smallest numbers, or a zero's neighbour, shrinking by its own factor
+    once more, would be. ``[0, 1e-3, 1e-2, 1]`` has none: its 0 is zero
+    weights or units that never fire, not an underflow."""
+    s = np.asarray(s, dtype=np.float64)
+    near = UNDERFLOW_NEAR.get(dtype, UNDERFLOW_NEAR["float32"])
+    nonzero = s[(s > 0) & np.isfinite(s)]
+    if nonzero.size and float(nonzero.min()) < near:
+        return True
+    for i in np.flatnonzero(s == 0):  # the neighbour's own shrink, carried one layer on, reaches down there
+        for step in (-1, 1):
+            n1, n2 = i + step, i + 2 * step
+            if 0 <= n2 < s.size and s[n1] > 0 and s[n2] > 0 and s[n1] * min(s[n1] / s[n2], 1.0) < near:
+                return True
+    return False
+
+
 def _causes(status: str, s: np.ndarray, *, activation, normalized, residual, dtype) -> tuple[str, ...]:
     if status == "non-finite":
         return ("overflow",)
@@ -229,7 +252,9 @@ def _causes(status: str, s: np.ndarray, *, activation, normalized, residual, dty
         base = ["saturating-activation"]
     else:
         base = ["initializer-scale"]
-    if np.any(s == 0):
+    if np.any(s == 0) and not underflow_evidence(s, dtype):  # an exact 0 with nothing tiny behind it
+        base = ["dead-units"]
+    elif np.any(s == 0):
         if dtype in ("float16", "bfloat16"):
             base.insert(0, "underflow")
         else:
@@ -259,13 +284,31 @@ def _names(names, n: int, unit: str) -> list[str]:
     return [str(name) for name in names]
 
 
+#: The per-layer band's upper edge as printed: 1/0.95 = 1.0526 (not "1.05", which is below the edge used).
+_HIGH_TEXT = f"{1.0 / (1.0 - GAIN_TOLERANCE):.5g}"
+
+
+def _gain_text(gain: float) -> str:
+    """The per-layer gain with 3 significant digits, or more where 3 would put it on the other side of
+    (or on) an edge of the band it is judged against: 1.051 reads within 0.95–1.0526, 1.053 above it."""
+    edges = ((1.0 - GAIN_TOLERANCE, f"{1.0 - GAIN_TOLERANCE:g}"), (1.0 / (1.0 - GAIN_TOLERANCE), _HIGH_TEXT))
+    text = f"{gain:.3g}"
+    for digits in range(3, 10):
+        text = f"{gain:.{digits}g}"
+        if all((gain < edge) == (float(text) < float(shown)) and (gain > edge) == (float(text) > float(shown))
+               or gain == edge for edge, shown in edges):
+            break
+    return text
+
+
 def _fields(s: np.ndarray, names: list[str], ratio: float, gain: float, vanish_below, explode_above,
             dtype: str) -> dict:
     """The numbers every finding may name, formatted once."""
-    return dict(n=s.size, first=names[0], last=names[-1], ratio=f"{ratio:.2g}", gain=f"{gain:.3g}",
-                low=f"{1.0 - GAIN_TOLERANCE:g}", high=f"{1.0 / (1.0 - GAIN_TOLERANCE):.3g}",
+    return dict(n=s.size, first=names[0], last=names[-1], ratio=f"{ratio:.2g}", gain=_gain_text(gain),
+                low=f"{1.0 - GAIN_TOLERANCE:g}", high=_HIGH_TEXT,
                 vanish=f"{vanish_below:g}", explode=f"{explode_above:g}", mild_low=f"{1 / MILD_RATIO:g}",
-                mild_high=f"{MILD_RATIO:g}", dtype=_(_UNDERFLOW[dtype if dtype in _UNDERFLOW else "float32"]))
+                mild_high=f"{MILD_RATIO:g}", dtype=_(_UNDERFLOW[dtype if dtype in _UNDERFLOW else "float32"]),
+                raw_dtype=dtype)
 
 
 def _by_unit(unit: str, layer_text: str, step_text: str) -> str:
@@ -296,6 +339,11 @@ def _vanishing(s: np.ndarray, ratio: float, gain: float, unit: str, f: dict, van
     """The total and per-layer rules towards 0: ``(status, rule, finding)``, or ``None``."""
     if not (ratio < vanish_below or (gain < 1.0 - GAIN_TOLERANCE and ratio < 1.0 / MILD_RATIO)):
         return None
+    if s[0] == 0 and not underflow_evidence(s, f["raw_dtype"]):
+        return "vanishing", "total", _(
+            "The gradient at {first} is exactly 0, while {last} still gets one; no norm comes near the "
+            "smallest numbers of {dtype}, so this is no underflow: zero weights or units that never fire "
+            "block it. The ratio 0 is below the threshold {vanish}.").format(**f)
     if s[0] == 0:
         return "vanishing", "total", _(
             "The gradient at {first} is exactly 0: every element underflowed in {dtype}, while "
@@ -328,6 +376,32 @@ def _exploding(ratio: float, gain: float, unit: str, f: dict, explode_above):
                 "what it is at {last} (above {mild_high}): the per-layer rule."),
         _("The gradient grows {gain}× per step over {n} steps (above {high}) and is {ratio}× at {first} "
           "what it is at {last} (above {mild_high}): the per-step rule.")).format(**f)
+
+
+def _middle(s: np.ndarray, names: list[str], unit: str, f: dict, vanish_below, explode_above):
+    """A dip or a spike between the end layers that the end-to-end ratio cannot see ([1, 1e-5, 1]):
+    a middle entry below ``vanish_below`` times the smaller end, or above ``explode_above`` times the
+    larger one. ``(status, rule, finding)``, or ``None``."""
+    if s.size < 3:
+        return None
+    mid = s[1:-1]
+    low_end, high_end = min(s[0], s[-1]), max(s[0], s[-1])
+    k_low, k_high = int(np.argmin(mid)) + 1, int(np.argmax(mid)) + 1
+    if low_end > 0 and s[k_low] < vanish_below * low_end:
+        return "vanishing", "middle", _by_unit(
+            unit, _("The signal at {where} is {factor}× the smaller of the end layers' ({first}, {last}): below the "
+                    "threshold {vanish}. The end-to-end ratio {ratio}× hides this dip in the middle layers."),
+            _("The gradient at {where} is {factor}× the smaller of the end steps' ({first}, {last}): below the "
+              "threshold {vanish}. The end-to-end ratio {ratio}× hides this dip.")).format(
+            where=names[k_low], factor=f"{s[k_low] / low_end:.2g}", **f)
+    if s[k_high] > explode_above * high_end:
+        return "exploding", "middle", _by_unit(
+            unit, _("The signal at {where} is {factor}× the larger of the end layers' ({first}, {last}): above the "
+                    "threshold {explode}. The end-to-end ratio {ratio}× hides this spike in the middle layers."),
+            _("The gradient at {where} is {factor}× the larger of the end steps' ({first}, {last}): above the "
+              "threshold {explode}. The end-to-end ratio {ratio}× hides this spike.")).format(
+            where=names[k_high], factor=f"{s[k_high] / high_end:.2g}", **f)
+    return None
 
 
 def _no_rule(ratio: float, gain: float, unit: str, f: dict):
@@ -383,7 +457,9 @@ def judge(
         ratio = float(s[0] / s[-1])
     f = _fields(s, labels, ratio, gain, vanish_below, explode_above, dtype)
     status, rule, finding = (_degenerate(s, labels, unit, f) or _vanishing(s, ratio, gain, unit, f, vanish_below)
-                             or _exploding(ratio, gain, unit, f, explode_above) or _no_rule(ratio, gain, unit, f))
+                             or _exploding(ratio, gain, unit, f, explode_above)
+                             or _middle(s, labels, unit, f, vanish_below, explode_above)
+                             or _no_rule(ratio, gain, unit, f))
     causes = _causes(status, s, activation=activation, normalized=normalized, residual=residual, dtype=dtype)
     return Verdict(status, tidy_spacing(finding), _advice(unit, causes[0] if causes else None, status), ratio,
                    gain, s.size,

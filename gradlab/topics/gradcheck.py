@@ -7,14 +7,17 @@ both in the same layout: one 2-D array per input, ``(output size, input size)``.
 ``tf.test.compute_gradient`` (a fixed step of 1/1024 in the input's own dtype) it
 
 * works in float64: float16/bfloat16/float32 inputs are cast up, and the result says so;
-  a function that computes in float32 inside anyway (a Keras layer, a ``tf.cast``), or that
+  a function that computes in float32 inside anyway (a Keras layer, a ``tf.cast``: a float32
+  op in its graph, not merely a large value that absorbs small changes in float64), or that
   refuses float64 inputs, or whose backward pass alone refuses float64 (a custom gradient
   written in float32), is detected and checked in float32 with float32's step and
   tolerance, so a correct float32 function is not called wrong;
 * picks the step near the optimum ``h ≈ ε^(1/3) · max(1, |x|)`` (a power of two), where the
   truncation error (∝ h²) and the rounding error (∝ ε/h) of the central difference balance;
 * estimates both errors per entry (the rounding from ``ε·|f|/h``, the truncation from the
-  difference between steps ``h`` and ``2h``) and calls an entry wrong only beyond them;
+  difference between steps ``h`` and ``2h``) and calls an entry wrong only beyond them plus the
+  tolerance times the largest entry of its own row or column (not of the whole Jacobian: a
+  wrong entry 2000× smaller than the largest still fails);
 * recognises a point where ``f`` is not differentiable (a kink: ``|x|`` or ``relu`` at 0)
   from one-sided slopes that disagree by the same amount at steps ``h`` and ``2h``, and says
   so instead of reporting a wrong gradient;
@@ -55,6 +58,9 @@ _EPS = {name: float(np.finfo(np.float64 if name == "float64" else np.float32).ep
 _EPS.update(float16=float(np.finfo(np.float16).eps), bfloat16=2.0 ** -7)
 _ROUNDING_SAFETY = 8.0  # the rounding estimate eps*|f|/h, times this, is allowed per entry
 _TRUNCATION_SAFETY = 2.0  # |D(2h) - D(h)| (three times the truncation error), times this
+#: An entry's error is measured against the largest entry of its row or column, but never against
+#: less than this many ε of the Jacobian's largest entry (the tape's rounding where it sums terms).
+_TAPE_ROUNDING = 16.0
 _KINK_SIZE = 1e-2  # a jump in slope above this fraction of the Jacobian's scale can be a kink
 #: Two evaluations of f at the same point may differ by this many ε·max|f| (a reduction whose
 #: order varies between runs) before f counts as non-deterministic.
@@ -95,8 +101,10 @@ class GradientCheck:
 
     ``theoretical`` and ``numerical`` hold one 2-D array per input, ``(output size, input
     size)``, as ``tf.test.compute_gradient`` returns them. ``max_rel_error`` is the largest
-    ``|theoretical - numerical|`` divided by the largest entry of that input's Jacobian
-    (either way), over every input; ``worst`` is where it occurs. ``verdict`` is ``"ok"``,
+    ``|theoretical - numerical|`` divided by the largest entry (either way) of the same row or
+    the same column of that input's Jacobian, whichever is smaller, over every entry of every
+    input, so a wrong entry small next to the largest one counts at its own size; ``worst`` is
+    where it occurs. ``verdict`` is ``"ok"``,
     ``"wrong"`` (some entry differs by more than the finite differences' own error),
     ``"kink"`` (``f`` is not differentiable at ``x``: see ``kinks``; the check cannot say) or
     ``"random"`` (two evaluations of ``f`` at ``xs`` differ by ``repeat_difference``, relative
@@ -153,9 +161,10 @@ class GradientCheck:
         step, bound, tol = _format_steps(self.steps), self.printed_error, f"{self.tolerance:.0e}"
         if self.max_rel_error <= self.tolerance:
             return _("✅ gradient check passed: largest error at most {bound}, relative to the largest entry "
-                     "(tolerance {tol}; {dtype}, central differences, step {step}).").format(
+                     "in its row or column (tolerance {tol}; {dtype}, central differences, step {step}).").format(
                 bound=bound, tol=tol, dtype=self.dtype, step=step)
-        return _("✅ gradient check passed: largest error at most {bound}, relative to the largest entry: above "
+        return _("✅ gradient check passed: largest error at most {bound}, relative to the largest entry in its "
+                 "row or column: above "
                  "the tolerance {tol} but within the finite differences' own error there (rounding ε·|f|/h and "
                  "truncation, estimated from steps h and 2h; {dtype}, step {step}).").format(
             bound=bound, tol=tol, dtype=self.dtype, step=step)
@@ -163,7 +172,8 @@ class GradientCheck:
     def _failed(self) -> str:
         w = self.worst
         head = _("❌ gradient check failed: {n} Jacobian entries differ from finite differences by more than "
-                 "their own error. Largest error {err} of the largest entry (tolerance {tol}), at {entry}: "
+                 "their own error. Largest error {err} of the largest entry in its row or column (tolerance "
+                 "{tol}), at {entry}: "
                  "the tape gives {tape}, finite differences {fd}.").format(
             n=self.wrong_entries, err=self.printed_error, tol=f"{self.tolerance:.0e}",
             entry=w.label, tape=f"{w.theoretical:.6g}", fd=f"{w.numerical:.6g}")
@@ -378,10 +388,45 @@ def _working_precision(f, inputs, *, allow_cast: bool = True) -> _Work:
         work.notes.append(_("f returns {dtype} even for float64 inputs (it computes in {dtype} inside, as a Keras "
                             "layer does), so the step and the tolerance are {dtype}'s.").format(dtype=out_dtype))
     elif work.dtype == "float64" and _ignores_float64_digits(f, work.inputs, work.y0):
-        work.dtype = "float32"
-        work.notes.append(_("f ignores changes of its input below float32's resolution (it computes in float32 "
-                            "inside), so the step and the tolerance are float32's."))
+        inside = _float32_inside(f, work.inputs, work.y0)
+        if inside:
+            work.dtype = "float32"
+            work.notes.append(_("f ignores changes of its input below float32's resolution (it computes in "
+                                "float32 inside), so the step and the tolerance are float32's."))
+        else:  # float64 throughout: a large value absorbs the change (1e8 + 1e-3 * x), not float32
+            work.notes.append(_("f ignores changes of its input below float32's resolution, though it computes "
+                                "in float64 throughout: a large value absorbs the change (as in 1e8 + 1e-3 * x), "
+                                "so finite differences resolve only changes above float64's rounding of f; the "
+                                "check stays in float64 and allows each entry that rounding (ε·|f|/h)."))
     return work
+
+
+def _float32_inside(f, xs, y0: np.ndarray) -> bool:
+    """Whether ``f``, which ignores float64 digits of its input, does so because it computes in
+    float32: an op on float32 in its graph at ``xs``'s float64 signature. Where ``f`` cannot be
+    traced (a NumPy round-trip), its values tell: every output is a float32 number (a float32
+    result cast back up), which a float64 computation that absorbs the change (1e8 + 1e-3 * x)
+    almost never returns."""
+    found = _graph_dtypes(f, xs)
+    if found is not None:
+        return tf.float32.as_datatype_enum in found
+    return bool(np.all(y0 == y0.astype(np.float32).astype(np.float64)))
+
+
+def _graph_dtypes(f, xs) -> set | None:
+    """The dtypes (as enums) that ops of ``f``'s graph at ``xs``'s signature name, or ``None``
+    when ``f`` cannot be traced."""
+    try:
+        graph = tf.function(f).get_concrete_function(*(tf.TensorSpec(x.shape, x.dtype) for x in xs)).graph
+        graph_def = graph.as_graph_def()
+    except Exception:  # noqa: BLE001 - an untraceable f is judged by its values alone
+        return None
+    nodes = list(graph_def.node) + [n for fn in graph_def.library.function for n in fn.node_def]
+    found = set()
+    for node in nodes:
+        for value in node.attr.values():
+            found.update((value.type, *value.list.type))
+    return found
 
 
 _LOW_ENUMS = {tf.float16.as_datatype_enum: "float16", tf.bfloat16.as_datatype_enum: "bfloat16"}
@@ -392,16 +437,8 @@ def _low_precision_inside(f, xs) -> str:
     on that dtype (a mixed-precision Keras layer casts its float32 variables and inputs to it), the
     coarser of the two when both; ``""`` when none does, or when ``f`` cannot be traced (a NumPy
     round-trip): then only its output dtype and its resolution (:func:`_ignores_float64_digits`) tell."""
-    try:
-        graph = tf.function(f).get_concrete_function(*(tf.TensorSpec(x.shape, x.dtype) for x in xs)).graph
-        graph_def = graph.as_graph_def()
-    except Exception:  # noqa: BLE001 - an untraceable f is judged by its values alone
-        return ""
-    nodes = list(graph_def.node) + [n for fn in graph_def.library.function for n in fn.node_def]
-    found = set()
-    for node in nodes:
-        for value in node.attr.values():
-            found.update(_LOW_ENUMS[t] for t in (value.type, *value.list.type) if t in _LOW_ENUMS)
+    types = _graph_dtypes(f, xs)
+    found = {_LOW_ENUMS[t] for t in types or () if t in _LOW_ENUMS}
     return max(found, key=lambda n: _EPS[n]) if found else ""
 
 
@@ -611,23 +648,27 @@ class _Comparison:
 def _compare_input(out: _Comparison, k: int, t_jac, d: _Differences, work: _Work, xname: str, tol: float) -> None:
     """Entries of input ``k`` beyond the finite differences' own error (wrong), and its kinks."""
     finite = np.isfinite(t_jac) & np.isfinite(d.d1)
-    scale = max(float(np.max(np.abs(np.where(finite, t_jac, 0.0)), initial=0.0)),
-                float(np.max(np.abs(np.where(finite, d.d1, 0.0)), initial=0.0))) or 1.0
+    size = np.maximum(np.abs(np.where(finite, t_jac, 0.0)), np.abs(np.where(finite, d.d1, 0.0)))
+    scale = float(np.max(size, initial=0.0)) or 1.0
+    local = _local_scale(size, scale, work.dtype)
     # a NaN/inf entry on either side compares False with any bound: it is wrong, not within it
     diff = np.where(finite, np.abs(t_jac - d.d1), np.inf)
-    allowed = tol * scale + _ROUNDING_SAFETY * d.rounding + _TRUNCATION_SAFETY * np.abs(d.d2 - d.d1)
+    allowed = tol * local + _ROUNDING_SAFETY * d.rounding + _TRUNCATION_SAFETY * np.abs(d.d2 - d.d1)
     big = np.abs(d.jump1) > _KINK_SIZE * scale + 2 * _ROUNDING_SAFETY * d.rounding
     kink = big & (np.abs(d.jump2) < 1.5 * np.abs(d.jump1)) & finite
     bad = ~(diff <= allowed) & ~kink
     out.nonfinite_tape += int(np.sum(~np.isfinite(t_jac)))
     out.nonfinite_differences += int(np.sum(np.isfinite(t_jac) & ~np.isfinite(d.d1)))
     out.wrong += int(bad.sum())
-    rel = diff / scale
+    rel = diff / local
     out.max_rel = max(out.max_rel, float(rel.max(initial=0.0)))
-    excess = np.where(bad, 1.0 + rel, rel / 1e9)  # a wrong entry first, else the largest error
+    # a wrong entry first, else the largest error; among errors equal to 3 digits, the largest absolute one
+    excess = np.where(bad, 1.0 + rel, rel / 1e9)
     if excess.size and float(excess.max()) > out.worst_excess:
         out.worst_excess = float(excess.max())
-        i, j = np.unravel_index(int(np.argmax(excess)), excess.shape)
+        level = np.where(bad, 1.0, 0.0) + np.nan_to_num(np.round(np.log10(np.maximum(rel, 1e-300)), 3), posinf=1e9)
+        order = np.lexsort((np.nan_to_num(diff, posinf=1e300).ravel(), level.ravel()))
+        i, j = np.unravel_index(int(order[-1]), excess.shape)
         o, xin = _output_index(work.y_shapes, int(i)), _input_index(d.steps.shape, int(j))
         out.worst = GradientEntry(k, o, xin, float(t_jac[i, j]), float(d.d1[i, j]),
                                   f"d {_name('f', (), o)} / d {_name(xname, k, xin)}")
@@ -639,6 +680,16 @@ def _compare_input(out: _Comparison, k: int, t_jac, d: _Differences, work: _Work
         out.kinks.append(Kink(k, xin, float(base[j]), _output_index(work.y_shapes, i), left,
                               left + float(d.jump1[i, j]), float(t_jac[i, j]), float(d.steps.ravel()[j]),
                               _name(xname, k, xin)))
+
+
+def _local_scale(size: np.ndarray, scale: float, dtype: str) -> np.ndarray:
+    """Per entry, what its error is measured against: the largest entry (tape or finite differences)
+    in its own row or its own column, whichever is smaller, so a wrong entry small next to the
+    Jacobian's largest one is still judged on its own size; never below ``_TAPE_ROUNDING`` ε of
+    the largest entry, the tape's own rounding in a backward pass that sums terms of that size."""
+    rows = np.max(size, axis=1, keepdims=True, initial=0.0)
+    cols = np.max(size, axis=0, keepdims=True, initial=0.0)
+    return np.maximum(np.minimum(rows, cols), _TAPE_ROUNDING * _EPS[dtype] * scale)
 
 
 def _nonfinite_notes(out: _Comparison) -> list[str]:
