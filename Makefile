@@ -10,7 +10,7 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help install lab lab-zh catalog catalog-check test test-fast test-cpu-order test-matrix notebooks nav lint bench bench-browser clean book book-data
+.PHONY: help install lab lab-zh catalog catalog-check test test-fast test-cpu-order test-matrix notebooks nav lint bench bench-browser clean book book-data pdf
 .PHONY: test-oldest wheel
 
 help:
@@ -24,6 +24,7 @@ help:
 	@echo "make test-oldest  the tools' tests on the oldest TensorFlow and Keras gradlab supports (from its wheel)"
 	@echo "make wheel      gradlab's wheel into dist/ (pip install dist/gradlab-*.whl: the tools in your own environment)"
 	@echo "make book       the static site of both editions into build/book/ (stored outputs, offline; open index.html)"
+	@echo "make pdf        one PDF per edition into build/pdf/ (stored outputs, offline; Chromium prints them)"
 	@echo "make book-data  recompute the kernel-free explorers' grids (book/data/) with gradlab's engines"
 	@echo "make notebooks  rebuild every chapter from chapters/src and Restart & Run All in place"
 	@echo "make bench      explorer latency benchmark (python -m benchmarks.explorers)"
@@ -120,6 +121,14 @@ wheel: install
 # The book site: Sphinx + MyST-NB over the stored notebooks (never executed), both editions.
 book: install
 	PYTHONPATH="$(CURDIR)" $(PY) tools/book/build.py
+	PYTHONPATH="$(CURDIR)" $(PY) tools/book/pdf.py --place
+
+# One PDF per edition (build/pdf/gradlab-<lang>.pdf) from the stored notebooks, never executed:
+# one HTML document per edition, printed by Chromium (the browser tests' own), outline by pypdf.
+# Copied beside each edition's pages (build/book/<lang>/) when the site is built; `make book`
+# copies them too. tests/test_pdf.py checks them.
+pdf: install
+	PYTHONPATH="$(CURDIR)" $(PY) tools/book/pdf.py
 
 # The explorers' grids are committed data (book/data/); tests/test_book.py says when they are stale.
 book-data: install
