@@ -227,7 +227,7 @@ def _scaled_step(model, optimizer, x, y):
         loss = tf.reduce_mean(tf.square(model(x, training=True) - y))
         scaled_loss = optimizer.scale_loss(loss)
     grads = tape.gradient(scaled_loss, model.trainable_variables)
-    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
     return loss
 
 
@@ -247,7 +247,7 @@ def test_ex3_a_step_on_another_model_is_named_not_scale_loss_after_the_tape():
             loss = tf.reduce_mean(tf.square(other(x, training=True) - y))
             scaled_loss = optimizer.scale_loss(loss)
         grads = tape.gradient(scaled_loss, m.trainable_variables)
-        optimizer.apply_gradients(zip(grads, m.trainable_variables))
+        optimizer.apply_gradients(zip(grads, m.trainable_variables, strict=True))
         return loss
 
     r = ch05.check_scaled_step(global_model)
