@@ -133,14 +133,18 @@ def check_longest_healthy(answer) -> CheckResult:
     if problem is not None:
         return problem
     engine = _engine()
-    if not 2 <= steps < engine.max_steps:
-        return CheckResult(name, False, _("{steps} is outside 2..{top}").format(steps=steps, top=engine.max_steps - 1))
+    if not 2 <= steps <= engine.max_steps:  # the explorer's top, max_steps, is a length it shows
+        return CheckResult(name, False, _("{steps} is outside 2..{top}").format(steps=steps, top=engine.max_steps))
 
     def report(t):
         return engine.report(HEALTHY_CELL, t, HEALTHY_INITIALIZER, HEALTHY_SCALE)
 
-    r, nxt = report(steps), report(steps + 1)
+    r = report(steps)
     nums = _("ratio {ratio}, gain {gain} per step").format(ratio=f"{r.ratio:.3g}", gain=f"{r.gain:.3g}")
+    if steps == engine.max_steps and r.status == "healthy":  # nothing longer to compare with
+        return CheckResult(name, True, _("{steps} steps, the explorer's longest, is still healthy ({nums})").format(
+            steps=steps, nums=nums))
+    nxt = report(steps + 1) if steps < engine.max_steps else r
     if r.status == "healthy" and nxt.status != "healthy":
         return CheckResult(name, True, _(
             "{steps} steps: {nums}; at {next} the ratio is {next_ratio} and the verdict {status}: the per-step rule "
