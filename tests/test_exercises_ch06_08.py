@@ -551,3 +551,17 @@ def test_ch08_ex1_a_typed_in_replica_count_is_named():
     r = ch08.check_replica_loss(lambda loss, n: tf.reduce_mean(loss) / 2)  # right on 2 replicas only
     _fails(r, "right with 2 replicas, wrong with 4", "typed in")
     assert "a sum is taken where a mean" not in r.feedback
+
+
+def test_ch07_ex3_clipping_only_the_grus_gradients_is_named_not_the_loss():
+    # issue 38: the readout's gradients left out of the global norm were blamed on the loss
+    def only_gru(model, optimizer, x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(x) - y))
+        grads = tape.gradient(loss, model.trainable_weights)
+        n = len(model.layers[-1].trainable_weights)
+        clipped, _norm = tf.clip_by_global_norm(grads[:-n], 1.0)
+        optimizer.apply_gradients(zip(list(clipped) + grads[-n:], model.trainable_weights, strict=True))
+
+    r = ch07.check_clipped_step(only_gru)
+    assert not r and "only the recurrent layer's" in r.feedback and "loss" not in r.feedback.split(":")[0], r.feedback

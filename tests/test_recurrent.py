@@ -384,4 +384,4 @@ def test_ch07_longest_healthy_the_explorers_top_is_judged_not_refused():
     top = gl.engines.rnn.TimeGradientEngine().max_steps
     r = ch07.check_longest_healthy(top)
     assert not r and "outside" not in r.feedback and "try fewer" in r.feedback, r.feedback
-    assert "outside 2..{}".format(top) in ch07.check_longest_healthy(top + 1).feedback
+    assert f"outside 2..{top}" in ch07.check_longest_healthy(top + 1).feedback

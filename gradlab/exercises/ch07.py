@@ -180,9 +180,11 @@ def _small_targets(x, y, norm: float):
     return pred + (norm / raw) * (y - pred)
 
 
-def _reference_weights(y_override=None, *, rescale_to: float | None = None, **clip):
+def _reference_weights(y_override=None, *, rescale_to: float | None = None, clip_one_layer: str | None = None,
+                       **clip):
     """The weights after one SGD(0.1) step of the fresh GRU: Keras's own clipping when ``clip`` is
-    given, or the gradient always rescaled to norm ``rescale_to`` (a wrong answer)."""
+    given, the gradient always rescaled to norm ``rescale_to``, or (``clip_one_layer``: "recurrent"
+    or "readout") only that layer's gradients clipped to :data:`CLIP_THRESHOLD` (wrong answers)."""
     x, y = exercise_data(steps=20)
     if y_override is not None:
         y = y_override
@@ -194,6 +196,12 @@ def _reference_weights(y_override=None, *, rescale_to: float | None = None, **cl
     if rescale_to is not None:
         norm = tf.cast(global_norm(grads), tf.float32)
         grads = [g * (rescale_to / norm) for g in grads]
+    if clip_one_layer is not None:
+        readout = {id(v) for v in model.layers[-1].trainable_weights}
+        part = [i for i, v in enumerate(model.trainable_weights) if (id(v) in readout) == (clip_one_layer == "readout")]
+        clipped, _norm = tf.clip_by_global_norm([grads[i] for i in part], CLIP_THRESHOLD)
+        for i, g in zip(part, clipped, strict=True):
+            grads[i] = g
     opt.apply_gradients(zip(grads, model.trainable_weights, strict=True))
     return [w.numpy() for w in model.trainable_weights]
 
@@ -313,5 +321,12 @@ def check_clipped_step(fn) -> CheckResult:
     scaled = _scaled_step_feedback(got, fresh, steps_taken)
     if scaled:
         return CheckResult(name, False, scaled)
+    for layer in ("recurrent", "readout"):
+        if same(got, _reference_weights(clip_one_layer=layer)):
+            return CheckResult(name, False, _(
+                "you clipped only the {layer} layer's gradients: the global norm is over every trainable "
+                "variable, the GRU's and the readout's together. Pass all of tape.gradient(loss, "
+                "model.trainable_weights) to tf.clip_by_global_norm").format(
+                    layer=_("recurrent") if layer == "recurrent" else _("readout")))
     return CheckResult(name, False, _("the weights match neither a clipped nor an unclipped SGD step: use the loss "
                                       "mean((model(x) - y)**2) and apply the gradients once"))
