@@ -329,6 +329,16 @@ def _clip_first_step_gradients() -> tuple:
     return np.array([core.true_norm(g) for g in grads]), float(tf.linalg.global_norm(grads))
 
 
+@functools.lru_cache(maxsize=1)
+def _clip_first_step_norm_without_logits() -> float:
+    """Step 1's true global norm with a loss that forgot ``from_logits=True`` (a typical wrong answer)."""
+    model, batches = clip_exercise()
+    x, y = batches[0]
+    with tf.GradientTape() as tape:
+        loss = keras.losses.SparseCategoricalCrossentropy()(y, model(x))
+    return core.true_global_norm(tape.gradient(loss, model.trainable_variables))
+
+
 def _clip_first_step_variable_norms() -> np.ndarray:
     return _clip_first_step_gradients()[0]
 
@@ -422,6 +432,10 @@ def _first_step_problem(got: float, want: float) -> str:
                  "of the sum of their squares (gl.true_global_norm)")
     if np.isclose(got, per_variable.max(), rtol=1e-3) or np.any(np.isclose(got, per_variable, rtol=1e-3)):
         return _("at step 1 your norm is one variable's: take the global norm over every trainable variable")
+    if np.isclose(got, _clip_first_step_norm_without_logits(), rtol=1e-3):
+        return _("at step 1 your norm is {got}, expected {want}: the loss treats the model's outputs as "
+                 "probabilities. The model returns logits: use SparseCategoricalCrossentropy(from_logits=True), "
+                 "as loss_fn does").format(got=f"{got:.4g}", want=f"{want:.4g}")
     return _("step 1's norm is {got}, expected {want}: the global norm of the gradient of loss_fn over every "
              "trainable variable, at the initial weights. Start from a fresh ch09.clip_exercise() (a model "
              "trained once already starts elsewhere)").format(got=f"{got:.4g}", want=f"{want:.4g}")
