@@ -14,6 +14,7 @@ typical mistakes get feedback that says what is wrong.
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 
 import numpy as np
@@ -135,11 +136,26 @@ def check_block_norms(fn) -> CheckResult:
         values=", ".join(f"{v:.3g}" for v in want)))
 
 
+def _reads_names_not_paths(fn) -> bool:
+    """Whether ``fn``'s source reads ``.name`` and never ``.path`` (Keras 2's full names are Keras 3's paths)."""
+    try:
+        source = inspect.getsource(fn)
+    except (OSError, TypeError):
+        return False
+    return ".name" in source and ".path" not in source
+
+
 def _check_block_norms_on(name: str, fn, model, x, y, expected) -> CheckResult:
     try:
         got = fn(model, x, y)
     except Exception as err:  # noqa: BLE001 - an error in the learner's code is feedback
         text = str(err)
+        if ("at least one Tensor" in text or "add_n" in text) and _reads_names_not_paths(fn):
+            return CheckResult(name, False, _("your function raised {error}. A block with no variables gives tf.add_n "
+                                              "an empty list, and here every block has none: in Keras 3 a "
+                                              "variable's name is only its last part ('kernel', 'gamma'); the block "
+                                              "is in its path ('block_0/...'). Group the variables by "
+                                              "v.path").format(error=describe_error(err)))
         if "at least one Tensor" in text or "add_n" in text:
             return CheckResult(name, False, _("your function raised {error}. A block with no variables gives tf.add_n "
                                               "an empty list: the exercise model has 3 blocks (block_0 to block_2), "
