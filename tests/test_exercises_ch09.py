@@ -424,7 +424,7 @@ def test_ex3_a_loss_without_from_logits_is_named_not_a_used_model():
 
 
 def _norms_by_name(model, x, y):
-    """Grouped by v.name, as in Keras 2: in Keras 3 the name is 'kernel', the block is in v.path."""
+    """Grouped by v.name, as in Keras 2: in Keras 3 the name is 'kernel', the block is in the path."""
     with tf.GradientTape() as tape:
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)(y, model(x))
     grads = tape.gradient(loss, model.trainable_variables)
