@@ -565,3 +565,18 @@ def test_ch07_ex3_clipping_only_the_grus_gradients_is_named_not_the_loss():
 
     r = ch07.check_clipped_step(only_gru)
     assert not r and "only the recurrent layer's" in r.feedback and "loss" not in r.feedback.split(":")[0], r.feedback
+
+
+def test_clipped_step_checks_share_one_experiment():
+    # issue 38: ch03's and ch07's clipped-step checks scale the residual with the same helper
+    import inspect
+
+    from gradlab.exercises import ch03, clipping
+
+    for module in (ch03, ch07):
+        assert "targets_with_gradient_norm" in inspect.getsource(module)
+    model = ch07.build_rnn("gru", 16, 8, seed=5)
+    x, y = ch07.exercise_data(steps=20)
+    y_small, raw = clipping.targets_with_gradient_norm(lambda: ch07.build_rnn("gru", 16, 8, seed=5), x, y, 0.4)
+    assert raw > 1.0  # the exercise batch's norm is above the threshold
+    assert abs(clipping.raw_gradient_norm(model, x, y_small) - 0.4) < 1e-4  # computed anew: the scaled residual

@@ -23,9 +23,10 @@ from collections.abc import Callable
 import numpy as np
 
 from .._env import quiet_import_tensorflow
-from ..core import mean_squared_error, true_global_norm
+from ..core import mean_squared_error
 from ..i18n import _, end_sentence, join_sentences
 from ..topics.tracing import TraceCounter
+from .clipping import targets_with_gradient_norm
 from .feedback import CheckResult, describe_error
 
 tf = quiet_import_tensorflow()
@@ -184,12 +185,6 @@ def _fresh_model():
     ])
 
 
-def _raw_norm(model, x, y) -> float:
-    with tf.GradientTape() as tape:
-        loss = mean_squared_error(y, model(x))
-    return true_global_norm(tape.gradient(loss, model.trainable_variables))
-
-
 def _shared_optimizer_feedback(lr: float) -> str:
     return _("the optimizer already belongs to another model's variables: a Keras optimizer serves one set of "
              "variables. Create it inside make_clipped_step, keras.optimizers.SGD(learning_rate={lr}), so each model "
@@ -258,11 +253,8 @@ def check_clipped_step(make_step: Callable, lr: float = 0.05, clip: float = 1.0)
     """
     name = _("SGD({lr}) clipped to {clip}").format(lr=lr, clip=clip)
     x, y = regression_data(64, seed=2000)
-    raw = _raw_norm(_fresh_model(), x, y)
-    # the MSE gradient is linear in the residual: scaling it scales the raw norm exactly
     small_norm = 0.4 * clip
-    pred = _fresh_model()(x)
-    y_small = pred + (small_norm / raw) * (y - pred)
+    y_small, raw = targets_with_gradient_norm(_fresh_model, x, y, small_norm)  # the batch below the threshold
     big, problem = _distance_moved(make_step, x, y, lr=lr)
     if problem:
         return CheckResult(name, False, problem)

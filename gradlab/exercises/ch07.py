@@ -18,13 +18,14 @@ import functools
 import numpy as np
 
 from .._env import quiet_import_tensorflow
-from ..core import global_norm, mean_squared_error, true_global_norm
+from ..core import global_norm, mean_squared_error
 from ..engines.rnn import TimeGradientEngine
 from ..i18n import _, end_sentence, join_sentences
 from ..models.rnn import build_rnn, make_sequence_data
 from ..reports.time import time_report
 from ..reports.verdict import status_word
 from .answers import as_int_answer
+from .clipping import targets_with_gradient_norm
 from .compare import check_array
 from .feedback import CheckResult, describe_error
 
@@ -172,12 +173,7 @@ def _small_targets(x, y, norm: float):
 
     The MSE gradient is linear in the residual, so scaling the residual scales the norm exactly.
     """
-    model = build_rnn("gru", 16, 8, seed=5)
-    with tf.GradientTape() as tape:
-        loss = mean_squared_error(y, model(x))
-    raw = true_global_norm(tape.gradient(loss, model.trainable_weights))
-    pred = model(x)
-    return pred + (norm / raw) * (y - pred)
+    return targets_with_gradient_norm(lambda: build_rnn("gru", 16, 8, seed=5), x, y, norm)[0]
 
 
 def _reference_weights(y_override=None, *, rescale_to: float | None = None, clip_one_layer: str | None = None,
