@@ -188,7 +188,8 @@ for depth in (6, 50):
     built = gl.models.mlp.build_mlp(depth, activation="sigmoid", initializer="glorot_uniform")
     a, b = gl.gradient_report(built, x, y), engine.report(depth, "sigmoid", "glorot_uniform")
     print(f"depth {depth}: ratio {a.ratio:.3g} (gradient_report) and {b.ratio:.3g} (engine) · every layer within 1e-6:",
-          bool(np.allclose(a.signal_norms, b.signal_norms, rtol=1e-6, atol=0)), "· verdicts", a.status, b.status)
+          bool(np.allclose(a.signal_norms, b.signal_norms, rtol=1e-6, atol=0)), "· verdicts",
+          gl.reports.verdict.status_word(a.status), gl.reports.verdict.status_word(b.status))
 
 # %% [markdown]
 # They differ only in rounding: the engine sums each matrix product in float64 before
