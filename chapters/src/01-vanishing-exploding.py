@@ -17,7 +17,7 @@
 #   measures what it really does.
 #
 # The core path ends with the summary and the exercises right after it: plan on about 80
-# minutes (about 3,900 words of prose, 20 minutes at 200 words a minute; 38 code cells to run
+# minutes (about 4,000 words of prose, 20 minutes at 200 words a minute; 38 code cells to run
 # and read, about 30; three exercises, about 25; the explorer's experiments, about 5). The
 # optional part after them goes deeper (subnormal numbers, layers that are not square, Adam's
 # second moment); the exercises' solutions close the chapter.
