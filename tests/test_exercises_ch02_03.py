@@ -260,3 +260,21 @@ def test_ch03_ex3_other_clips_and_the_default_rate_are_named(optimizer, words):
     r = ch03.check_clipped_step(lambda m: gl.make_train_step(m, optimizer(), clip=clip))
     _fails(r, *words)
     assert "global norm of" not in r.feedback and "momentum or Adam" not in r.feedback
+
+
+_SHARED_SGD = None
+
+
+def _make_step_with_a_shared_optimizer(model):
+    """One optimizer for every model the check builds: gl.make_train_step refuses the second."""
+    global _SHARED_SGD
+    if _SHARED_SGD is None:
+        _SHARED_SGD = keras.optimizers.SGD(0.05)
+    return gl.make_train_step(model, _SHARED_SGD, clip=1.0)
+
+
+def test_ch03_ex3_a_shared_optimizer_is_named_with_the_exercises_rate():
+    # issue 38: the branch never fired (make_train_step raises in the factory), and the core's message names SGD(0.01)
+    r = ch03.check_clipped_step(_make_step_with_a_shared_optimizer)
+    assert not r and "already belongs to another model" in r.feedback and "SGD(learning_rate=0.05)" in r.feedback, \
+        r.feedback

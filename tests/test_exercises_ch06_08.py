@@ -546,3 +546,32 @@ def test_ch08_ex1_a_typed_in_replica_count_is_named():
     r = ch08.check_replica_loss(lambda loss, n: tf.reduce_mean(loss) / 2)  # right on 2 replicas only
     _fails(r, "right with 2 replicas, wrong with 4", "typed in")
     assert "a sum is taken where a mean" not in r.feedback
+
+
+def test_ch07_ex3_clipping_only_the_grus_gradients_is_named_not_the_loss():
+    # issue 38: the readout's gradients left out of the global norm were blamed on the loss
+    def only_gru(model, optimizer, x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(x) - y))
+        grads = tape.gradient(loss, model.trainable_weights)
+        n = len(model.layers[-1].trainable_weights)
+        clipped, _norm = tf.clip_by_global_norm(grads[:-n], 1.0)
+        optimizer.apply_gradients(zip(list(clipped) + grads[-n:], model.trainable_weights, strict=True))
+
+    r = ch07.check_clipped_step(only_gru)
+    assert not r and "only the recurrent layer's" in r.feedback and "loss" not in r.feedback.split(":")[0], r.feedback
+
+
+def test_clipped_step_checks_share_one_experiment():
+    # issue 38: ch03's and ch07's clipped-step checks scale the residual with the same helper
+    import inspect
+
+    from gradlab.exercises import ch03, clipping
+
+    for module in (ch03, ch07):
+        assert "targets_with_gradient_norm" in inspect.getsource(module)
+    model = ch07.build_rnn("gru", 16, 8, seed=5)
+    x, y = ch07.exercise_data(steps=20)
+    y_small, raw = clipping.targets_with_gradient_norm(lambda: ch07.build_rnn("gru", 16, 8, seed=5), x, y, 0.4)
+    assert raw > 1.0  # the exercise batch's norm is above the threshold
+    assert abs(clipping.raw_gradient_norm(model, x, y_small) - 0.4) < 1e-4  # computed anew: the scaled residual

@@ -407,3 +407,35 @@ def test_block_norms_variable_norms_combined_otherwise_are_named(combine, words)
     assert not result.ok and words in result.feedback, result.feedback
     assert _combined(lambda n: np.sqrt(np.sum(np.square(n)))) and ch09.check_block_norms(
         _combined(lambda n: np.sqrt(np.sum(np.square(n))))).ok  # combined as a global norm: right
+
+
+def test_ex3_a_loss_without_from_logits_is_named_not_a_used_model():
+    # issue 38: it was told to start from a fresh model
+    model, batches = ch09.clip_exercise()
+    loss_fn, opt, norms = keras.losses.SparseCategoricalCrossentropy(), keras.optimizers.Adam(1e-2), []
+    for x, y in batches:
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x))
+        grads = tape.gradient(loss, model.trainable_variables)
+        norms.append(gradlab.true_global_norm(grads))
+        opt.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+    r = ch09.check_clip_threshold(norms, np.percentile(norms, 90))
+    assert not r and "from_logits=True" in r.feedback and "fresh" not in r.feedback, r.feedback
+
+
+def _norms_by_name(model, x, y):
+    """Grouped by v.name, as in Keras 2: in Keras 3 the name is 'kernel', the block is in the path."""
+    with tf.GradientTape() as tape:
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)(y, model(x))
+    grads = tape.gradient(loss, model.trainable_variables)
+    out = []
+    for i in range(3):
+        squares = [tf.reduce_sum(tf.square(tf.convert_to_tensor(g)))
+                   for g, v in zip(grads, model.trainable_variables, strict=True) if v.name.startswith(f"block_{i}")]
+        out.append(float(tf.sqrt(tf.add_n(squares))))
+    return out
+
+
+def test_ex1_grouping_by_name_is_named_not_told_to_count_the_blocks():
+    r = ch09.check_block_norms(_norms_by_name)
+    assert not r and "v.path" in r.feedback and "count the blocks" not in r.feedback, r.feedback

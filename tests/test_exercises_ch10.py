@@ -412,3 +412,55 @@ def test_ch10_ex2_a_grad_that_ignores_dy_is_named():
 
     r = ch10.check_cube_gradient(cube_3x)
     assert not r and "ignores dy" not in r.feedback and "3x·dy" in r.feedback, r.feedback
+
+
+# ----------------------------------------------------------------------------- issue 38
+def _persistent_tape_for_all(model, x, y, k):
+    """Every micro-batch under one persistent tape, read k times: right numbers, the whole batch's memory."""
+    xs, ys = tf.split(x, k), tf.split(y, k)
+    with tf.GradientTape(persistent=True) as tape:
+        losses = [tf.reduce_mean(tf.square(yb - model(xb))) for xb, yb in zip(xs, ys, strict=True)]
+    grads = [tape.gradient(loss, model.trainable_variables) for loss in losses]
+    return [tf.add_n(list(g)) / k for g in zip(*grads, strict=True)]
+
+
+def _one_tape_per_micro_batch(model, x, y, k):
+    total = None
+    for xb, yb in zip(tf.split(x, k), tf.split(y, k), strict=True):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(yb - model(xb)))
+        g = tape.gradient(loss, model.trainable_variables)
+        total = g if total is None else [a + b for a, b in zip(total, g, strict=True)]
+    return [a / k for a in total]
+
+
+def test_ex5_one_persistent_tape_read_k_times_is_rejected_as_one_tape():
+    r = ch10.check_accumulate(_persistent_tape_for_all)
+    assert not r and "read 1 tape(s) for the 3 micro-batches" in r.feedback and "persistent" in r.feedback, r.feedback
+    assert ch10.check_accumulate(_one_tape_per_micro_batch)  # a new tape per micro-batch passes
+    assert ch10.check_accumulate(tf.function(_one_tape_per_micro_batch))  # also traced: tapes are told apart
+
+
+def test_ex1_the_half_step_central_difference_is_named_not_asked_if_typed_in():
+    r = ch10.check_central_difference(lambda f, x, h: (f(x + h / 2) - f(x - h / 2)) / h)
+    assert not r and "(f(x + h/2) - f(x - h/2)) / h" in r.feedback and "typed in" not in r.feedback, r.feedback
+
+
+def _stopped_penalty(critic, x):
+    with tf.GradientTape() as inner:
+        inner.watch(x)
+        d = critic(tf.stop_gradient(x))
+    g = inner.gradient(d, x)
+    return tf.reduce_mean(tf.square(tf.norm(g, axis=1) - 1.0))
+
+
+def test_ex4_stop_gradient_is_named_not_a_missing_watch():
+    r = ch10.check_gradient_penalty(_stopped_penalty)
+    assert not r and "tf.stop_gradient" in r.feedback and "only after inner.watch(x)" not in r.feedback, r.feedback
+    assert tf.stop_gradient.__name__ == "stop_gradient"  # the monitor put it back
+    assert tf.GradientTape.watch.__name__ == "watch"
+
+
+def test_ex4_a_keras_shape_error_is_not_blamed_on_a_none_gradient():
+    r = ch10.check_gradient_penalty(lambda critic, x: critic(tf.reshape(x, [3, 6])))
+    assert not r and "incompatible" in r.feedback and "inner.watch" not in r.feedback, r.feedback

@@ -372,3 +372,13 @@ def test_a_mask_that_never_reaches_the_rnn_leaves_no_step_out():
     x_pad = x.copy()
     x_pad[:, 4:] = 0.0  # the last two steps are padding in every sequence
     assert gl.time_report(direct, x_pad, y).time_step_norms.size == 4
+
+
+def test_ch07_longest_healthy_the_explorers_top_is_judged_not_refused():
+    # issue 38: 200, the explorer's longest sequence, got "200 is outside 2..199"
+    from gradlab.exercises import ch07
+
+    top = gl.engines.rnn.TimeGradientEngine().max_steps
+    r = ch07.check_longest_healthy(top)
+    assert not r and "outside" not in r.feedback and "try fewer" in r.feedback, r.feedback
+    assert f"outside 2..{top}" in ch07.check_longest_healthy(top + 1).feedback

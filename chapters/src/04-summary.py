@@ -289,10 +289,13 @@ for g in [0.001, 1.0, 1000.0]:
 # (`weights=None`, so nothing is downloaded) on a batch of four 32×32 images.
 #
 # We inspect a float64 copy of it, with the same weights (`gl.models.precision.float64_copy`):
-# in float32 the third digit of this backbone's gradient norm depends on the CPU. A float32
-# convolution runs oneDNN's kernels, whose summation order follows the CPU's instruction set,
-# and 155 layers grow the last bit into the printed digits: 1.14e+04 with AVX-512 kernels,
-# 1.16e+04 with AVX2 ones. float64 runs the same code on every x86 CPU.
+# in float32 the third digit of this backbone's gradient norm depends on the machine. A float32
+# convolution runs the oneDNN kernels picked for the CPU at hand, each with its own summation
+# order, and 155 layers grow the last bit into the printed digits. On an AMD EPYC (AVX2) we
+# measured 1.16e+04 with oneDNN's default kernels and 1.14e+04 with `ONEDNN_MAX_CPU_ISA=AVX`;
+# on an Intel Xeon, 1.14e+04 with AVX2 kernels and 1.16e+04 with AVX-512 ones. The same
+# instruction set gives either figure on another CPU: the digits follow the kernels, not a rule
+# about instruction sets. float64 runs the same code on every x86 CPU.
 
 # %%
 keras.utils.set_random_seed(0)

@@ -280,8 +280,9 @@ for batch_size in (2, 8, 128):
 #
 # float16 has 5 exponent bits: its largest value is 65504, its smallest normal number
 # $2^{-14} \approx 6.1\times10^{-5}$, its smallest subnormal $2^{-24} \approx 6\times10^{-8}$.
-# Values below half of that, $2^{-25} \approx 3\times10^{-8}$, round to 0, and values near it keep
-# only a bit or two (1e-7 becomes $2\cdot2^{-24}$). bfloat16 keeps float32's 8 exponent bits
+# Values at or below half of that, $2^{-25} \approx 3\times10^{-8}$, round to 0 ($2^{-25}$ itself lies
+# halfway between 0 and $2^{-24}$ and rounds to the even one, 0), and values near it keep only
+# a bit or two (1e-7 becomes $2\cdot2^{-24}$). bfloat16 keeps float32's 8 exponent bits
 # (same range) and has only 8 significant bits (7 stored), 2 to 3 decimal digits.
 
 # %%
@@ -292,6 +293,9 @@ for dt in (np.float16, np.float32):
 tiny = tf.constant([1e-8, 1e-7, 1e-30, 1 / 3])
 print("1e-8, 1e-7, 1e-30, 1/3 as float16 :", tf.cast(tf.cast(tiny, tf.float16), tf.float32).numpy())
 print("1e-8, 1e-7, 1e-30, 1/3 as bfloat16:", tf.cast(tf.cast(tiny, tf.bfloat16), tf.float32).numpy())
+edge = tf.constant([2.0**-25, np.nextafter(np.float32(2.0**-25), np.float32(1))])  # 2^-25 and the next float32 up
+print("2^-25 and the next float32 above it, as float16:",
+      tf.cast(tf.cast(edge, tf.float16), tf.float32).numpy())  # [0, 2^-24 = 5.96e-08]: the tie rounds to even, 0
 
 # %% [markdown]
 # A gradient of a sigmoid stack shrinks by about 4 per layer, so in float16 its early layers
@@ -618,7 +622,7 @@ lab.snapshot()
 # - Batch norm uses the batch's statistics in training and moving averages in inference, and
 #   it depends on the batch size; layer norm does neither. Normalization can rescue a vanishing
 #   signal (sigmoid + batch norm) but also make it grow (tanh, small batches).
-# - float16 gradients below $2^{-25}$ are exactly 0. Scale the loss (`LossScaleOptimizer`,
+# - float16 gradients at or below $2^{-25}$ are exactly 0. Scale the loss (`LossScaleOptimizer`,
 #   `scale_loss` in a custom loop), keep the output layer in float32, or use bfloat16.
 # - The variance recursion predicts the signal within a factor of 2 in the plain and residual modes;
 #   it misses batch norm's coupling of the examples and does not model float16 rounding.

@@ -374,8 +374,8 @@ print(f"LSTM, last 50 training losses: the largest is more than 2 times the smal
 # - the **GRU** and the **LSTM** learn the task (test MSE below 0.05, against the 0.167
 #   baseline; the LSTM's training loss still jumps from batch to batch, see the last line),
 #   and their gradient at step 1 is now at least a tenth of the one at step 50: the ratio went
-#   from $10^{-4}$ and $10^{-10}$ at initialization to 0.1 or more. Over 200 steps, four times
-#   longer than anything they were trained on, both stay healthy.
+#   from about $10^{-10}$ (GRU) and $10^{-4}$ (LSTM) at initialization to 0.1 or more. Over
+#   200 steps, four times longer than anything they were trained on, both stay healthy.
 # - the **SimpleRNN** does not learn the task in 600 steps: its loss stays at the baseline,
 #   and its gradient at step 1 stays vanishing. A tanh RNN would have to *store* the marked
 #   number in a state that the next 49 inputs keep overwriting, and 600 steps did not find

@@ -530,6 +530,33 @@ tplots.plot_grad_norm_distribution(edge, clip_norm=threshold)
 # step much: it rescales only the steps above the threshold, and Adam's step hardly depends on
 # the scale of its gradient. The Playbook says as much:
 # "Sometimes longer warmup periods can correct instabilities that clipping does not."
+#
+# One trap when you clip a model with embeddings yourself. Their gradients are
+# `tf.IndexedSlices`, one row per token of the batch, and `tf.linalg.global_norm` squares those
+# rows as they are, while the dense gradient first adds the rows of a token that occurs twice.
+# Exercise 3's check knows this mistake: a logged norm equal to `tf.linalg.global_norm`'s is
+# named as such. `tf.clip_by_global_norm` and Keras's `global_clipnorm` measure with that same
+# norm, so with repeated tokens they leave a gradient longer than the threshold. Here is one row
+# of a table looked up twice, with the gradient [0.6, 0.8] each time, clipped to 1. Convert
+# such gradients first (`tf.convert_to_tensor` adds the rows), or clip with
+# `gl.clip_gradients`, which does that for you and which the runs above use:
+
+# %%
+table = tf.Variable(tf.zeros([3, 2]))
+with tf.GradientTape() as tape:
+    looked_up = tf.gather(table, [1, 1])  # row 1, twice: one token that occurs twice in a batch
+    loss = tf.reduce_sum(looked_up * tf.constant([[0.6, 0.8], [0.6, 0.8]]))
+grad = tape.gradient(loss, table)
+print(type(grad).__name__, "with indices", grad.indices.numpy(),
+      "· dense norm", f"{float(tf.norm(tf.convert_to_tensor(grad))):.3g}")  # 2: the two rows added, [1.2, 1.6]
+print("tf.linalg.global_norm:", f"{float(tf.linalg.global_norm([grad])):.3g}")  # 1.41: each row squared alone
+clipped_slices, _norm = tf.clip_by_global_norm([grad], 1.0)
+print("dense norm after tf.clip_by_global_norm(grads, 1.0):",
+      f"{float(tf.norm(tf.convert_to_tensor(clipped_slices[0]))):.3g}")  # 1.41, not 1
+keras.optimizers.SGD(learning_rate=1.0, global_clipnorm=1.0).apply_gradients([(grad, table)])
+print("length of a Keras SGD(1.0) step with global_clipnorm=1.0:", f"{float(tf.norm(table)):.3g}")  # 1.41
+print("dense norm after gl.clip_gradients(grads, 1.0):",
+      f"{gl.true_global_norm(gl.clip_gradients([grad], 1.0)):.3g}")  # 1
 
 # %% [markdown]
 # ## A loss spike · 损失尖峰

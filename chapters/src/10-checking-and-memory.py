@@ -154,9 +154,11 @@ print("same layout and theoretical Jacobian as tf.test.compute_gradient:",
 
 # %% [markdown]
 # The same check on chapter 06's custom gradients. The stable `log1pexp` passes; a version
-# whose backward pass returns $1/(1+e^x)$, the derivative of $\log(1 + e^{-x})$ (a sign
-# slip), fails; the straight-through `sign` fails *by design*: it is not the derivative of
-# `sign` (which is 0 almost everywhere) and was never meant to be.
+# whose backward pass returns $1/(1+e^x) = \sigma(-x)$ fails: that is the derivative of
+# $\log\sigma(x) = -\log(1 + e^{-x})$, not of $\log(1 + e^{x})$, whose derivative is
+# $\sigma(x) = 1 - 1/(1+e^x)$ (a slip of sign in the exponent); the straight-through `sign`
+# fails *by design*: it is not the derivative of `sign` (which is 0 almost everywhere) and was
+# never meant to be.
 
 # %%
 @tf.custom_gradient
@@ -168,7 +170,7 @@ def log1pexp(t):
 @tf.custom_gradient
 def log1pexp_slip(t):
     e = tf.exp(t)
-    return tf.math.log(1.0 + e), lambda dy: dy / (1.0 + e)  # the derivative of log(1 + e^-x)
+    return tf.math.log(1.0 + e), lambda dy: dy / (1.0 + e)  # sigma(-x): the derivative of log sigma(x)
 
 
 @tf.custom_gradient

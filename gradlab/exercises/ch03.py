@@ -23,9 +23,10 @@ from collections.abc import Callable
 import numpy as np
 
 from .._env import quiet_import_tensorflow
-from ..core import mean_squared_error, true_global_norm
+from ..core import mean_squared_error
 from ..i18n import _, end_sentence, join_sentences
 from ..topics.tracing import TraceCounter
+from .clipping import targets_with_gradient_norm
 from .feedback import CheckResult, describe_error
 
 tf = quiet_import_tensorflow()
@@ -184,13 +185,13 @@ def _fresh_model():
     ])
 
 
-def _raw_norm(model, x, y) -> float:
-    with tf.GradientTape() as tape:
-        loss = mean_squared_error(y, model(x))
-    return true_global_norm(tape.gradient(loss, model.trainable_variables))
+def _shared_optimizer_feedback(lr: float) -> str:
+    return _("the optimizer already belongs to another model's variables: a Keras optimizer serves one set of "
+             "variables. Create it inside make_clipped_step, keras.optimizers.SGD(learning_rate={lr}), so each model "
+             "gets its own").format(lr=lr)
 
 
-def _distance_moved(make_step: Callable, x, y, steps: int = 1):
+def _distance_moved(make_step: Callable, x, y, steps: int = 1, lr: float = 0.05):
     """``(distances, problem)``: how far each of ``steps`` steps of ``make_step(model)`` moves a fresh model."""
     model = _fresh_model()
     before = [v.numpy().copy() for v in model.trainable_variables]
@@ -199,6 +200,8 @@ def _distance_moved(make_step: Callable, x, y, steps: int = 1):
     try:
         step_fn = make_step(model)
     except Exception as err:  # noqa: BLE001 - a failing factory is feedback
+        if "already built for other variables" in str(err):  # gl.make_train_step refuses a shared optimizer
+            return None, _shared_optimizer_feedback(lr)
         return None, _("make_clipped_step(model) raised {error}").format(error=describe_error(err))
     if step_fn is None:
         return None, _("make_clipped_step returned None: return the step that gl.make_train_step gives you")
@@ -210,10 +213,7 @@ def _distance_moved(make_step: Callable, x, y, steps: int = 1):
             step_fn(x, y)
         except Exception as err:  # noqa: BLE001 - a failing step is feedback
             if "Unknown variable" in str(err) or "can only be called for the variables" in str(err):
-                return None, _("the step raised ValueError: the optimizer already belongs to another model's "
-                               "variables. A Keras optimizer serves one set of variables: create it inside "
-                               "make_clipped_step, keras.optimizers.SGD(learning_rate=0.05), so each model gets its "
-                               "own")
+                return None, _shared_optimizer_feedback(lr)
             return None, _("the step raised {error}").format(error=describe_error(err, 300))
         moved.append(math.sqrt(sum(float(np.sum((v.numpy() - b) ** 2))
                                    for v, b in zip(model.trainable_variables, before, strict=True))))
@@ -253,15 +253,12 @@ def check_clipped_step(make_step: Callable, lr: float = 0.05, clip: float = 1.0)
     """
     name = _("SGD({lr}) clipped to {clip}").format(lr=lr, clip=clip)
     x, y = regression_data(64, seed=2000)
-    raw = _raw_norm(_fresh_model(), x, y)
-    # the MSE gradient is linear in the residual: scaling it scales the raw norm exactly
     small_norm = 0.4 * clip
-    pred = _fresh_model()(x)
-    y_small = pred + (small_norm / raw) * (y - pred)
-    big, problem = _distance_moved(make_step, x, y)
+    y_small, raw = targets_with_gradient_norm(_fresh_model, x, y, small_norm)  # the batch below the threshold
+    big, problem = _distance_moved(make_step, x, y, lr=lr)
     if problem:
         return CheckResult(name, False, problem)
-    small, problem = _distance_moved(make_step, x, y_small, steps=2)
+    small, problem = _distance_moved(make_step, x, y_small, steps=2, lr=lr)
     if problem:
         return CheckResult(name, False, problem)
     (big,), (small, small_again) = big, small

@@ -263,6 +263,7 @@ class _Spy:
         self.scale_inputs: list[str] = []
         self.none: list[int] = []
         self.python_numbers = False
+        self.model_calls = 0  # set by _run_step: how often the step called the model it was given
         apply, scale_loss = optimizer.apply, optimizer.scale_loss
 
         def spy_apply(grads, trainable_variables=None):
@@ -292,15 +293,68 @@ class _Spy:
         return [g.numpy().astype(np.float64) for g in self.grads]
 
 
+class _CalledModel:
+    """Exercise 3's model as the learner gets it, counting its calls (eagerly, or once per trace).
+
+    Everything else (``trainable_variables``, ``layers``, ...) is the model's own. A step that
+    never calls it ran another model, such as a chapter's global ``model``.
+    """
+
+    def __init__(self, model):
+        object.__setattr__(self, "_model", model)
+        object.__setattr__(self, "calls", 0)
+
+    def __call__(self, *args, **kwargs):
+        object.__setattr__(self, "calls", self.calls + 1)
+        return self._model(*args, **kwargs)
+
+    def __getattr__(self, attr):
+        return getattr(self._model, attr)
+
+    def __setattr__(self, attr, value):
+        setattr(self._model, attr, value)
+
+
 def _run_step(step, scale: float = EX3_SCALE):
-    """Run ``step`` on a fresh setup at loss scale ``scale``: ``(spy, optimizer, returned value, error)``."""
+    """Run ``step`` on a fresh setup at loss scale ``scale``: ``(spy, optimizer, returned value, error)``.
+
+    ``spy.model_calls`` is how often the step called the model it was given.
+    """
     model, optimizer, x, y = _ex3_setup(scale)
     spy = _Spy(model, optimizer)
+    given = _CalledModel(model)
     try:
-        out = step(model, optimizer, x, y)
+        out = step(given, optimizer, x, y)
     except Exception as err:  # noqa: BLE001 - a learner's code may raise anything
+        spy.model_calls = given.calls
         return spy, optimizer, None, err
+    spy.model_calls = given.calls
     return spy, optimizer, out, None
+
+
+def _compiled_references() -> list[list[np.ndarray]]:
+    """The reference step's gradients inside ``tf.function`` and with XLA: float16 rounds differently there.
+
+    A learner's step wrapped in ``@tf.function`` (or ``jit_compile=True``) is compared with the same step
+    compiled the same way, so the check does not mistake float16 rounding for a wrong loss.
+    """
+    refs = []
+    for jit in (False, True):
+        spy, _opt, _out, err = _run_step(tf.function(_reference_step, jit_compile=jit))
+        if err is None:
+            refs.append(spy.values())
+    return refs
+
+
+def _matches(got: list[np.ndarray], ref: list[np.ndarray]) -> bool:
+    return all(np.allclose(g, e, rtol=2e-2, atol=1e-3 * float(np.abs(e).max()) + 1e-12)
+               for g, e in zip(got, ref, strict=True))
+
+
+def _other_model_feedback() -> str:
+    return _("your step never called the model passed in (train_step's first argument): it ran another model, "
+             "such as the chapter's global `model`. Use the argument: the check hands your step a fresh model and "
+             "optimizer")
 
 
 def _ratio(got: list[np.ndarray], ref: list[np.ndarray]) -> float:
@@ -418,6 +472,9 @@ def check_scaled_step(train_step) -> CheckResult:
             kind=type(train_step).__name__))
     ref_spy, ref_opt, ref_loss, _err = _run_step(_reference_step)
     spy, optimizer, out, err = _run_step(train_step)
+    if spy.model_calls == 0 and (err is None or any(s in str(err) for s in ("No gradients provided",
+                                                                             "Unknown variable"))):
+        return CheckResult(name, False, _other_model_feedback())
     if err is not None:
         return CheckResult(name, False, _error_feedback(err, spy))
     applied = int(spy.applied.numpy())
@@ -460,8 +517,7 @@ def check_scaled_step(train_step) -> CheckResult:
     wrong_size = _scaled_ratio_feedback(_ratio(got, ref), scalings, s)
     if wrong_size:
         return CheckResult(name, False, wrong_size)
-    if not all(np.allclose(g, e, rtol=2e-2, atol=1e-3 * float(np.abs(e).max()) + 1e-12)
-               for g, e in zip(got, ref, strict=True)):
+    if not _matches(got, ref) and not any(_matches(got, other) for other in _compiled_references()):
         return CheckResult(name, False, _(
             "the gradients are about the right size but differ from the expected ones: use the loss "
             "mean((model(x) - y)**2) over the whole batch"))

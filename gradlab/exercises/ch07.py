@@ -18,13 +18,14 @@ import functools
 import numpy as np
 
 from .._env import quiet_import_tensorflow
-from ..core import global_norm, mean_squared_error, true_global_norm
+from ..core import global_norm, mean_squared_error
 from ..engines.rnn import TimeGradientEngine
 from ..i18n import _, end_sentence, join_sentences
 from ..models.rnn import build_rnn, make_sequence_data
 from ..reports.time import time_report
 from ..reports.verdict import status_word
 from .answers import as_int_answer
+from .clipping import targets_with_gradient_norm
 from .compare import check_array
 from .feedback import CheckResult, describe_error
 
@@ -133,14 +134,18 @@ def check_longest_healthy(answer) -> CheckResult:
     if problem is not None:
         return problem
     engine = _engine()
-    if not 2 <= steps < engine.max_steps:
-        return CheckResult(name, False, _("{steps} is outside 2..{top}").format(steps=steps, top=engine.max_steps - 1))
+    if not 2 <= steps <= engine.max_steps:  # the explorer's top, max_steps, is a length it shows
+        return CheckResult(name, False, _("{steps} is outside 2..{top}").format(steps=steps, top=engine.max_steps))
 
     def report(t):
         return engine.report(HEALTHY_CELL, t, HEALTHY_INITIALIZER, HEALTHY_SCALE)
 
-    r, nxt = report(steps), report(steps + 1)
+    r = report(steps)
     nums = _("ratio {ratio}, gain {gain} per step").format(ratio=f"{r.ratio:.3g}", gain=f"{r.gain:.3g}")
+    if steps == engine.max_steps and r.status == "healthy":  # nothing longer to compare with
+        return CheckResult(name, True, _("{steps} steps, the explorer's longest, is still healthy ({nums})").format(
+            steps=steps, nums=nums))
+    nxt = report(steps + 1) if steps < engine.max_steps else r
     if r.status == "healthy" and nxt.status != "healthy":
         return CheckResult(name, True, _(
             "{steps} steps: {nums}; at {next} the ratio is {next_ratio} and the verdict {status}: the per-step rule "
@@ -168,17 +173,14 @@ def _small_targets(x, y, norm: float):
 
     The MSE gradient is linear in the residual, so scaling the residual scales the norm exactly.
     """
-    model = build_rnn("gru", 16, 8, seed=5)
-    with tf.GradientTape() as tape:
-        loss = mean_squared_error(y, model(x))
-    raw = true_global_norm(tape.gradient(loss, model.trainable_weights))
-    pred = model(x)
-    return pred + (norm / raw) * (y - pred)
+    return targets_with_gradient_norm(lambda: build_rnn("gru", 16, 8, seed=5), x, y, norm)[0]
 
 
-def _reference_weights(y_override=None, *, rescale_to: float | None = None, **clip):
+def _reference_weights(y_override=None, *, rescale_to: float | None = None, clip_one_layer: str | None = None,
+                       **clip):
     """The weights after one SGD(0.1) step of the fresh GRU: Keras's own clipping when ``clip`` is
-    given, or the gradient always rescaled to norm ``rescale_to`` (a wrong answer)."""
+    given, the gradient always rescaled to norm ``rescale_to``, or (``clip_one_layer``: "recurrent"
+    or "readout") only that layer's gradients clipped to :data:`CLIP_THRESHOLD` (wrong answers)."""
     x, y = exercise_data(steps=20)
     if y_override is not None:
         y = y_override
@@ -190,6 +192,12 @@ def _reference_weights(y_override=None, *, rescale_to: float | None = None, **cl
     if rescale_to is not None:
         norm = tf.cast(global_norm(grads), tf.float32)
         grads = [g * (rescale_to / norm) for g in grads]
+    if clip_one_layer is not None:
+        readout = {id(v) for v in model.layers[-1].trainable_weights}
+        part = [i for i, v in enumerate(model.trainable_weights) if (id(v) in readout) == (clip_one_layer == "readout")]
+        clipped, _norm = tf.clip_by_global_norm([grads[i] for i in part], CLIP_THRESHOLD)
+        for i, g in zip(part, clipped, strict=True):
+            grads[i] = g
     opt.apply_gradients(zip(grads, model.trainable_weights, strict=True))
     return [w.numpy() for w in model.trainable_weights]
 
@@ -309,5 +317,12 @@ def check_clipped_step(fn) -> CheckResult:
     scaled = _scaled_step_feedback(got, fresh, steps_taken)
     if scaled:
         return CheckResult(name, False, scaled)
+    for layer in ("recurrent", "readout"):
+        if same(got, _reference_weights(clip_one_layer=layer)):
+            return CheckResult(name, False, _(
+                "you clipped only the {layer} layer's gradients: the global norm is over every trainable "
+                "variable, the GRU's and the readout's together. Pass all of tape.gradient(loss, "
+                "model.trainable_weights) to tf.clip_by_global_norm").format(
+                    layer=_("recurrent") if layer == "recurrent" else _("readout")))
     return CheckResult(name, False, _("the weights match neither a clipped nor an unclipped SGD step: use the loss "
                                       "mean((model(x) - y)**2) and apply the gradients once"))

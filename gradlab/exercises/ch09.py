@@ -14,6 +14,7 @@ typical mistakes get feedback that says what is wrong.
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 
 import numpy as np
@@ -135,11 +136,26 @@ def check_block_norms(fn) -> CheckResult:
         values=", ".join(f"{v:.3g}" for v in want)))
 
 
+def _reads_names_not_paths(fn) -> bool:
+    """Whether ``fn``'s source reads ``.name`` and never ``.path`` (Keras 2's full names are Keras 3's paths)."""
+    try:
+        source = inspect.getsource(fn)
+    except (OSError, TypeError):
+        return False
+    return ".name" in source and ".path" not in source
+
+
 def _check_block_norms_on(name: str, fn, model, x, y, expected) -> CheckResult:
     try:
         got = fn(model, x, y)
     except Exception as err:  # noqa: BLE001 - an error in the learner's code is feedback
         text = str(err)
+        if ("at least one Tensor" in text or "add_n" in text) and _reads_names_not_paths(fn):
+            return CheckResult(name, False, _("your function raised {error}. A block with no variables gives tf.add_n "
+                                              "an empty list, and here every block has none: in Keras 3 a "
+                                              "variable's name is only its last part ('kernel', 'gamma'); the block "
+                                              "is in its path ('block_0/...'). Group the variables by "
+                                              "v.path").format(error=describe_error(err)))
         if "at least one Tensor" in text or "add_n" in text:
             return CheckResult(name, False, _("your function raised {error}. A block with no variables gives tf.add_n "
                                               "an empty list: the exercise model has 3 blocks (block_0 to block_2), "
@@ -329,6 +345,16 @@ def _clip_first_step_gradients() -> tuple:
     return np.array([core.true_norm(g) for g in grads]), float(tf.linalg.global_norm(grads))
 
 
+@functools.lru_cache(maxsize=1)
+def _clip_first_step_norm_without_logits() -> float:
+    """Step 1's true global norm with a loss that forgot ``from_logits=True`` (a typical wrong answer)."""
+    model, batches = clip_exercise()
+    x, y = batches[0]
+    with tf.GradientTape() as tape:
+        loss = keras.losses.SparseCategoricalCrossentropy()(y, model(x))
+    return core.true_global_norm(tape.gradient(loss, model.trainable_variables))
+
+
 def _clip_first_step_variable_norms() -> np.ndarray:
     return _clip_first_step_gradients()[0]
 
@@ -422,6 +448,10 @@ def _first_step_problem(got: float, want: float) -> str:
                  "of the sum of their squares (gl.true_global_norm)")
     if np.isclose(got, per_variable.max(), rtol=1e-3) or np.any(np.isclose(got, per_variable, rtol=1e-3)):
         return _("at step 1 your norm is one variable's: take the global norm over every trainable variable")
+    if np.isclose(got, _clip_first_step_norm_without_logits(), rtol=1e-3):
+        return _("at step 1 your norm is {got}, expected {want}: the loss treats the model's outputs as "
+                 "probabilities. The model returns logits: use SparseCategoricalCrossentropy(from_logits=True), "
+                 "as loss_fn does").format(got=f"{got:.4g}", want=f"{want:.4g}")
     return _("step 1's norm is {got}, expected {want}: the global norm of the gradient of loss_fn over every "
              "trainable variable, at the initial weights. Start from a fresh ch09.clip_exercise() (a model "
              "trained once already starts elsewhere)").format(got=f"{got:.4g}", want=f"{want:.4g}")

@@ -86,7 +86,11 @@ def check_central_difference(central_difference: Callable) -> CheckResult:
                  (expected * 4, _("that divides by h / 2: write `/ (2 * h)`")),
                  (expected * h, _("divide the difference by the step")),
                  ((f(x) - f(x - h)) / h, _("that is the backward difference (f(x) - f(x - h)) / h, whose error falls "
-                                           "only as h; step to both sides"))]
+                                           "only as h; step to both sides")),
+                 ((f(x + h / 2) - f(x - h / 2)) / h, _(
+                     "that is (f(x + h/2) - f(x - h/2)) / h, the central difference over a total width h: a right "
+                     "formula, with a quarter of the error, but not this exercise's, where h is the step to each "
+                     "side: evaluate f at x + h and x - h and divide by 2h"))]
         if f is not cube:
             hints.append((((x + h) ** 3 - (x - h) ** 3) / (2 * h), _(
                 "that is the central difference of x³, not of the f passed in: call f(x + h) and f(x - h)")))
@@ -303,15 +307,13 @@ def check_gradient_penalty(gradient_penalty: Callable) -> CheckResult:
     name = _("gradient penalty")
     critic, x = critic_and_batch()
     expected, expected_grads = penalty_reference(critic, x)
+    watched: list = []
+    stopped: list = []
     with tf.GradientTape() as tape:
-        got, problem = call_answer(name, gradient_penalty, critic, x, what="gradient_penalty")
+        with _watch_calls(watched, stopped):
+            got, problem = call_answer(name, gradient_penalty, critic, x, what="gradient_penalty")
         if problem is not None:
-            if "None" in problem.feedback:
-                return CheckResult(name, False, join_sentences(end_sentence(problem.feedback), _(
-                    "A None here is usually the inner tape's gradient: x is a tensor, not a variable, so the inner "
-                    "tape follows it only after inner.watch(x), inside its `with` block, before the critic is "
-                    "called.")))
-            return problem
+            return _penalty_error(name, problem, x, watched, stopped)
         if _penalty_first(got):
             return CheckResult(name, False, _("returned a pair (penalty, gradients), as the chapter's reference does: "
                                               "return only the penalty, a scalar tensor; the check differentiates it "
@@ -368,6 +370,50 @@ def check_gradient_penalty(gradient_penalty: Callable) -> CheckResult:
                                      "by double backprop").format(value=f"{float(expected):.4g}", n=len(keep)))
 
 
+@contextlib.contextmanager
+def _watch_calls(watched: list, stopped: list):
+    """Record what the learner's code hands to ``GradientTape.watch`` and how often it calls ``tf.stop_gradient``."""
+    watch, stop_gradient = tf.GradientTape.watch, tf.stop_gradient
+
+    def watching(self, tensor):
+        watched.append(tensor)
+        return watch(self, tensor)
+
+    def stopping(*args, **kwargs):
+        stopped.append(1)
+        return stop_gradient(*args, **kwargs)
+
+    tf.GradientTape.watch, tf.stop_gradient = watching, stopping
+    try:
+        yield
+    finally:
+        tf.GradientTape.watch, tf.stop_gradient = watch, stop_gradient
+
+
+def _is_none_value(feedback: str) -> bool:
+    """Whether an error is about a None value (not Keras's ``(None, 3)`` shapes or ``name 'None'``)."""
+    return "NoneType" in feedback or "value (None)" in feedback
+
+
+def _penalty_error(name: str, problem: CheckResult, x, watched: list, stopped: list) -> CheckResult:
+    """Exercise 4: the cause of an error, when it is the inner tape's None gradient."""
+    if not _is_none_value(problem.feedback):
+        return problem
+    if stopped:
+        cause = _("A None here is the inner tape's gradient, and the path from D to x is cut: tf.stop_gradient "
+                  "hands the critic a copy of x that the tape does not follow back to x, even though x is watched. "
+                  "Call the critic on x itself.")
+    elif any(w is x for w in watched):
+        cause = _("A None here is usually the inner tape's gradient. x is watched, so the critic's output does not "
+                  "reach x through TensorFlow ops: call the critic on x itself, not on a NumPy copy or another "
+                  "tensor.")
+    else:
+        cause = _("A None here is usually the inner tape's gradient: x is a tensor, not a variable, so the inner "
+                  "tape follows it only after inner.watch(x), inside its `with` block, before the critic is "
+                  "called.")
+    return CheckResult(name, False, join_sentences(end_sentence(problem.feedback), cause))
+
+
 def _penalty_first(got) -> bool:
     """Whether ``got`` is a tuple or list of two whose first item is one number (a penalty and what else)."""
     if not isinstance(got, (tuple, list)) or len(got) != 2:
@@ -414,7 +460,7 @@ def _count_gradient_calls(calls: list):
     original = tf.GradientTape.gradient
 
     def watched(self, *args, **kwargs):
-        calls.append(1)
+        calls.append(self)  # the tape itself (kept: an id could be reused): one read k times held them all
         return original(self, *args, **kwargs)
 
     tf.GradientTape.gradient = watched
@@ -503,6 +549,13 @@ def _check_accumulate_once(accumulate: Callable, k: int) -> CheckResult:
             "the {k} of them: one tape around every micro-batch keeps all their activations, so it needs the memory "
             "of the whole batch. Open one tape per micro-batch and take each one's gradient inside the loop").format(
                 k=k, calls=len(gradient_calls)))
+    tapes = len({id(tape) for tape in gradient_calls})
+    if len(sizes) == k and len(gradient_calls) >= k and tapes < k:
+        return CheckResult(name, False, _(
+            "the gradients are right, but {calls} tape.gradient calls read {tapes} tape(s) for the {k} micro-batches: "
+            "a persistent tape around the loop records every micro-batch and keeps all their activations until it "
+            "is deleted, the memory of the whole batch. Open a new tape for each micro-batch, inside the "
+            "loop").format(calls=len(gradient_calls), tapes=tapes, k=k))
     if sizes and any(b != n // k for b in sizes):
         return CheckResult(name, False, _(
             "the gradients are right, but the model was called on batches of {sizes}, not on k = {k} "
