@@ -386,21 +386,11 @@ def predicted_signal(engine: MLPGradientEngine, report: GradientReport, activati
     last = float(report.signal_norms[-1])
     if not (math.isfinite(last) and last > 0):
         return None
-    nvar = engine.width * engine.kernel_variances(initializer)[:depth]
-    m, v = 0.0, 1.0  # the standard normal input
-    sig2, d2 = np.empty(depth), np.empty(depth)  # σ_z² and E f'² per layer
+    nvar, sig2, d2 = _forward_moments(engine, activation, initializer, residual, norm)
+    if len(sig2) < depth:
+        return None  # the forward pass overflows before the last layer: no finite prediction
+    nvar, sig2, d2 = nvar[:depth], sig2[:depth], d2[:depth]
     with np.errstate(over="ignore", invalid="ignore"):
-        for i in range(depth):
-            if norm == "none":
-                q, s2 = nvar[i] * (m * m + v), 1.0
-            else:
-                q = 1.0
-                s2 = nvar[i] * (v if norm == "batch" else m * m + v) + NORM_EPSILON
-            if not math.isfinite(q) or q > 1e300:
-                return None  # the forward pass overflows: no finite prediction
-            ef, vf, d = gaussian_moments(activation, q)
-            m, v = (m + ef, v + vf) if residual else (ef, vf)
-            sig2[i], d2[i] = s2, d
         s = np.empty(depth)
         s[-1] = last
         dh2 = last * last * sig2[-1] / d2[-1] if d2[-1] > 0 else math.inf
@@ -410,6 +400,38 @@ def predicted_signal(engine: MLPGradientEngine, report: GradientReport, activati
     if not np.all(np.isfinite(s)):
         return None
     return s
+
+
+def _forward_moments(engine: MLPGradientEngine, activation: str, initializer: str, residual: bool,
+                     norm: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(n·Var W, σ_z², E f'²)`` per layer of :func:`predicted_signal`'s forward recursion, up to the
+    engine's deepest network or the first layer whose variance overflows (no prediction past it).
+
+    A layer's moments depend only on the layers before it, so one pass serves every depth: it is
+    kept on the engine (a depth drag would otherwise repeat the same Gaussian integrals).
+    """
+    cache = engine.__dict__.setdefault("_theory_moments", {})
+    key = (activation, initializer, residual, norm)
+    if key in cache:
+        return cache[key]
+    nvar = engine.width * engine.kernel_variances(initializer)[:engine.max_depth]
+    m, v = 0.0, 1.0  # the standard normal input
+    sig2, d2 = [], []  # σ_z² and E f'² per layer
+    with np.errstate(over="ignore", invalid="ignore"):
+        for i in range(len(nvar)):
+            if norm == "none":
+                q, s2 = nvar[i] * (m * m + v), 1.0
+            else:
+                q = 1.0
+                s2 = nvar[i] * (v if norm == "batch" else m * m + v) + NORM_EPSILON
+            if not math.isfinite(q) or q > 1e300:
+                break  # the forward pass overflows here: no prediction from this layer on
+            ef, vf, d = gaussian_moments(activation, q)
+            m, v = (m + ef, v + vf) if residual else (ef, vf)
+            sig2.append(s2)
+            d2.append(d)
+    cache[key] = (np.asarray(nvar, dtype=np.float64), np.asarray(sig2), np.asarray(d2))
+    return cache[key]
 
 
 def predicted_gain(report: GradientReport, engine: MLPGradientEngine, activation: str,
