@@ -405,6 +405,8 @@ async function render({ model, el: host }) {
   root.append(wide, el("div", { class: "gradlab-row" }, [controlsBox, el("div", { class: "gradlab-figure" }, [plotsBox, legend])]),
               status, notes);
   host.appendChild(root);
+  // ...nor the notebook's own key handling (arrow keys move between cells in JupyterLab)
+  root.addEventListener("keydown", (e) => e.stopPropagation());
 
   let axis = model.get("axis") || "";
   let values = { ...(model.get("values") || {}) };
