@@ -28,8 +28,7 @@ import gradlab
 ROOT = Path(gradlab.__file__).resolve().parent
 
 #: Re-exports left in lead-owned files (gradlab/plots/), to be removed there: module -> names.
-PENDING = {"gradlab.plots.gradients": {"encode_png", "figure_png", "new_figure", "status_word"},
-           "gradlab.plots": {"status_word"}}
+PENDING: dict = {}
 
 
 def _modules():

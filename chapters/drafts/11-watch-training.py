@@ -27,7 +27,7 @@ import tensorflow as tf
 from gradlab.engines.training import TrainingEngine
 from gradlab.exercises import ch11
 from gradlab.models.mlp import build_mlp, make_data
-from gradlab.plots.training import plot_histograms, plot_losses, plot_run
+from gradlab.plots.training import plot_histograms, plot_run, plot_run_losses
 from gradlab.train.watch import watch_training
 
 gl.setup(seed=0)
@@ -212,7 +212,7 @@ for name, r in (("lr 0.3", div), ("lr 0.03", slow), ("lr 0.3, clip 1", clipped))
     total = np.sqrt(np.sum(r.grad_norms**2, axis=1))  # the global norm at each step
     print(f"{name:15s} steps {r.steps_taken:3d}  final loss {r.loss[-1]:.3g}  "
           f"global norm above 1 at {np.sum(total > 1.0)} steps  status {r.status}")
-plot_losses([div, slow, clipped], ["lr 0.3", "lr 0.03", "lr 0.3, clip=1.0"])
+plot_run_losses([div, slow, clipped], ["lr 0.3", "lr 0.03", "lr 0.3, clip=1.0"])
 
 # %% [markdown]
 # Both runs survive, at different prices. The smaller rate reaches a loss of about 0.005.

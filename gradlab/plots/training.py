@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 from ..i18n import _
 from ..reports.training import GRAD_LOG_EDGES, RATIO_GUIDE, TrainingReport
 
-__all__ = ["plot_histograms", "plot_losses", "plot_run"]
+__all__ = ["plot_histograms", "plot_run", "plot_run_losses"]
 
 
 def _layer_colors(n: int):
@@ -65,7 +65,7 @@ def plot_run(report: TrainingReport, title: str | None = None) -> Figure:
     return fig
 
 
-def plot_losses(reports: Sequence[TrainingReport], labels: Sequence[str], title: str = "") -> Figure:
+def plot_run_losses(reports: Sequence[TrainingReport], labels: Sequence[str], title: str = "") -> Figure:
     """The loss curves of several runs on one log axis (a diverged run ends with a cross)."""
     fig = Figure(figsize=(7.5, 3.6), layout="constrained")
     ax = fig.subplots()
