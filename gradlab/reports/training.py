@@ -16,7 +16,7 @@ with trainable weights (input side first):
   ``log10 |g|`` of its gradient's elements (``grad_hist``, the fixed edges :data:`GRAD_LOG_EDGES`;
   exact zeros counted apart in ``grad_zeros``).
 
-:func:`findings` runs the rule set :data:`RULES` over a report; each rule returns a
+:func:`findings` runs the rule set :data:`TRAINING_RULES` over a report; each rule returns a
 :class:`TrainingFinding` (what happened, in the current language, and what to do) or ``None``.
 :attr:`TrainingReport.status` is the first finding's kind, :attr:`TrainingReport.status_line`
 its words.
@@ -43,7 +43,7 @@ __all__ = [
     "HIST_BINS",
     "LARGE_RATIO",
     "RATIO_GUIDE",
-    "RULES",
+    "TRAINING_RULES",
     "SATURATION",
     "TrainingFinding",
     "TrainingReport",
@@ -202,7 +202,7 @@ class TrainingReport:
         return "saturated" if self.activations[layer] in SATURATING else "dead"
 
     def findings(self) -> list[TrainingFinding]:
-        """What the rules (:data:`RULES`) find in this run, most important first."""
+        """What the rules (:data:`TRAINING_RULES`) find in this run, most important first."""
         return findings(self)
 
     @property
@@ -386,7 +386,7 @@ def rule_stalled(report: TrainingReport) -> TrainingFinding | None:
 
 
 #: The rules in the order of their importance: the first finding is the status.
-RULES: tuple[Callable[[TrainingReport], TrainingFinding | None], ...] = (
+TRAINING_RULES: tuple[Callable[[TrainingReport], TrainingFinding | None], ...] = (
     rule_diverged,
     rule_not_learning,
     rule_units_died,
@@ -397,8 +397,8 @@ RULES: tuple[Callable[[TrainingReport], TrainingFinding | None], ...] = (
 
 
 def findings(report: TrainingReport) -> list[TrainingFinding]:
-    """Every finding of :data:`RULES` on ``report``, in the rules' order."""
-    return [f for f in (rule(report) for rule in RULES) if f is not None]
+    """Every finding of :data:`TRAINING_RULES` on ``report``, in the rules' order."""
+    return [f for f in (rule(report) for rule in TRAINING_RULES) if f is not None]
 
 
 def _healthy(report: TrainingReport) -> str:
