@@ -150,9 +150,9 @@ def test_edition_landing_page(site, page, lang):  # noqa: F811
     open_page(page, site / lang / "index.html", 0)
     text = page.locator(".bd-article").inner_text()
     words = {"en": ["Start here", "What you need", "How long", "How to run it", "Downloads", "make lab",
-                    "No GPU", "about an hour", "00 · Introduction"],
+                    "No GPU", "about 80 minutes", "00 · Introduction"],
              "zh": ["从这里开始", "需要什么", "需要多长时间", "如何运行", "下载", "make lab", "不需要 GPU",
-                    "一小时", "00 · 引言"]}[lang]
+                    "约 80 分钟", "00 · 引言"]}[lang]
     assert [w for w in words if w not in text] == [], text[:2000]
     assert f"TensorFlow {_pin('tensorflow')}" in text and f"Keras {_pin('keras')}" in text
     date = _git_date("chapters" if lang == "en" else "chapters/zh")

@@ -59,10 +59,11 @@ def core_time(lang: str) -> str | None:
     """Chapter 01's own words for how long its core path takes ("about an hour")."""
     if lang == "en":
         src = next((ROOT / "chapters" / "src").glob("01-*.py")).read_text(encoding="utf-8")
-        m = re.search(r"core path ends with[^(]*\((about [^)]*)\)", src)
+        src = re.sub(r"\n#\s*", " ", src)  # the markdown cell's comment lines, joined
+        m = re.search(r"core path ends with.*?(about (?:an hour|\d+ minutes))", src)
     else:
         src = next((ROOT / "chapters" / "zh" / "src").glob("01-*.yml")).read_text(encoding="utf-8")
-        m = re.search(r"本章主线[^。]*?(大约需要[^。，；]*)", src)
+        m = re.search(r"本章主线[^。]*?((?:大约需要|约) ?(?:一小时|\d+ ?分钟))", src)
     return m.group(1) if m else None
 
 
@@ -125,7 +126,7 @@ TEXT = {
                       "- 运行：仓库的一份克隆、Python 3.10 或更新版本，以及约 3 GB 磁盘空间（TensorFlow）。"
                       "不需要 GPU：每一章都能在 CPU 上运行。"),
         "time": "需要多长时间",
-        "time_body": "每章都有一条主线（到小结和练习为止），之后是选读部分。第 01 章的主线{time}。",
+        "time_body": "每章都有一条主线（到小结和练习为止），之后是选读部分。第 01 章的主线需要{time}。",
         "run": "如何运行",
         "run_body": ("在仓库的克隆中，`make lab` 会先安装一次所需的一切，再在第 00 章启动 JupyterLab（127.0.0.1，带令牌）；"
                      "`make lab-zh` 以 JupyterLab 的中文界面打开中文版。每一章的页面都有“运行本章”框和该章 notebook 的"
@@ -209,7 +210,7 @@ ROOT_TEXT = {
            "glossary": "Chinese glossary"},
     "zh": {"start": "开始阅读：00 · 引言", "contents": "全部章节", "zip": "全部 notebook（zip）", "pdf": "PDF",
            "stored": "保存的输出：TensorFlow {tensorflow}、Keras {keras}{date}。", "date": "，{date}",
-           "time": "第 01 章的主线{time}。不需要 GPU。", "api": "API 参考", "glossary": "术语表"},
+           "time": "第 01 章的主线需要{time}。不需要 GPU。", "api": "API 参考", "glossary": "术语表"},
 }
 
 
