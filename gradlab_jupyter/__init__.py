@@ -171,7 +171,23 @@ def _jupyter_server_extension_points() -> list[dict]:
     return [{"module": "gradlab_jupyter"}]
 
 
+def _register(serverapp) -> None:
+    cm = serverapp.contents_manager
+    if lab_pre_save_hook not in getattr(cm, "_pre_save_hooks", []):
+        cm.register_pre_save_hook(lab_pre_save_hook)
+
+
 def _load_jupyter_server_extension(serverapp) -> None:
-    """Jupyter Server loads the extension: register the pre-save hook on its contents manager."""
-    serverapp.contents_manager.register_pre_save_hook(lab_pre_save_hook)
+    """Jupyter Server loads the extension: register the pre-save hook on its contents manager.
+
+    Once more when the server's loop starts: an extension loaded after this one may replace the
+    contents manager (jupytext's does, and its server extension is enabled by installing it).
+    """
+    _register(serverapp)
+    try:
+        from tornado.ioloop import IOLoop
+
+        IOLoop.current().add_callback(_register, serverapp)
+    except Exception:  # pragma: no cover - no loop to call back on: the first registration stands
+        pass
     serverapp.log.info("gradlab_jupyter: saved explorers keep their last picture (pre-save hook)")
