@@ -65,7 +65,15 @@ def test_saved_explorers_reopen_with_a_fresh_kernel_and_show_their_pictures(page
     assert saved_path.stat().st_mtime_ns != before, "Ctrl+S did not write the notebook"
     # the saved file: every explorer output holds its PNG, and no view of a model that dies
     # with the kernel (the project's pre-save hook, tools/nbtools.lab_pre_save_hook)
-    saved = json.loads((lab_server.root / SCRATCH_REOPEN).read_text())
+    deadline = time.monotonic() + 30
+    while True:  # the write may still be under way when the file's time has changed
+        try:
+            saved = json.loads((lab_server.root / SCRATCH_REOPEN).read_text())
+            break
+        except json.JSONDecodeError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
     outputs = [o for c in saved["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])]
     pngs = [o for o in outputs if "image/png" in o.get("data", {})]
     assert len(pngs) >= len(EXPLORER_KINDS)
