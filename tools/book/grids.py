@@ -276,7 +276,10 @@ def make_engine(grid: str):
 def recompute(grid: str, engine, settings: dict) -> dict:
     """The engine's report for one point of a lookup grid: ``{field: values}`` and ``status``."""
     s = settings
-    if grid == "GradientExplorer05":
+    if grid == "GradientExplorer":
+        r = engine.report(s["depth"], s["activation"], s["initializer"])
+        out = {f: getattr(r, f) for f in ("signal_norms", "weight_norms")}
+    elif grid == "GradientExplorer05":
         r = engine.report(s["depth"], s["activation"], s["initializer"], residual=s["residual"], norm=s["norm"],
                           dtype=s["dtype"], loss_scale=s["loss_scale"])
         out = {f: getattr(r, f) for f in ("signal_norms", "weight_norms", "predicted_signal")}
