@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from gradlab.exercises import ch11
-from gradlab.plots.training import plot_histograms, plot_losses, plot_run
+from gradlab.plots.training import plot_histograms, plot_run, plot_run_losses
 
 
 # ----------------------------------------------------------------------------- exercise 1
@@ -73,7 +73,7 @@ def test_plots_draw_a_report_and_refuse_a_step_outside_it():
     fig = plot_run(r)
     assert len(fig.axes) == 4 and fig.axes[2].get_yscale() == "log"
     assert len(fig.axes[1].lines) == r.depth  # one gradient-norm line per layer
-    assert len(plot_losses([r], ["a"]).axes[0].lines) >= 1
+    assert len(plot_run_losses([r], ["a"]).axes[0].lines) >= 1
     fig = plot_histograms(r, 1, layers=[0, 1])
     assert len(fig.axes[0].lines) == 2
     with pytest.raises(ValueError, match="step"):

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.test_book import LANGS, open_page, page, pages, site  # noqa: F401 (fixtures)
+from tests.browser.test_book import LANGS, open_page, page, pages  # noqa: F401 (fixtures)
 
 ROOT = Path(__file__).resolve().parents[2]
 PHONE = 390
