@@ -110,7 +110,7 @@ def test_printed_chapter(site, page, lang):  # noqa: F811
     """Print media: no bars, sidebars, search or explorer controls; every code block and
     output wraps inside its box; the explorer prints as its stored picture; no figure splits."""
     open_page(page, site / lang / "01-vanishing-exploding.html", 0)
-    page.wait_for_selector('[data-gradlab-explorer="GradientExplorer"][data-ready]')
+    page.wait_for_selector('[data-gradlab-site][data-ready] [data-gradlab-explorer="GradientExplorer"]')
     static = page.locator(".tag_gradlab-explorer-static .cell_output img").first
     assert not static.is_visible()  # on screen, the live explorer replaces its picture
     page.emulate_media(media="print")
