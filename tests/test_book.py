@@ -111,6 +111,18 @@ def test_grids_are_fresh():
     assert not stale, "\n".join(stale)
 
 
+def test_the_oldest_tiers_engine_is_chapter_01s():
+    """make test-oldest builds the ``engine`` fixture from the engine's defaults
+    (tests/oldest/oldest_fixtures.py): they must be the settings the grids store."""
+    import inspect
+
+    from gradlab.engines.mlp import MLPGradientEngine
+    from tools.book import grids
+
+    defaults = {name: p.default for name, p in inspect.signature(MLPGradientEngine).parameters.items()}
+    assert defaults == grids.CH01_ENGINE, (defaults, grids.CH01_ENGINE)
+
+
 def test_freshness_check_fails_on_changed_engine_code(monkeypatch):
     from tools.book import engines, grids
 

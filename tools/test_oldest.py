@@ -121,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         run(pip + ["--force-reinstall", "--no-deps", str(wheel)])
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(MPLBACKEND="Agg", GRADLAB_OLDEST="1")
+    fixtures = dict(env, PYTHONPATH=str(ROOT / "tests" / "oldest"))  # the conftest's fixtures, nothing else
     # the tests must import the installed wheel, never the checkout
     where = subprocess.run([str(bindir / "python"), "-P", "-W", "error::RuntimeWarning", "-c",
                             "import gradlab, keras, tensorflow as tf; "
@@ -137,11 +138,12 @@ def main(argv: list[str] | None = None) -> int:
                          f"found {tf_version} and {keras_version}")
     print(f"[4/4] the tools' tests on TensorFlow {tf_version}, Keras {keras_version}, gradlab from {path}", flush=True)
     # --noconftest: tests/conftest.py puts the checkout first on sys.path (and needs xdist);
+    # -p oldest_fixtures: the conftest's fixtures those tests use (tests/oldest/oldest_fixtures.py);
     # -o addopts=: pyproject's addopts turn on nbval, which this venv does not have.
     cmd = [str(bindir / "python"), "-P", "-m", "pytest", "-o", "addopts=", "--noconftest",
-           "-p", "no:cacheprovider", "-q", *TESTS, *pytest_args]
+           "-p", "oldest_fixtures", "-p", "no:cacheprovider", "-q", *TESTS, *pytest_args]
     print("+", " ".join(cmd), flush=True)
-    rc = subprocess.run(cmd, env=env, cwd=ROOT).returncode
+    rc = subprocess.run(cmd, env=fixtures, cwd=ROOT).returncode
     print(f"test-oldest: {time.monotonic() - start:.0f} s in all", flush=True)
     return rc
 
