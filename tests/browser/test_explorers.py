@@ -120,9 +120,6 @@ def test_every_explorer_answers_its_controls(page_of, engines):
     assert len(rep["layer_grad_norms"]) == 3
 
 
-@pytest.mark.skip(reason="known defect (issue 35, left open): in JupyterLab an arrow key on a focused range "
-                         "input of the view does not move it, although Lumino's shortcuts are suppressed on the "
-                         "view; the same module moves from the keyboard on the book site (test_book.py)")
 def test_controls_work_from_the_keyboard(page_of):
     page, ex = page_of, explorer(page_of, 0)
     depth = view.control(ex, "depth")
