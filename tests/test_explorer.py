@@ -706,6 +706,32 @@ def test_changes_from_the_page_return_at_once_and_draw_only_the_latest(monkeypat
     assert calls == [8] and e.report.depth == 8 and e.view["values"]["depth"] == 8
 
 
+def test_a_page_message_on_another_thread_is_handled_on_the_explorers_own(small_engine):
+    """JupyterLab 4.4+ with ipykernel 7 delivers the page's messages on a subshell's thread: the
+    explorer applies them on the loop of the thread that built it, never beside its work ahead."""
+    import asyncio
+    import threading
+
+    threads = []
+
+    async def run():
+        e = gl.GradientExplorer(depth=5, width=8, batch_size=8, engine=small_engine)
+        compute = e._compute
+        e._compute = lambda: threads.append(threading.get_ident()) or compute()
+        page = threading.Thread(target=_from_page, args=(e,), kwargs={"depth": 12, "activation": "tanh"})
+        page.start()
+        page.join()
+        before = (e.depth.value, e.activation.value)  # the page's thread only handed it over
+        for _ in range(5):
+            await asyncio.sleep(0.01)
+        return e, before, threading.get_ident()
+
+    e, before, home = _in_a_loop(run())
+    assert before == (5, "sigmoid")
+    assert (e.depth.value, e.activation.value, e.report.depth) == (12, "tanh", 12)
+    assert threads == [home], threads  # computed once, on the explorer's thread
+
+
 def test_a_python_change_is_computed_before_it_returns(small_engine):
     e = gl.GradientExplorer(depth=5, width=8, batch_size=8, engine=small_engine)
 

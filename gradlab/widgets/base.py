@@ -48,6 +48,7 @@ import asyncio
 import base64
 import json
 import math
+import threading
 import time
 from collections import OrderedDict
 from pathlib import Path
@@ -218,6 +219,7 @@ class Explorer(anywidget.AnyWidget):
         self._displayed = False
         self._picture_handle = None
         self._draw_pending = False
+        self._home = (running_loop(), threading.get_ident())  # see _elsewhere
         self.report = self._cached_compute()
         super().__init__(kind=type(self).__name__, axis=self.axis_control)
         self.add_class("gradlab-explorer")
@@ -378,9 +380,25 @@ class Explorer(anywidget.AnyWidget):
             AHEAD.start(self, sorted(self._axis_values(), key=lambda v: (abs(v - here), -ahead * v)))
         self._schedule_picture()
 
+    def _elsewhere(self, handler, *args) -> bool:
+        """Whether this is another thread than the explorer's own; then ``handler(*args)`` is
+        scheduled on the explorer's loop instead.
+
+        JupyterLab 4.4+ with ipykernel 7 delivers the page's messages on a kernel subshell's thread,
+        while the explorer's work ahead, redraws and pictures run on the loop of the thread that
+        built it. Handled there, a page change read the controls while the work ahead had moved
+        the axis (the page got depth 51 at 50), or was dropped as muted: two controls changed
+        back to back could leave the page on the first one's view.
+        """
+        loop, thread = self._home
+        if loop is None or threading.get_ident() == thread or loop.is_closed():
+            return False
+        loop.call_soon_threadsafe(handler, *args)
+        return True
+
     def _on_values(self, change) -> None:
         """The page changed values: apply them to the controls and draw on the loop's next turn."""
-        if self._muted:
+        if self._elsewhere(self._on_values, change) or self._muted:
             return
         new = change["new"]
         changed = False
@@ -424,6 +442,8 @@ class Explorer(anywidget.AnyWidget):
                      for n, w in self._controls.items()]
 
     def _on_msg(self, widget, content, buffers) -> None:
+        if self._elsewhere(self._on_msg, widget, content, buffers):
+            return
         if isinstance(content, dict) and content.get("type") == "click":
             control = self._controls.get(content.get("name"))
             if isinstance(control, Button):
