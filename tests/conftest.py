@@ -25,19 +25,14 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+# ``engine``: chapter 01's MLP engine, built once per session for every test file that reads it (a
+# file that needs another engine defines its own). Its one home is the plugin that make test-oldest
+# loads in place of this conftest; tests/test_book.py checks it is the grids' CH01_ENGINE.
+sys.path.insert(0, str(ROOT / "tests" / "oldest"))
+
+from oldest_fixtures import engine  # noqa: E402,F401
 
 import gradlab  # noqa: E402,F401  (imports TensorFlow quietly before any test module does)
-
-
-@pytest.fixture(scope="session")
-def engine():
-    """Chapter 01's MLP engine with the settings the book's grids store (``tools/book/grids.CH01_ENGINE``,
-    the GradientExplorer's defaults): built once per session, for every test file that reads it. A file
-    that needs another engine (a smaller MLP, the recurrent or the Transformer one) defines its own."""
-    from gradlab.engines.mlp import MLPGradientEngine
-    from tools.book import grids
-
-    return MLPGradientEngine(**grids.CH01_ENGINE)
 
 
 @pytest.fixture(autouse=True)

@@ -66,7 +66,7 @@ def test_gradient_explorer_follows_its_controls_and_equals_the_engine(page_of, e
     # the lesson's two verdicts, named in the page
     view.set_control(ex, "depth", 50)
     assert view.wait_report(page, ex, {"depth": 50})["status"] == "vanishing"
-    # one change at a time here; two back to back: test_two_controls_changed_back_to_back_...
+    # one change at a time here; two back to back: test_two_controls_changed_back_to_back_reach_their_exact_view
     view.set_control(ex, "activation", "relu")
     view.wait_report(page, ex, {"depth": 50, "activation": "relu"}, timeout_ms=120_000)
     view.set_control(ex, "initializer", "he_normal")

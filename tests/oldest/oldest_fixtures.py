@@ -1,8 +1,8 @@
-"""The fixtures of ``tests/conftest.py`` that the tools' tests use, for ``make test-oldest``.
+"""The fixtures the tools' tests share, in one place for ``make test`` and ``make test-oldest``.
 
-That tier runs the tests against the installed wheel without ``tests/conftest.py`` (which puts
-the checkout first on ``sys.path``), so ``tools/test_oldest.py`` loads this plugin instead
-(``-p oldest_fixtures``, with only this folder on ``PYTHONPATH``).
+``tests/conftest.py`` imports them. ``make test-oldest`` runs the tests against the installed wheel
+without that conftest (which puts the checkout first on ``sys.path``), so ``tools/test_oldest.py``
+loads this module as a plugin instead (``-p oldest_fixtures``, with only this folder on ``PYTHONPATH``).
 """
 
 from __future__ import annotations
