@@ -99,7 +99,7 @@ from .train.steps import TrainingRun, make_train_step, train_steps  # noqa: E402
 # Widgets load ipywidgets; they are imported only when a notebook first asks for one.
 _WIDGETS = {"GradientExplorer": "gradient_explorer", "TangentExplorer": "tangent_explorer",
             "JacobianViewer": "jacobian_viewer", "TracingLab": "tracing_lab", "TimeExplorer": "time_explorer",
-            "TransformerExplorer": "transformer_explorer"}
+            "TransformerExplorer": "transformer_explorer", "TrainingExplorer": "training_explorer"}
 
 #: Where the workbook's own names live (for the error that points an old ``gl.<name>`` there).
 _MODULES = tuple(f"{package.__name__.split('.', 1)[1]}.{module}"

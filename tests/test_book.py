@@ -24,7 +24,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "book" / "data"
-GRIDS = ["GradientExplorer", "GradientExplorer05", "TimeExplorer", "TransformerExplorer"]
+GRIDS = ["GradientExplorer", "GradientExplorer05", "TimeExplorer", "TransformerExplorer", "TrainingExplorer"]
 LANGS = ("en", "zh")
 
 

@@ -38,6 +38,7 @@ def test_every_documented_example_runs_in_order():
     assert namespace["tc"].count == 3
     assert namespace["clipped"][1] is None
     assert namespace["tm"] is not None and namespace["logger"].steps == [2, 4]
+    assert namespace["run"].report.diverged_at is None and namespace["run"].clip == ("global_norm", 1.0)
 
 
 def test_the_api_has_no_star_exports_and_only_curated_names():

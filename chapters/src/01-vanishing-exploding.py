@@ -635,7 +635,8 @@ gl.plots.plot_losses({"no clipping": hist_plain.losses, "global_norm ≤ 1": his
 # overflow. With clipping every step has length at most $0.2 \times 1$: the run stays finite
 # and the loss falls from 3.9 to 0.54, but zigzags (it rises on 29 of the 79 steps), because
 # the gradient norm never drops to 1 and every step is clipped to the same length, however
-# close the minimum is.
+# close the minimum is. Chapter 11 watches such runs step by step and layer by layer, in a
+# live explorer: [11 · a ReLU network that diverges](11-watch-training.ipynb#A-ReLU-network-that-diverges-·-发散的-ReLU-网络).
 #
 # ### 2. Weight initialization · 权重初始化
 #

@@ -101,7 +101,9 @@ gl.setup(seed=0)
 #   already tiny early-layer steps further (Adam mostly undoes a global factor, except for
 #   gradients below its epsilon).
 # - **See:** [01 · the GradientExplorer](01-vanishing-exploding.ipynb#See-it:-the-GradientExplorer-·-交互探索),
-#   [01 · initialization](01-vanishing-exploding.ipynb#2.-Weight-initialization-·-权重初始化).
+#   [01 · initialization](01-vanishing-exploding.ipynb#2.-Weight-initialization-·-权重初始化),
+#   [11 · a first layer that never learns](11-watch-training.ipynb#A-first-layer-that-never-learns-·-第一层学不到东西)
+#   (its update ratios over a run).
 #
 # #### Huge gradients
 # - **Causes:** exploding: too large initial weights, a learning rate that makes each step
@@ -111,7 +113,9 @@ gl.setup(seed=0)
 # - **Fix:** an initializer matched to the activation; `tf.clip_by_global_norm` or the
 #   optimizer's `global_clipnorm=`; a lower learning rate.
 # - **See:** [01 · clipping](01-vanishing-exploding.ipynb#1.-Gradient-clipping-·-梯度裁剪),
-#   [01 · clipping in training](01-vanishing-exploding.ipynb#Clipping-in-training:-NaN-without-it,-progress-with-it).
+#   [01 · clipping in training](01-vanishing-exploding.ipynb#Clipping-in-training:-NaN-without-it,-progress-with-it),
+#   [11 · watch it train](11-watch-training.ipynb#A-ReLU-network-that-diverges-·-发散的-ReLU-网络): the
+#   step where it diverges, and what clipping and a smaller learning rate each cost.
 #
 # #### A slow or memory-hungry Jacobian
 # - **Causes:** a Python loop of `tape.gradient` calls; the full Jacobian of a batch, whose

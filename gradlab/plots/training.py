@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 from ..i18n import _
 from ..reports.training import GRAD_LOG_EDGES, RATIO_GUIDE, TrainingReport
 
-__all__ = ["plot_histograms", "plot_run", "plot_run_losses"]
+__all__ = ["frame_steps", "histogram_layers", "plot_histograms", "plot_run", "plot_run_losses", "training_plots"]
 
 
 def _layer_colors(n: int):
@@ -103,3 +103,84 @@ def plot_histograms(report: TrainingReport, step: int, layers: Sequence[int] | N
     if len(layers) <= 6:
         a1.legend(fontsize=7)
     return fig
+
+
+# --------------------------------------------------------------------------- the explorer's view
+def histogram_layers(report: TrainingReport) -> list[int]:
+    """The layers whose histograms the explorer shows: the first, the middle and the last one with
+    an activation (all layers where none has one)."""
+    with_act = [i for i, a in enumerate(report.activations) if a is not None] or list(range(report.depth))
+    return sorted({with_act[0], with_act[(len(with_act) - 1) // 2], with_act[-1]})
+
+
+def _per_layer(report: TrainingReport, values: np.ndarray, colors, *, labelled: set[int]) -> list[dict]:
+    return [{"label": report.layer_names[i] if i in labelled else "", "y": values[:, i], "color": colors[i],
+             "width": 1.2} for i in range(report.depth) if np.any(np.isfinite(values[:, i]))]
+
+
+def frame_steps(report: TrainingReport, every: int = 1) -> list[int]:
+    """The steps (1-based) the view holds histograms for: every ``every``-th one, the first and the last."""
+    return sorted({1, *range(every, report.steps_taken + 1, every), report.steps_taken})
+
+
+def training_plots(report: TrainingReport, every: int = 1) -> list[dict]:
+    """The TrainingExplorer's plot specs (:mod:`gradlab.plots.view`): over the steps the loss,
+    the gradient norm, the update ratio (with the guide) and the dead or saturated fraction per
+    layer, each with a cursor at the step slider's value; at that step, the histograms of the
+    layers of :func:`histogram_layers`. One frame per step of :func:`frame_steps` (the view's
+    ``frames``; every step unless ``every`` thins them, as the book site does)."""
+    from .view import COLORS, color_ramp, line_plot, log_limits
+
+    taken = report.steps_taken
+    steps = _steps(report).astype(np.float64)
+    # a run coming in keeps its whole width; a finished one (or one that diverged) fills the axis
+    xlim = (0.5, (report.steps if report.partial else taken) + 0.5)
+    colors = color_ramp(report.depth)
+    shown = histogram_layers(report)
+    labelled = {0, report.depth - 1, *shown}
+    cursor = COLORS["muted"]
+    common = dict(x=steps, xlim=xlim, xlabel=_("step"), cursor=cursor, height=200)
+    markers = []
+    if report.diverged_at is not None:
+        markers = [{"x": [report.diverged_at], "at": "top", "label": _("loss not finite"),
+                    "color": COLORS["nonfinite"]}]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        loss = line_plot(series=[{"label": _("loss"), "y": report.loss, "color": COLORS["forward"], "width": 1.8}],
+                         ylabel=_("loss"), title=_("loss (before each step)"), markers=markers,
+                         ylim=log_limits(report.loss, pad=1.5), **common)
+        norms = line_plot(series=_per_layer(report, report.grad_norms, colors, labelled=labelled),
+                          ylabel="‖g‖", title=_("gradient norm per layer"), ylim=log_limits(report.grad_norms),
+                          **common)
+        guide = {"label": _("guide ≈ 1e-3"), "y": np.full(taken, RATIO_GUIDE), "color": COLORS["zeros"],
+                 "dash": [6, 4], "width": 1.2}
+        ratios = line_plot(series=[*_per_layer(report, report.update_ratios, colors, labelled=labelled), guide],
+                           ylabel="‖Δθ‖/‖θ‖", title=_("update ratio ‖Δθ‖/‖θ‖ per layer"),
+                           ylim=log_limits(np.concatenate([report.update_ratios.ravel(), [RATIO_GUIDE]])), **common)
+    dead = line_plot(series=_per_layer(report, report.dead_fraction, colors, labelled=labelled), ylog=False,
+                     ylabel=_("fraction"), title=_("dead or saturated fraction per layer"), ylim=(-0.03, 1.03),
+                     **common)
+    plots = [loss, norms, ratios, dead]
+    at = [t - 1 for t in frame_steps(report, every)]
+    step_titles = [str(t + 1) for t in at]
+    acts = []
+    for i in shown:
+        edges = report.act_edges[i]
+        acts.append({"label": report.layer_names[i], "x": (edges[:-1] + edges[1:]) / 2, "y": None,
+                     "frames": [report.act_hist[t, i] for t in at], "color": colors[i], "width": 1.5})
+    top = float(np.max(report.act_hist[:, shown])) if taken else 1.0
+    xs = np.concatenate([a["x"] for a in acts])
+    plots.append(line_plot(
+        x=xs, series=acts, ylog=False, xlabel=_("layer output"), ylabel=_("count"), ylim=(0.0, 1.05 * top or 1.0),
+        xlim=(float(xs.min()), float(xs.max())), height=200,
+        titles=[_("layer outputs at step {step}").format(step=s) for s in step_titles]))
+    centers = (GRAD_LOG_EDGES[:-1] + GRAD_LOG_EDGES[1:]) / 2
+    grads = [{"label": report.layer_names[i], "y": None, "frames": [report.grad_hist[t, i] for t in at],
+              "color": colors[i], "width": 1.5} for i in shown]
+    top = float(np.max(report.grad_hist[:, shown])) if taken else 1.0
+    zeros = [", ".join(str(int(report.grad_zeros[t, i])) for i in shown) for t in at]
+    plots.append(line_plot(
+        x=centers, series=grads, ylog=False, xlabel="log₁₀ |g|", ylabel=_("count"), ylim=(0.0, 1.05 * top or 1.0),
+        xlim=(float(GRAD_LOG_EDGES[0]), float(GRAD_LOG_EDGES[-1])), height=200,
+        titles=[_("log₁₀ |g| at step {step} (zeros: {zeros})").format(step=s, zeros=z)
+                for s, z in zip(step_titles, zeros, strict=True)]))
+    return plots

@@ -14,6 +14,13 @@ A ``lines`` plot: ``x``, ``series`` (``label``, ``y``, ``color``, ``width``, ``d
 ``zmax``, ``colors`` (stops), ``title``, ``xlabel``, ``ylabel``, ``zlabel``. Colours are one
 string, or ``[light, dark]`` for the page's two themes (the picture uses the light one).
 Numbers are float64 in JSON; non-finite ones are the strings ``"inf"``, ``"-inf"``, ``"nan"``.
+
+**Frames** (chapter 11's step slider): a view whose ``frames`` is ``{"control": name, "values":
+[v0, v1, ...]}`` holds every value of that control at once, so the page moves it without the
+kernel. A series may then carry ``frames`` (one ``y`` per frame) in place of ``y``, a plot
+``titles`` (one title per frame) and ``cursor`` (a colour: a vertical line at the frame's value).
+The frame shown is the one of the control's current value (the last one beyond the end):
+:func:`at_frame` here, ``atFrame`` in the page.
 """
 
 from __future__ import annotations
@@ -24,7 +31,8 @@ import numpy as np
 
 from .live import figure_png, new_figure
 
-__all__ = ["COLORS", "STATUS_COLORS", "decade_limits", "jsonable", "line_plot", "view_figure", "view_png"]
+__all__ = ["COLORS", "STATUS_COLORS", "at_frame", "color_ramp", "decade_limits", "jsonable", "line_plot",
+           "view_figure", "view_png"]
 
 #: ``[light, dark]``: every text colour reaches a contrast of 4.5:1 on white and on #111 (dark).
 STATUS_COLORS = {
@@ -45,6 +53,15 @@ COLORS = {
     "accent": ["#8250df", "#d2a8ff"],
     "muted": ["#57606a", "#9ea7b3"],
 }
+
+
+def color_ramp(n: int, start: str = "signal", end: str = "weight") -> list[list[str]]:
+    """``n`` ``[light, dark]`` colours from :data:`COLORS` ``start`` to ``end`` (layers, input side first)."""
+
+    def mix(a: str, b: str, f: float) -> str:
+        return "#" + "".join(f"{round(int(a[i:i + 2], 16) * (1 - f) + int(b[i:i + 2], 16) * f):02x}" for i in (1, 3, 5))
+
+    return [[mix(COLORS[start][k], COLORS[end][k], i / max(n - 1, 1)) for k in (0, 1)] for i in range(n)]
 
 
 def _num(v):
@@ -97,8 +114,10 @@ def log_limits(values, *, pad: float = 4.0) -> tuple[float, float]:
 
 def line_plot(*, x, series: list[dict], xlabel: str, ylabel: str, title: str = "", title_color=None,
               ylog: bool = True, xlim=None, ylim=None, band: dict | None = None, markers: list | None = None,
-              xticks: dict | None = None, flex: float = 1, height: int = 300) -> dict:
-    """A ``lines`` plot spec (see the module docstring); the limits default to the data's."""
+              xticks: dict | None = None, flex: float = 1, height: int = 300, titles: list | None = None,
+              cursor=None) -> dict:
+    """A ``lines`` plot spec (see the module docstring); the limits default to the data's (with
+    frames, pass ``ylim``: the default reads only ``y``)."""
     x = np.asarray(x, dtype=np.float64)
     if xlim is None:
         xlim = (float(x.min()) - 0.5, float(x.max()) + 0.5) if x.size else (0.0, 1.0)
@@ -114,12 +133,50 @@ def line_plot(*, x, series: list[dict], xlabel: str, ylabel: str, title: str = "
             lo, hi = (float(fin.min()), float(fin.max())) if fin.size else (0.0, 1.0)
             pad = 0.05 * (hi - lo or 1.0)
             ylim = (lo - pad, hi + pad)
-    return jsonable({
-        "type": "lines", "x": x, "series": [dict(s, y=np.asarray(s["y"], dtype=np.float64)) for s in series],
+    spec = {
+        "type": "lines", "x": x,
+        "series": [dict(s, y=np.asarray(s["y"], dtype=np.float64)) if s.get("y") is not None else s for s in series],
         "xlabel": xlabel, "ylabel": ylabel, "title": title, "title_color": title_color, "ylog": ylog,
         "xlim": list(xlim), "ylim": list(ylim), "band": band, "markers": markers or [],
         "xticks": [[k, v] for k, v in xticks.items()] if xticks else None, "flex": flex, "height": height,
-    })
+    }
+    if titles is not None:
+        spec["titles"] = titles
+    if cursor is not None:
+        spec["cursor"] = cursor
+    return jsonable(spec)
+
+
+def frame_index(view: dict, value=None) -> int | None:
+    """The frame of ``view`` shown at ``value`` of its frame control (default: the view's own value)."""
+    frames = view.get("frames")
+    if not frames or not frames.get("values"):
+        return None
+    values = frames["values"]
+    if value is None:
+        value = (view.get("values") or {}).get(frames["control"], values[-1])
+    at = [k for k, v in enumerate(values) if v <= value]
+    return at[-1] if at else 0
+
+
+def at_frame(view: dict, value=None) -> dict:
+    """``view`` with its frames resolved at ``value`` (see the module docstring): every series has
+    its ``y``, every plot its ``title`` and, with a ``cursor``, ``cursor_x``."""
+    k = frame_index(view, value)
+    if k is None:
+        return view
+    x = view["frames"]["values"][k]
+    plots = []
+    for p in view.get("plots") or []:
+        p = dict(p)
+        if p.get("series") is not None:
+            p["series"] = [dict(s, y=s["frames"][k]) if s.get("frames") is not None else s for s in p["series"]]
+        if p.get("titles"):
+            p["title"] = p["titles"][k]
+        if p.get("cursor") is not None:
+            p["cursor_x"] = x
+        plots.append(p)
+    return dict(view, plots=plots)
 
 
 # --------------------------------------------------------------------------- the picture
@@ -136,19 +193,29 @@ def _arr(values) -> np.ndarray:
 
 
 def view_figure(view: dict, *, width: float = 7.4):
-    """A matplotlib figure of ``view``'s plots (one panel each, side by side), legend below."""
+    """A matplotlib figure of ``view``'s plots (one panel each, side by side; more than three in
+    rows of three), legend below. A view with frames is drawn at its own frame (:func:`at_frame`)."""
     from matplotlib.colors import LinearSegmentedColormap
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
+    view = at_frame(view)
     plots = view.get("plots") or []
     if not plots:
         fig, ax = new_figure((width, 1.0))
         ax.set_axis_off()
         return fig
-    ratios = [p.get("flex", 1) for p in plots]
-    fig, axes = new_figure((width, 3.9 if len(plots) == 1 else 3.6), ncols=len(plots), width_ratios=ratios)
-    axes = np.atleast_1d(axes)
+    if len(plots) > 3:
+        rows = math.ceil(len(plots) / 3)
+        fig, axes = new_figure((width * 1.35, 2.9 * rows + 0.6), nrows=rows, ncols=3)
+        axes = np.atleast_1d(axes).ravel()
+        for ax in axes[len(plots):]:
+            ax.set_axis_off()
+        axes = axes[:len(plots)]
+    else:
+        ratios = [p.get("flex", 1) for p in plots]
+        fig, axes = new_figure((width, 3.9 if len(plots) == 1 else 3.6), ncols=len(plots), width_ratios=ratios)
+        axes = np.atleast_1d(axes)
     handles = {}
     for ax, p in zip(axes, plots, strict=True):
         if p["type"] == "heatmap":
@@ -202,6 +269,8 @@ def _draw_lines(ax, p: dict, handles: dict) -> None:
             ax.plot(xs, np.full(xs.size, 0.97 if top else 0.03), "^" if top else "v", ms=7,
                     color=_light(m["color"]), transform=ax.get_xaxis_transform(), clip_on=False)
             handles.setdefault(m["label"], ("up" if top else "down", _light(m["color"])))
+    if p.get("cursor_x") is not None:
+        ax.axvline(_f(p["cursor_x"]), color=_light(p["cursor"]), lw=1, alpha=0.7)
     ax.set_xlim(*map(_f, p["xlim"]))
     ax.set_ylim(*map(_f, p["ylim"]))
     if p.get("xticks"):

@@ -285,7 +285,12 @@ def rule_diverged(report: TrainingReport) -> TrainingFinding | None:
 
 
 def rule_not_learning(report: TrainingReport) -> TrainingFinding | None:
-    """A layer's median update ratio is below :data:`FROZEN_RATIO` (the first such layer, input side first)."""
+    """A layer's median update ratio is below :data:`FROZEN_RATIO` (the first such layer, input side first).
+
+    Not on a run that diverged: there the steps before the overflow decide the ratios (a ReLU
+    layer whose units all died in them has updates of 0), not a gradient that vanished."""
+    if report.diverged_at is not None:
+        return None
     med = _median_ratios(report)
     frozen = [i for i, m in enumerate(med) if math.isfinite(m) and m < FROZEN_RATIO]
     if not frozen:

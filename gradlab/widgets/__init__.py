@@ -8,10 +8,10 @@ from .gradient_explorer import GradientExplorer
 from .tangent_explorer import TangentExplorer
 
 __all__ = ["GradientExplorer", "TangentExplorer", "JacobianViewer", "TracingLab", "TimeExplorer",
-           "TransformerExplorer"]
+           "TransformerExplorer", "TrainingExplorer"]
 
 _LAZY = {"JacobianViewer": ".jacobian_viewer", "TracingLab": ".tracing_lab", "TimeExplorer": ".time_explorer",
-         "TransformerExplorer": ".transformer_explorer"}
+         "TransformerExplorer": ".transformer_explorer", "TrainingExplorer": ".training_explorer"}
 
 
 def __getattr__(name: str):

@@ -68,9 +68,13 @@ class Slider(Control):
     kind = "range"
 
     def __init__(self, name: str, *, value, min, max, step=1, log: bool = False, integer: bool = False,
-                 digits: int = 3, description: str = "", disabled: bool = False):
+                 digits: int = 3, description: str = "", disabled: bool = False, setting: bool = True,
+                 frame: bool = False, play: str = ""):
         self.min, self.max, self.step, self.log, self.integer, self.digits = min, max, step, log, integer, digits
-        super().__init__(name, value=value, description=description, disabled=disabled)
+        #: ``frame``: the view holds every value of this slider (its frames), so the page moves it
+        #: without the kernel; ``play``: the label of a play/pause button beside it ("" none).
+        self.frame, self.play = frame, play
+        super().__init__(name, value=value, description=description, disabled=disabled, setting=setting)
 
     def bounds(self) -> tuple[float, float]:
         return (10.0 ** self.min, 10.0 ** self.max) if self.log else (self.min, self.max)
@@ -88,8 +92,12 @@ class Slider(Control):
         return float(v)
 
     def spec(self) -> dict:
-        return dict(super().spec(), min=self.min, max=self.max, step=self.step, log=self.log,
-                    digits=self.digits)
+        spec = dict(super().spec(), min=self.min, max=self.max, step=self.step, log=self.log, digits=self.digits)
+        if self.frame:
+            spec["frame"] = True
+        if self.play:
+            spec["play"] = self.play
+        return spec
 
 
 class Dropdown(Control):

@@ -73,11 +73,14 @@ EXPLORERS_SOURCE = [
     "tg = gl.TangentExplorer(w=-0.5, learning_rate=0.3)\ntg",
     # chapter 09's, small (its labels and its run button must fit like the others')
     "tx = gl.TransformerExplorer(num_layers=2, steps=100, batch_size=4)\ntx",
+    # chapter 11's, as its cell builds it
+    'tr = gl.TrainingExplorer(depth=20, activation="sigmoid", initializer="glorot_uniform", optimizer="sgd", '
+    'learning_rate=0.1, clip=None, steps=100)\ntr',
 ]
 #: The Python class of each explorer in ``scratch-explorers.ipynb``, in cell order: its root is
 #: ``[data-gradlab-explorer="<class>"]`` (gradlab/widgets/static/explorer.js).
 EXPLORER_KINDS = ["GradientExplorer", "GradientExplorer", "TimeExplorer", "JacobianViewer", "TracingLab",
-                  "TangentExplorer", "TransformerExplorer"]
+                  "TangentExplorer", "TransformerExplorer", "TrainingExplorer"]
 SCRATCH = "scratch-explorers.ipynb"
 #: The same notebook for the save-and-reopen test (its own kernel, shut down in between).
 SCRATCH_REOPEN = "scratch-reopen.ipynb"

@@ -13,6 +13,7 @@ import gradlab as gl
 from gradlab import i18n
 from gradlab.engines.mlp import MLPGradientEngine
 from gradlab.engines.rnn import TimeGradientEngine
+from gradlab.engines.training import TrainingEngine
 from gradlab.engines.transformer import TransformerGradientEngine
 from gradlab.i18n import _
 from gradlab.models.mlp import ACTIVATIONS, INITIALIZERS
@@ -21,9 +22,10 @@ from gradlab.reports.advice import gradient_advice
 from gradlab.reports.verdict import STATUS_WORDS, status_word
 from gradlab.widgets.gradient_explorer import ADVANCED, LOSS_SCALES, GradientExplorer
 from gradlab.widgets.time_explorer import TimeExplorer
+from gradlab.widgets.training_explorer import TrainingExplorer
 from gradlab.widgets.transformer_explorer import TransformerExplorer
 
-__all__ = ["TimeExplorer", "TimeGradientEngine", "TransformerExplorer", "TransformerGradientEngine",
+__all__ = ["TimeExplorer", "TimeGradientEngine", "TrainingEngine", "TrainingExplorer", "TransformerExplorer", "TransformerGradientEngine",
            "ACTIVATIONS", "ADVANCED", "LOSS_SCALES", "_", "ENGINE_SOURCES", "GradientExplorer", "INITIALIZERS",
            "MLPGradientEngine", "STATUS_COLORS", "STATUS_WORDS", "gl", "gradient_advice", "i18n",
            "status_word"]
@@ -43,4 +45,7 @@ ENGINE_SOURCES = {
                      "locale"],
     "TransformerExplorer": ["engines/transformer.py", "models/transformer.py", "reports/transformer.py", "core",
                             "widgets/transformer_explorer.py", "widgets/base.py", "widgets/controls.py", "plots/view.py", "i18n.py", "locale"],
+    "TrainingExplorer": ["engines/training.py", "engines/mlp.py", "models/mlp.py", "reports/training.py", "core",
+                         "widgets/training_explorer.py", "widgets/base.py", "widgets/controls.py", "plots/view.py",
+                         "plots/training.py", "i18n.py", "locale"],
 }

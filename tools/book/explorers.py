@@ -71,6 +71,18 @@ EXPLORERS = {
          "zh": ("无需内核的探索器：初始化时每个块的梯度，构建网站时从本章的 TransformerExplorer 读出，覆盖 1 到 24 个块、"
                 "post-LN 与 pre-LN（共 48 个设置）。训练过程（学习率、预热、梯度裁剪）需要在 notebook 中运行。")},
     ),
+    "ch11": Spec(
+        "TrainingExplorer", "11", "TrainingExplorer(",
+        {"en": ("Kernel-free explorer: runs of 100 steps computed at build time by gradlab's TrainingEngine "
+                "(float64, chapter 01's network and batch) for depths 10 and 20 × sigmoid, relu × glorot_uniform, "
+                "he_normal × SGD, Adam × learning rates 0.001, 0.01, 0.1, 0.3 × clip off or global norm 1 "
+                "(128 settings), histograms at every 5th step. Momentum, other depths, rates, steps and "
+                "thresholds, and your own model, need the notebook."),
+         "zh": ("无需内核的探索器：构建网站时由 gradlab 的 TrainingEngine 算出的 100 步训练过程（float64，第 01 章的网络和批量），"
+                "覆盖深度 10 和 20 × sigmoid、relu × glorot_uniform、he_normal × SGD、Adam × 学习率 0.001、0.01、0.1、0.3 × "
+                "不裁剪或全局范数 1（共 128 个设置），直方图每 5 步一个。动量、其他深度、学习率、步数和阈值，以及你自己的模型，"
+                "需要在 notebook 中使用。")},
+    ),
 }
 
 

@@ -92,7 +92,9 @@ def site_spec(spec: list[dict], controls: list[dict]) -> list[dict]:
     for c in spec:
         c = dict(c)
         values = grid.get(c["name"])
-        if values is None:
+        if values is None and c.get("frame"):
+            pass  # a frame control (chapter 11's step): every view holds all its values
+        elif values is None:
             c["hidden"] = True
         elif c["type"] == "range":
             labels = {json.dumps(v): lab for v, lab in c.get("options") or []}
@@ -217,9 +219,16 @@ CH05_DEFAULT = {"depth": 50, "activation": "sigmoid", "residual": True}
 
 def make_explorer(grid: str, engine=None):
     """The chapter's explorer behind a grid, as its cell builds it (``engine`` shared)."""
-    from tools.book.engines import GradientExplorer, TimeExplorer, TransformerExplorer
+    from tools.book.engines import (
+        GradientExplorer,
+        TimeExplorer,
+        TrainingExplorer,
+        TransformerExplorer,
+    )
 
     engine = engine if engine is not None else make_engine(grid)
+    if grid == "TrainingExplorer":
+        return TrainingExplorer(**CH11_DEFAULT, engine=engine, frame_every=CH11_FRAME_EVERY)
     if grid == "GradientExplorer":
         return GradientExplorer(engine=engine)
     if grid == "GradientExplorer05":
@@ -263,11 +272,35 @@ def grid_ch09(progress=print) -> None:
     view_grid("TransformerExplorer", "09", _maker("TransformerExplorer"), CH09_CONTROLS, progress)
 
 
+#: chapter 11: the runs its experiments discuss (100 steps, clip off or global norm 1), the
+#: histograms of every 5th step
+CH11_CONTROLS = [
+    {"name": "depth", "values": [10, 20]},
+    {"name": "activation", "values": ["sigmoid", "relu"]},
+    {"name": "initializer", "values": ["glorot_uniform", "he_normal"]},
+    {"name": "optimizer", "values": ["sgd", "adam"]},
+    {"name": "learning_rate", "values": [0.001, 0.01, 0.1, 0.3]},
+    {"name": "clip_mode", "values": ["off", "global_norm"]},
+]
+CH11_DEFAULT = {"depth": 20, "activation": "sigmoid", "initializer": "glorot_uniform", "optimizer": "sgd",
+                "learning_rate": 0.1, "steps": 100}
+CH11_FRAME_EVERY = 5
+
+
+def grid_ch11(progress=print) -> None:
+    view_grid("TrainingExplorer", "11", _maker("TrainingExplorer"), CH11_CONTROLS, progress)
+
+
 def make_engine(grid: str):
     """The engine a lookup grid was read from, as its chapter builds it."""
-    from tools.book.engines import MLPGradientEngine, TimeGradientEngine, TransformerGradientEngine
+    from tools.book.engines import (
+        MLPGradientEngine,
+        TimeGradientEngine,
+        TrainingEngine,
+        TransformerGradientEngine,
+    )
 
-    return {"GradientExplorer": lambda: MLPGradientEngine(**CH01_ENGINE),
+    return {"TrainingExplorer": TrainingEngine,"GradientExplorer": lambda: MLPGradientEngine(**CH01_ENGINE),
             "GradientExplorer05": lambda: MLPGradientEngine(**CH01_ENGINE),
             "TimeExplorer": TimeGradientEngine,
             "TransformerExplorer": lambda: TransformerGradientEngine(max_layers=24)}[grid]()
@@ -286,6 +319,11 @@ def recompute(grid: str, engine, settings: dict) -> dict:
     elif grid == "TimeExplorer":
         r = engine.report(s["cell"], s["steps"], s["recurrent_initializer"], s["input_scale"])
         out = {"time_step_norms": r.time_step_norms}
+    elif grid == "TrainingExplorer":
+        clip = None if s["clip_mode"] == "off" else (s["clip_mode"], s["clip_norm"])
+        r = engine.run(s["depth"], s["activation"], s["initializer"], s["optimizer"], s["learning_rate"], clip,
+                       s["steps"])
+        out = {"loss": r.loss, "grad_norms": r.grad_norms.T, "update_ratios": r.update_ratios.T}
     else:
         r = engine.report(s["num_layers"], s["norm_position"])
         out = {"layer_grad_norms": r.layer_grad_norms}
@@ -293,7 +331,8 @@ def recompute(grid: str, engine, settings: dict) -> dict:
 
 
 GRIDS = {"ch01": ("GradientExplorer", grid_ch01), "ch05": ("GradientExplorer05", grid_ch05),
-         "ch07": ("TimeExplorer", grid_ch07), "ch09": ("TransformerExplorer", grid_ch09)}
+         "ch07": ("TimeExplorer", grid_ch07), "ch09": ("TransformerExplorer", grid_ch09),
+         "ch11": ("TrainingExplorer", grid_ch11)}
 
 
 def check() -> list[str]:

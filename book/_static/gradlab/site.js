@@ -84,8 +84,11 @@
       get: function (name) { return state[name]; },
       set: function (name, value) { state[name] = value; emit("change:" + name); },
       save_changes: function () {
+        // a frame control (chapter 11's step) keeps the view: the page draws its frame
+        var k = key(state.values);
+        if (k !== null && k === shownKey) return;
         var v = view(state.values);
-        if (v) { state.view = v; emit("change:view"); }
+        if (v) { state.view = v; shownKey = k; emit("change:view"); }
       },
       on: function (name, cb) { (listeners[name] = listeners[name] || []).push(cb); },
       off: function (name, cb) {
@@ -94,6 +97,7 @@
       send: function () {},
     };
     state.view = view(state.values);
+    var shownKey = key(state.values);
     // the whole axis at once: the page moves along it without asking
     setTimeout(function () { emit("msg:custom", { type: "points", views: alongAxis(state.values) }); }, 0);
     model.on("change:values", function () {

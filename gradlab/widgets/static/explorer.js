@@ -8,8 +8,14 @@
  *   kind      the Python class name: the root carries data-gradlab-explorer="<kind>"
  *   controls  [{name, type, label, ...}]: the form controls, named after the Python controls
  *   values    {name: value}: the controls' values (the page sets it, the kernel reads it)
- *   view      what to draw: {values, epoch, report, status, notes, plots}
+ *   view      what to draw: {values, epoch, report, status, notes, plots, layout?}
+ *             (layout "stacked": the controls above the plots, for a view of many plots)
  *   axis      the name of the control the kernel computes ahead along ("" when none)
+ *
+ * A view may hold every value of a "frame" control (chapter 11's step slider): view.frames =
+ * {control, values}, series with one y per frame (frames), plots with one title per frame (titles)
+ * and a cursor at the frame's value. Moving that control then draws from the view at hand, with no
+ * message to the kernel's computation (atFrame; gradlab.plots.view.at_frame in Python).
  *
  * and custom messages {type: "points", views: [view, ...]}: views along the axis, computed ahead,
  * so a drag along it never waits for the kernel. The page draws the view of the current values,
@@ -53,11 +59,35 @@ function fmt(x, digits) {
   return String(s);
 }
 
-/** The settings of ``values`` other than ``axis``, as one key. */
-function otherKey(values, axis) {
+/** The settings of ``values`` other than ``axis`` and the frame controls, as one key. */
+function otherKey(values, axis, frames) {
   const o = {};
-  Object.keys(values || {}).sort().forEach((k) => { if (k !== axis) o[k] = values[k]; });
+  Object.keys(values || {}).sort().forEach((k) => { if (k !== axis && !(frames && frames.has(k))) o[k] = values[k]; });
   return JSON.stringify(o);
+}
+
+/** The frame of ``view`` shown at ``values``: the last whose value is at or below the control's. */
+function frameIndex(view, values) {
+  const f = view.frames;
+  if (!f || !f.values || !f.values.length) return -1;
+  const at = values && f.control in values ? values[f.control] : f.values[f.values.length - 1];
+  let k = 0;
+  f.values.forEach((v, j) => { if (v <= at) k = j; });
+  return k;
+}
+
+/** ``view`` with its frames resolved at ``values`` (gradlab.plots.view.at_frame). */
+function atFrame(view, values) {
+  const k = frameIndex(view, values);
+  if (k < 0) return view;
+  const x = view.frames.values[k];
+  return { ...view, plots: (view.plots || []).map((p) => {
+    const q = { ...p };
+    if (p.series) q.series = p.series.map((s) => (s.frames ? { ...s, y: s.frames[k] } : s));
+    if (p.titles) q.title = p.titles[k];
+    if (p.cursor) q.cursor_x = x;
+    return q;
+  }) };
 }
 
 function isDark(el) {
@@ -88,7 +118,7 @@ let uid = 0;
 function makeControl(spec, onInput, onClick) {
   const id = `gradlab-${spec.name}-${++uid}`;
   const label = el("label", { for: id, text: spec.label });
-  let input, output, get, set;
+  let input, output, extra, get, set;
   if (spec.type === "select") {
     input = el("select", { id, name: spec.name });
     const fill = (options) => {
@@ -143,6 +173,36 @@ function makeControl(spec, onInput, onClick) {
       onInput(spec.name, current, true);
     });
     input.addEventListener("change", () => onInput(spec.name, current, false));
+    if (spec.play) {
+      // play: one grid step per tick to the end, then stop (pressed again at the end: from the start)
+      let timer = null;
+      const button = el("button", { type: "button", class: "gradlab-play", "aria-label": spec.play,
+                                    "aria-pressed": "false", text: "▶" });
+      const stop = () => {
+        if (timer === null) return;
+        clearInterval(timer);
+        timer = null;
+        button.textContent = "▶";
+        button.setAttribute("aria-pressed", "false");
+        onInput(spec.name, current, false);
+      };
+      const tick = () => {
+        const pos = Number(input.value) + step;
+        if (pos > Number(input.max)) return stop();
+        input.value = String(pos);
+        current = value(pos);
+        readout();
+        onInput(spec.name, current, true);
+      };
+      button.addEventListener("click", () => {
+        if (timer !== null) return stop();
+        if (Number(input.value) + step > Number(input.max)) { input.value = String(lo); current = value(lo); readout(); }
+        button.textContent = "❚❚";
+        button.setAttribute("aria-pressed", "true");
+        timer = setInterval(tick, spec.play_ms || 100);
+      });
+      extra = button;
+    }
   } else if (spec.type === "button") {
     input = el("button", { id, name: spec.name, type: "button", text: spec.label });
     input.addEventListener("click", () => onClick(spec.name));
@@ -156,7 +216,7 @@ function makeControl(spec, onInput, onClick) {
     throw new Error(`gradlab: unknown control type ${spec.type}`);
   }
   const row = el("div", { class: `gradlab-control gradlab-control-${spec.type}` },
-    spec.type === "button" ? [input] : [label, input, output]);
+    spec.type === "button" ? [input] : [label, input, output, extra]);
   const sync = (s) => {
     input.disabled = !!s.disabled;
     row.hidden = !!s.hidden;
@@ -168,6 +228,13 @@ function makeControl(spec, onInput, onClick) {
     if (s.type === "range" && s.options && JSON.stringify(s.options) !== JSON.stringify(spec.options)) {
       spec.options = s.options;
       input.max = s.options.length - 1;
+    }
+    if (s.type === "range" && !s.options && (s.max !== spec.max || s.min !== spec.min)) {
+      spec.max = s.max;
+      spec.min = s.min;
+      input.min = String(s.min);
+      input.max = String(s.max);
+      set(get());
     }
   };
   sync(spec);
@@ -278,6 +345,18 @@ function linesPlot(U, host) {
   }
 
   function drawMarks(uu) {
+    if (spec && spec.cursor_x !== undefined && spec.cursor_x !== null) {
+      const ctx = uu.ctx, x = uu.valToPos(num(spec.cursor_x), "x", true);
+      ctx.save();
+      ctx.strokeStyle = pick(spec.cursor, dark);
+      ctx.globalAlpha = 0.7;
+      ctx.lineWidth = devicePixelRatio;
+      ctx.beginPath();
+      ctx.moveTo(x, uu.bbox.top);
+      ctx.lineTo(x, uu.bbox.top + uu.bbox.height);
+      ctx.stroke();
+      ctx.restore();
+    }
     (spec && spec.markers || []).forEach((m) => {
       const ctx = uu.ctx, r = 5 * devicePixelRatio;
       ctx.save();
@@ -414,6 +493,8 @@ async function render({ model, el: host }) {
   let epoch = -1;
   let cache = new Map();   // otherKey -> Map(axis value or "" -> view)
   let shown = null;        // the view drawn
+  let shownFrame = -1;     // and its frame
+  let frames = new Set();  // the frame controls (their values never need the kernel)
   let plots = [];          // one drawer per plot of the view
   let plotShape = "";
   let draws = 0;
@@ -429,7 +510,7 @@ async function render({ model, el: host }) {
     } else if (v.epoch !== undefined && v.epoch < epoch) {
       return;
     }
-    const k = otherKey(v.values, axis);
+    const k = otherKey(v.values, axis, frames);
     if (!cache.has(k)) cache.set(k, new Map());
     cache.get(k).set(axis ? v.values[axis] : "", v);
   }
@@ -437,7 +518,7 @@ async function render({ model, el: host }) {
   /** The view to draw for the current values: exact, else (while the axis is being moved) the
    *  nearest one along it. */
   function best() {
-    const m = cache.get(otherKey(values, axis));
+    const m = cache.get(otherKey(values, axis, frames));
     if (!m || !m.size) return null;
     if (!axis) return m.get("") || null;
     if (m.has(values[axis])) return m.get(values[axis]);
@@ -453,12 +534,15 @@ async function render({ model, el: host }) {
   function redraw() {
     const v = best();
     root.classList.toggle("gradlab-busy", !v || (axis ? v.values[axis] !== values[axis] : false));
-    if (!v || v === shown) return;
+    if (!v || (v === shown && frameIndex(v, values) === shownFrame)) return;
     draw(v);
   }
 
-  function draw(v) {
-    shown = v;
+  function draw(whole) {
+    shown = whole;
+    root.classList.toggle("gradlab-stacked", whole.layout === "stacked");
+    shownFrame = frameIndex(whole, values);
+    const v = atFrame(whole, values);
     const shape = JSON.stringify((v.plots || []).map((p) => [p.type, p.flex]));
     if (shape !== plotShape) {
       plots.forEach((p) => p.destroy());
@@ -487,7 +571,7 @@ async function render({ model, el: host }) {
     root.setAttribute("data-report", JSON.stringify(v.report || {}));
     root.setAttribute("data-draws", String(++draws));
     const exact = !axis || v.values[axis] === values[axis];
-    if (inputAt !== null && exact && otherKey(v.values, "") === otherKey(values, "")) {
+    if (inputAt !== null && exact && otherKey(v.values, "", frames) === otherKey(values, "", frames)) {
       const t0 = inputAt;
       inputAt = null;
       requestAnimationFrame(() => root.setAttribute("data-latency-ms", (performance.now() - t0).toFixed(2)));
@@ -507,6 +591,7 @@ async function render({ model, el: host }) {
     controlsBox.replaceChildren();
     wide.replaceChildren();
     controls = {};
+    frames = new Set((model.get("spec") || []).filter((s) => s.frame).map((s) => s.name));
     (model.get("spec") || []).forEach((spec) => {
       const c = makeControl({ ...spec, value: spec.name in values ? values[spec.name] : spec.value }, onInput, (name) => model.send({ type: "click", name }));
       controls[spec.name] = c;
