@@ -18,12 +18,11 @@
 # ## Setup
 
 # %%
-import time
-
 import gradlab as gl
 import keras
 import numpy as np
 import tensorflow as tf
+import time
 from gradlab.engines.training import TrainingEngine
 from gradlab.exercises import ch11
 from gradlab.models.mlp import build_mlp, make_data

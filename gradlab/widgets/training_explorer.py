@@ -209,7 +209,8 @@ class TrainingExplorer(ClipControls, Explorer):
         self._next_chunk(self._token, self._chunks(self.CHUNK), key)
 
     def _next_chunk(self, token: int, chunks, key: str) -> None:
-        if token != self._token:
+        if token != self._token or self._key() != key:
+            # newer settings came in (their draw is pending): this run's views would carry their values
             chunks.close()
             return
         report = next(chunks)

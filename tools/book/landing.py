@@ -84,7 +84,7 @@ TEXT = {
     "en": {
         "start": "Start here",
         "start_body": ("Begin with [00 · {t00}](00-introduction.html): it builds `tf.GradientTape` from zero. Then "
-                       "[01 · {t01}](01-vanishing-exploding.html). Chapters 00–04 follow the source text; 05–10 go "
+                       "[01 · {t01}](01-vanishing-exploding.html). Chapters 00–04 follow the source text; 05–11 go "
                        "beyond it and can be read in any order. Something wrong with your training right now? "
                        "Go to the [troubleshooting guide]({trouble})."),
         "need": "What you need",
@@ -117,7 +117,7 @@ TEXT = {
     "zh": {
         "start": "从这里开始",
         "start_body": ("先读 [00 · {t00}](00-introduction.html)：它从零开始介绍 `tf.GradientTape`。然后读 "
-                       "[01 · {t01}](01-vanishing-exploding.html)。第 00–04 章对应原文的各节；第 05–10 章是原文之外的"
+                       "[01 · {t01}](01-vanishing-exploding.html)。第 00–04 章对应原文的各节；第 05–11 章是原文之外的"
                        "内容，可以按任意顺序阅读。训练现在就出了问题？直接看[常见问题排查]({trouble})。"),
         "need": "需要什么",
         "need_body": ("- 阅读：本网站，任何浏览器都可以，离线也能用。\n"
