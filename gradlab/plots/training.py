@@ -15,6 +15,7 @@ from matplotlib.figure import Figure
 
 from ..i18n import _
 from ..reports.training import GRAD_LOG_EDGES, RATIO_GUIDE, TrainingReport
+from .view import COLORS, color_ramp, line_plot, log_limits
 
 __all__ = ["frame_steps", "histogram_layers", "plot_histograms", "plot_run", "plot_run_losses", "training_plots"]
 
@@ -129,8 +130,6 @@ def training_plots(report: TrainingReport, every: int = 1) -> list[dict]:
     layer, each with a cursor at the step slider's value; at that step, the histograms of the
     layers of :func:`histogram_layers`. One frame per step of :func:`frame_steps` (the view's
     ``frames``; every step unless ``every`` thins them, as the book site does)."""
-    from .view import COLORS, color_ramp, line_plot, log_limits
-
     taken = report.steps_taken
     steps = _steps(report).astype(np.float64)
     # a run coming in keeps its whole width; a finished one (or one that diverged) fills the axis

@@ -29,7 +29,7 @@ from ..models.mlp import ACTIVATIONS, INITIALIZERS
 from ..plots.training import frame_steps, training_plots
 from ..plots.view import STATUS_COLORS, view_png
 from ..train.watch import copy_optimizer, watch_training
-from .base import ClipControls, Explorer, _clip_label, running_loop
+from .base import ClipControls, Explorer, running_loop
 from .controls import Dropdown, Slider
 
 __all__ = ["TrainingExplorer"]
@@ -162,7 +162,7 @@ class TrainingExplorer(ClipControls, Explorer):
         return watch_training(self.model, optimizer=opt, steps=s["steps"], clip=s["clip"], **self._batch)
 
     def _compute(self):
-        *_, report = self._chunks(max(STEPS))
+        *_earlier, report = self._chunks(max(STEPS))
         return report
 
     def _sync(self) -> None:
@@ -257,8 +257,7 @@ class TrainingExplorer(ClipControls, Explorer):
     def _settings_text(self) -> str:
         s = self.run_settings()
         lr = f"{s['learning_rate']:g}" if "learning_rate" in s else ""
-        clip = _("clip off") if s["clip"] is None else _("clip {mode} ≤ {threshold}").format(
-            mode=_clip_label(s["clip"][0]), threshold=f"{s['clip'][1]:.3g}")
+        clip = self.clip_text()
         if self.model is None:
             return _("depth {depth} · {activation} · {initializer} · {optimizer} {lr} · {clip} · {steps} steps").format(
                 depth=s["depth"], activation=s["activation"], initializer=s["initializer"], optimizer=s["optimizer"],
