@@ -20,7 +20,18 @@ def _ratio64(before, after):
 def test_update_ratio_right_and_wrong():
     assert ch11.check_update_ratio(lambda b, a: _ratio64([t.numpy() for t in b], [t.numpy() for t in a]))
     kernel_only = ch11.check_update_ratio(lambda b, a: float(tf.norm(a[0] - b[0]) / tf.norm(b[0])))
-    assert not kernel_only
+    assert not kernel_only and "bias" in kernel_only.feedback
+    n64 = lambda ts: np.sqrt(sum(np.sum(np.float64(t.numpy()) ** 2) for t in ts))  # noqa: E731
+    d64 = lambda b, a: [np.float64(x.numpy()) - np.float64(y.numpy()) for x, y in zip(a, b, strict=True)]  # noqa: E731
+    by_after = ch11.check_update_ratio(lambda b, a: float(np.sqrt(sum(np.sum(d ** 2) for d in d64(b, a))) / n64(a)))
+    assert not by_after and "after the step" in by_after.feedback
+    squared = ch11.check_update_ratio(lambda b, a: float(sum(np.sum(d ** 2) for d in d64(b, a)) / n64(b) ** 2))
+    assert not squared and "square root" in squared.feedback
+    per_tensor = ch11.check_update_ratio(lambda b, a: float(np.mean(
+        [np.linalg.norm(d) / np.linalg.norm(np.float64(y.numpy())) for d, y in zip(d64(b, a), b, strict=True)])))
+    assert not per_tensor and "per tensor" in per_tensor.feedback
+    no_division = ch11.check_update_ratio(lambda b, a: float(np.sqrt(sum(np.sum(d ** 2) for d in d64(b, a)))))
+    assert not no_division and "divide" in no_division.feedback
     # the right formula in float32: right for ordinary weights, 0/0 for weights near 1e-22
     in_float32 = ch11.check_update_ratio(
         lambda b, a: float(tf.sqrt(sum(tf.reduce_sum(tf.square(x - y)) for x, y in zip(a, b, strict=True)))
@@ -46,6 +57,21 @@ def test_dead_fraction_right_and_wrong():
     assert not values and "every example" in values.feedback
     assert not ch11.check_dead_fraction(lambda z: float(np.mean(z.numpy() < 0)))
     assert not ch11.check_dead_fraction(lambda z: None)
+    alive = ch11.check_dead_fraction(lambda z: 1 - float(np.mean(np.all(z.numpy() <= 0, axis=0))))
+    assert not alive and "alive" in alive.feedback
+    axis1 = ch11.check_dead_fraction(lambda z: float(np.mean(np.all(z.numpy() <= 0, axis=1))))
+    assert not axis1 and "axis 1" in axis1.feedback
+    some = ch11.check_dead_fraction(lambda z: float(np.mean(np.any(z.numpy() <= 0, axis=0))))
+    assert not some and "(any)" in some.feedback
+    mean = ch11.check_dead_fraction(lambda z: float(np.mean(np.mean(z.numpy(), axis=0) <= 0)))
+    assert not mean and "on average" in mean.feedback
+
+
+def test_dead_fraction_mistakes_are_told_apart_on_the_checks_batch():
+    z = ch11._dead_batch()
+    values = [round(v, 6) for v, _text in ch11._dead_mistakes(z)]
+    values.remove(round(float(np.mean(z < 0)), 6))  # shares its words with the fraction of values <= 0
+    assert len(set(values)) == len(values) and round(ch11.dead_fraction_reference(z), 6) not in values
 
 
 # ----------------------------------------------------------------------------- exercise 3
@@ -58,6 +84,8 @@ def test_rescue_right_and_wrong():
     assert not diverges and "diverges" in diverges.feedback
     small = ch11.check_rescue({"learning_rate": 0.03})
     assert not small and "0.1" in small.feedback
+    text = ch11.check_rescue({"learning_rate": "0.3", "clip": 1.0})
+    assert not text and "a number" in text.feedback
     assert not ch11.check_rescue({"learning_rate": 0.3, "depth": 3})
     assert not ch11.check_rescue([0.3, 1.0])
     bad = ch11.check_rescue({"learning_rate": 0.3, "clip": ("sideways", 1.0)})

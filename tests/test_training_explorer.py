@@ -162,6 +162,9 @@ def test_on_a_learners_model_it_trains_a_copy_and_leaves_everything_as_it_was():
     for a, b in zip(model.get_weights(), weights, strict=True):
         np.testing.assert_array_equal(a, b)
     assert "sequential" in ex.status_text and "SGD 0.2" in ex.status_text
+    # Keras reads SGD(0.1)'s rate back in float32: the slider starts on its own 0.1, once
+    adam = gl.TrainingExplorer(model, x, y, optimizer="adam", steps=2)
+    assert adam.learning_rate.value == 0.001 and [v for _l, v in adam.learning_rate.options].count(0.001) == 1
 
 
 @pytest.mark.parametrize("kw,exc,word", [
@@ -192,5 +195,9 @@ def test_bad_input_on_a_model_names_the_argument():
         gl.TrainingExplorer(_small_model(), x, optimizer="sgd", steps=2)
     with pytest.raises(ValueError, match="learning_rate"):
         gl.TrainingExplorer(_small_model(), x, y, optimizer="sgd", steps=2, learning_rate=float("nan"))
+    with pytest.raises(ValueError, match="learning_rate"):
+        gl.TrainingExplorer(_small_model(), x, y, optimizer=keras.optimizers.SGD(-1.0), steps=2)
+    with pytest.raises(ValueError, match="depth"):
+        gl.TrainingExplorer(_small_model(), x, y, optimizer="sgd", steps=2, depth=5)
     with pytest.raises(ValueError, match="clip_mode"):
         gl.TrainingExplorer(_small_model(), x, y, optimizer="sgd", steps=2).clip_mode.value = "sideways"

@@ -140,8 +140,8 @@ plot_run(sig)
 # settles. And at every step the gradient norm falls by about a factor of four per layer
 # from the output back (chapter 01's vanishing gradient), the update ratio with it: the
 # first layer moves by about 1e-15 of its weights per step. In float64 that is still a number; in float32 it would be
-# below the rounding of the weights (2^-24 ≈ 6e-8 of them), and the first layer would not
-# move at all. The loss falls to 1.03 and stays: that is about the variance of `y`, what the
+# below the rounding of the weights (2^-24 ≈ 6e-8 of them), and the first layer's kernel
+# would not move at all (its bias, which starts at 0, still would). The loss falls to 1.03 and stays: that is about the variance of `y`, what the
 # output layer reaches alone by predicting the mean. The network below it does not help.
 
 # %% [markdown]
@@ -165,8 +165,9 @@ for name, r in opt_runs.items():
 # Adam lifts the first layer's ratio from about 1e-15 to about 1e-10, a hundred-thousand-fold,
 # and it still does not learn. Adam's step is `lr · m / (√v + ε)` with `ε = 1e-7` (Keras's
 # default). The first layer's gradient has elements near 1e-14, so `√v` is far below ε and
-# the step is `lr · g / ε`: plain SGD with a learning rate of `lr / ε = 1e4`, still far too
-# small for a gradient of 1e-14. Adam rescues small gradients only down to about ε.
+# the step is at most about `lr · g / ε` (Keras adds ε before it corrects the start-up bias
+# of `v`, which makes the early steps smaller still): SGD with a learning rate of at most
+# `lr / ε = 1e4`, still far too small for a gradient of 1e-14. Adam rescues small gradients only down to about ε.
 #
 # The run on a model you bring (below) shows it: the same 20-layer sigmoid network as a
 # Keras model in float32, with Adam's ε lowered to 1e-12:
@@ -236,8 +237,8 @@ print("largest update ratio at steps 1-6:", dead.update_ratios[:6].max(axis=1))
 # %% [markdown]
 # A unit is *dead* on the batch when its ReLU input is ≤ 0 at every example: its derivative
 # is 0 there, so no gradient reaches its weights, and no step on this batch can bring it
-# back. Here the early steps are large (the update ratio reaches about 1 at step 4, a step
-# as long as the weights), and in the middle layers units die and stay dead. For sigmoid and
+# back. Here the early steps are large (the update ratio reaches 1.7 at step 4, a step
+# longer than the weights themselves), and in the middle layers units die and stay dead. For sigmoid and
 # tanh layers the report counts *saturated* units instead: `|f'(z)|` below 1% of its
 # maximum at every example (sigmoid's `|z|` beyond about 6, tanh's beyond about 3).
 #
@@ -379,7 +380,7 @@ print("every variable as it was:", all(np.array_equal(a, v.numpy()) for a, v in 
 # | Same with Adam | First layer ≈ 1e-10: gradients below ε = 1e-7 get `lr·g/ε`; with ε = 1e-12, ≈ 1e-5 | Adam rescues small gradients only down to ε. |
 # | ReLU, depth 10, SGD 0.3 | NaN/inf at step 5 | Diverges within a few steps. |
 # | … lr 0.03 / lr 0.3 with `clip=1.0` | Loss 0.0053 / 0.17; the clip is active at 98 of 100 steps | Clipping that is always on is a fixed step length. |
-# | ReLU, depth 10, SGD 0.1 | 15 of 64 units of `hidden_5` die by step 5, after a step with ratio ≈ 1.7 | Dead units do not come back. |
+# | ReLU, depth 10, SGD 0.1 | 17 of 64 units of `hidden_5` die by step 5, after a step with ratio ≈ 1.7 | Dead units do not come back. |
 # | Learning-rate sweep | Best loss near a median ratio of 1e-3 | The guide holds per layer, for SGD on normal-sized weights. |
 
 # %% [markdown]
@@ -413,7 +414,8 @@ print(ch11.check_dead_fraction(dead_fraction))
 # %% [markdown]
 # **3. Rescue the run, keeping the large rate.** The ten-layer ReLU network diverges at a
 # learning rate of 0.3. Choose `learning_rate` (at least 0.1) and `clip` (any form
-# `gl.clip_gradients` takes) so that it does not diverge and reaches a loss below 0.05 in 100
+# `gl.clip_gradients` takes), and if you like the `optimizer` (`"sgd"`, `"momentum"` or
+# `"adam"`), so that it does not diverge and reaches a loss below 0.05 in 100
 # steps. (`clip=1.0` at 0.3 reaches only 0.17.)
 
 # %%

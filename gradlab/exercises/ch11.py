@@ -52,6 +52,31 @@ def _ratio_cases():
     return cases
 
 
+def _ratio_mistake(got, before, after) -> str:
+    """The usual mistake ``got`` matches on the ordinary case, in words ("" if none)."""
+    try:
+        value = float(np.asarray(got))
+    except (TypeError, ValueError):
+        return ""
+    b = [np.asarray(t, np.float64) for t in before]
+    a = [np.asarray(t, np.float64) for t in after]
+    sq = lambda ts: sum(np.sum(t ** 2) for t in ts)  # noqa: E731
+    delta = [x - y for x, y in zip(a, b, strict=True)]
+    per_tensor = np.mean([np.sqrt(np.sum(d ** 2) / np.sum(y ** 2)) for d, y in zip(delta, b, strict=True)])
+    known = [
+        (update_ratio_reference(b[:1], a[:1]), _("that is the kernel's ratio alone: the bias moves too; take both "
+                                                 "norms over every tensor of the layer together")),
+        (np.sqrt(sq(delta) / sq(a)), _("that divides by the weights after the step; divide by ‖θ(t)‖, before it")),
+        (sq(delta) / sq(b), _("those are squared norms: take the square root of each sum")),
+        (per_tensor, _("that averages a ratio per tensor; take one norm over all the layer's tensors together")),
+        (np.sqrt(sq(delta)), _("that is ‖Δθ‖ alone: divide it by ‖θ‖ before the step")),
+    ]
+    for want, text in known:
+        if np.isclose(value, want, rtol=1e-5, atol=0.0):
+            return text
+    return ""
+
+
 def check_update_ratio(fn) -> CheckResult:
     """Exercise 1: ``fn(before, after)`` for lists of one layer's tensors (kernel, bias) returns the ratio."""
     name = _("update ratio")
@@ -65,7 +90,8 @@ def check_update_ratio(fn) -> CheckResult:
                 return CheckResult(name, False, _("right for ordinary weights, wrong for weights near 1e-22: "
                                                   "take the norms in float64 (float32 squares below about "
                                                   "1e-38 become 0)") + " (" + result.feedback + ")")
-            return result
+            mistake = _ratio_mistake(got, before, after)
+            return CheckResult(name, False, mistake + " (" + result.feedback + ")") if mistake else result
     return CheckResult(name, True, _("the step's size relative to the weights, in float64"))
 
 
@@ -75,11 +101,37 @@ def dead_fraction_reference(z) -> float:
     return float(np.mean(np.all(z <= 0, axis=0)))
 
 
+def _dead_batch() -> np.ndarray:
+    """A ``[4, 8]`` batch on which every usual mistake gives its own value (unit 0 is exactly 0 everywhere)."""
+    z = np.round(np.random.default_rng(3).normal(size=(4, 8)) - 0.6, 1).astype("float32")
+    z[:, 0] = 0.0
+    return z
+
+
+def _dead_mistakes(z) -> list[tuple[float, str]]:
+    """``(value, words)`` of the usual wrong answers on ``z`` (distinct on :func:`_dead_batch`)."""
+    ref = dead_fraction_reference(z)
+    return [
+        (float(np.mean(np.all(z < 0, axis=0))), _("a unit whose z is exactly 0 at every example is dead too: relu's "
+                                                  "derivative at 0 is 0 (use z <= 0)")),
+        (float(np.mean(z <= 0)), _("that is the fraction of values <= 0; a unit is dead when its z is <= 0 at every "
+                                   "example of the batch (reduce over axis 0 first)")),
+        (float(np.mean(z < 0)), _("that is the fraction of values <= 0; a unit is dead when its z is <= 0 at every "
+                                  "example of the batch (reduce over axis 0 first)")),
+        (1.0 - ref, _("that is the fraction of units still alive; return the dead ones")),
+        (float(np.mean(np.all(z <= 0, axis=1))), _("that reduces over the units (axis 1); the batch is axis 0: a "
+                                                   "unit is a column")),
+        (float(np.mean(np.any(z <= 0, axis=0))), _("a unit is dead when z <= 0 at every example (all), not at some "
+                                                   "(any)")),
+        (float(np.mean(np.mean(z, axis=0) <= 0)), _("a unit with z <= 0 on average still passes a gradient from the "
+                                                    "examples where z > 0: test every example (all)")),
+    ]
+
+
 def check_dead_fraction(fn) -> CheckResult:
     """Exercise 2: ``fn(z)`` for a ReLU layer's pre-activation ``[batch, units]`` returns the dead fraction."""
     name = _("dead fraction")
-    z = np.array([[-1.0, 2.0, 0.0, -3.0, 0.5], [-0.5, -1.0, 0.0, -2.0, -0.1], [-2.0, 0.3, -1.0, -0.1, -4.0]],
-                 "float32")
+    z = _dead_batch()
     got, failed = call_answer(name, fn, tf.constant(z))
     if failed is not None:
         return failed
@@ -89,12 +141,9 @@ def check_dead_fraction(fn) -> CheckResult:
             value = float(np.asarray(got))
         except (TypeError, ValueError):
             return result
-        if abs(value - 0.4) < 1e-6:
-            return CheckResult(name, False, _("a unit whose z is exactly 0 at every example is dead too: relu's "
-                                              "derivative at 0 is 0 (use z <= 0)"))
-        if abs(value - float(np.mean(z <= 0))) < 1e-6 or abs(value - float(np.mean(z < 0))) < 1e-6:
-            return CheckResult(name, False, _("that is the fraction of values <= 0; a unit is dead when its z is "
-                                              "<= 0 at every example of the batch (reduce over axis 0 first)"))
+        for want, text in _dead_mistakes(z):
+            if abs(value - want) < 1e-6:
+                return CheckResult(name, False, text)
         return result
     return CheckResult(name, True, _("units whose z is <= 0 at every example: no gradient reaches their weights"))
 
@@ -112,7 +161,10 @@ def check_rescue(settings) -> CheckResult:
         return CheckResult(name, False, _("only learning_rate, clip and optimizer may change; got {keys}").format(
             keys=", ".join(unknown)))
     lr = settings.get("learning_rate", 0.3)
-    if not isinstance(lr, (int, float)) or lr < RESCUE_MIN_RATE:
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)):
+        return CheckResult(name, False, _("learning_rate must be a number, such as 0.3; got {value!r}").format(
+            value=lr))
+    if lr < RESCUE_MIN_RATE:
         return CheckResult(name, False, _("keep the learning rate at {least} or more: the point is to make the "
                                           "large rate work").format(least=RESCUE_MIN_RATE))
     if _ENGINE is None:

@@ -303,11 +303,12 @@ def rule_not_learning(report: TrainingReport) -> TrainingFinding | None:
             layer=_layer_word(report, i), ratio=f"{med[i]:.1e}", top=f"{top:.1e}"),
         _("its gradient vanished on the way back: use relu with he_normal, normalization or residual connections; "
           "a larger learning rate only moves the other layers faster, and Adam rescues gradients only down to "
-          "its epsilon (1e-7)"))
+          "about its epsilon (Keras's default: 1e-7)"))
 
 
 def _died(report: TrainingReport, layer: int):
-    """``(first step, count at the end, count at step 0)`` when units of ``layer`` died during the run."""
+    """``(first step, count then, count at step 0)`` when units of ``layer`` died during the run (the
+    first step at which enough more are inactive than at step 0, and still at the end)."""
     frac = report.dead_fraction[:, layer]
     if not np.all(np.isfinite(frac[:1])) or report.steps_taken < 2:
         return None
@@ -317,7 +318,7 @@ def _died(report: TrainingReport, layer: int):
     if end - counts[0] < need:
         return None
     first = int(np.argmax(counts - counts[0] >= need))
-    return first, int(end), int(counts[0])
+    return first, int(counts[first]), int(counts[0])
 
 
 def rule_units_died(report: TrainingReport) -> TrainingFinding | None:
@@ -328,14 +329,14 @@ def rule_units_died(report: TrainingReport) -> TrainingFinding | None:
         died = _died(report, layer)
         if died is None:
             continue
-        t, end, start = died
+        t, then, start = died
         prev = report.update_ratios[t - 1] if t >= 1 else None
         large = prev is not None and np.nanmax(prev) >= 10 * np.nanmedian(report.update_ratios[: max(t - 1, 1)])
         text = (_("{dead} of {units} units in {layer} died by step {step}, after a large step (update ratio {ratio})")
                 if large else _("{dead} of {units} units in {layer} died by step {step}"))
         return TrainingFinding(
             "dead-units",
-            text.format(dead=end - start, units=int(report.units[layer]), layer=_layer_word(report, layer),
+            text.format(dead=then - start, units=int(report.units[layer]), layer=_layer_word(report, layer),
                         step=t + 1, ratio=f"{np.nanmax(prev):.2g}" if large else ""),
             _("a dead unit passes no gradient and cannot come back: lower the learning rate or clip the "
               "gradients, or use leaky_relu"))

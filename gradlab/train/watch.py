@@ -53,6 +53,9 @@ def copy_optimizer(optimizer):
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         raise TypeError(f"optimizer must be a keras.optimizers.Optimizer or one of {', '.join(OPTIMIZER_NAMES)}; "
                         f"got {type(optimizer).__name__}")
+    lr = optimizer.get_config().get("learning_rate")
+    if isinstance(lr, (int, float)) and not (math.isfinite(lr) and lr > 0):
+        raise ValueError(f"the optimizer's learning_rate must be a positive number; got {lr!r}")
     return type(optimizer).from_config(optimizer.get_config())
 
 

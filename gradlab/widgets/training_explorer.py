@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from .._validate import check_int as _check_int
 from ..core import check_clip
 from ..engines.training import OPTIMIZERS, TrainingEngine, check_settings
@@ -44,6 +46,12 @@ STEPS = (10, 20, 30, 40, 50, 60, 80, 100, 150, 200)
 RUN_COLORS = {"healthy": STATUS_COLORS["healthy"], "diverged": STATUS_COLORS["non-finite"],
               "not-learning": STATUS_COLORS["vanishing"], "saturated": STATUS_COLORS["vanishing"],
               "dead-units": STATUS_COLORS["exploding"], "steps-too-large": STATUS_COLORS["exploding"]}
+
+
+def _on_grid(lr: float) -> float:
+    """``lr`` as the slider's grid value it is in float32 (an optimizer's config reads SGD(0.1)'s
+    rate back as 0.10000000149011612), else itself."""
+    return next((v for v in LEARNING_RATES if np.float32(v) == np.float32(lr)), lr)
 
 
 def _grid(values, extra) -> list:
@@ -90,6 +98,11 @@ class TrainingExplorer(ClipControls, Explorer):
                 raise ValueError("a model needs its batch: TrainingExplorer(model, x, y, optimizer=..., steps=...)")
             if engine is not None:
                 raise ValueError("engine= is for the built-in run, not for a model")
+            given = {k: v for k, v, default in (("depth", depth, 20), ("activation", activation, "sigmoid"),
+                                                 ("initializer", initializer, "glorot_uniform")) if v != default}
+            if given:
+                raise ValueError(f"{', '.join(given)} belong to the built-in run; a model is trained as it is "
+                                 f"(got {given})")
             self._optimizer = copy_optimizer(optimizer)  # checks it; the one given is never stepped
             steps = _check_int("steps", steps, 1, max(STEPS))
             clip = check_clip(clip)
@@ -102,7 +115,7 @@ class TrainingExplorer(ClipControls, Explorer):
                         or not math.isfinite(learning_rate) or learning_rate <= 0:
                     raise ValueError(f"learning_rate must be a positive number; got {learning_rate!r}")
                 lr = learning_rate
-            learning_rate = float(lr) if isinstance(lr, (int, float)) else None
+            learning_rate = _on_grid(float(lr)) if isinstance(lr, (int, float)) else None
             self.engine = None
             self._batch = dict(x=x, y=y, loss=loss, sample_weight=sample_weight)
         if isinstance(steps, int) and not 1 <= steps <= max(STEPS):
