@@ -86,6 +86,7 @@ from .update import (
     fit_optimizer,
     loss_scale,
     loss_scale_optimizer,
+    settle_loss_scale,
 )
 
 __all__ = [
@@ -134,6 +135,7 @@ __all__ = [
     "reduce_weighted",
     "resolve_loss",
     "restore",
+    "settle_loss_scale",
     "snapshot",
     "snapshot_variables",
     "split_batch",

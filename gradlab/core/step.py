@@ -113,10 +113,10 @@ class Pass:
         """The tapped layer calls (``[]`` without taps)."""
         return [] if self.taps is None else self.taps.calls
 
-    def gradients(self, sources, optimizer=None) -> list:
+    def gradients(self, sources, optimizer=None, *, scale=None) -> list:
         """Gradients of the loss with respect to ``sources`` (``None`` kept), taken of the loss
-        scaled by ``optimizer``'s loss scale and unscaled, as ``fit`` takes them."""
-        return compute_gradients(self.tape, self.loss, list(sources), optimizer)
+        scaled by ``optimizer``'s loss scale (or by ``scale``) and unscaled, as ``fit`` takes them."""
+        return compute_gradients(self.tape, self.loss, list(sources), optimizer, scale=scale)
 
 
 def forward_loss(model, x, y, *, loss, training: bool = True, sample_weight=None, taps: bool = False,

@@ -4,6 +4,8 @@ the optimizer's step, also under ``tf.distribute`` (chapters 03, 05 and 08).
 * :func:`fit_optimizer`, :func:`loss_scale`, :func:`compute_gradients`: the loss is scaled as
   ``optimizer.scale_loss`` scales it and the gradients are unscaled before anyone reads them;
   a ``mixed_float16`` model gets a ``LossScaleOptimizer`` as ``compile`` gives it.
+* :func:`settle_loss_scale`: where the scaled float16 gradients overflow, the scale a
+  ``LossScaleOptimizer`` halves down to on this batch (it skips a step at each halving).
 * :func:`apply_update`: clip, check finiteness, apply (skipping non-finite steps when asked;
   a ``LossScaleOptimizer`` sees the rescaled gradients and adapts its scale). Under a strategy
   with several replicas the replicas' gradients are summed *first*, so the norm, the clipping
@@ -14,6 +16,8 @@ the optimizer's step, also under ``tf.distribute`` (chapters 03, 05 and 08).
 
 from __future__ import annotations
 
+import math
+
 from .._env import quiet_import_tensorflow
 from .clipping import clip_gradients
 from .layers import variable_path
@@ -23,7 +27,7 @@ tf = quiet_import_tensorflow()
 import keras  # noqa: E402
 
 __all__ = ["apply_update", "check_optimizer", "compute_gradients", "fit_optimizer", "loss_scale",
-           "loss_scale_optimizer"]
+           "loss_scale_optimizer", "settle_loss_scale"]
 
 
 def check_optimizer(optimizer, variables) -> None:
@@ -82,19 +86,54 @@ def loss_scale(optimizer):
     return None
 
 
-def compute_gradients(tape, loss, variables, optimizer=None):
+def compute_gradients(tape, loss, variables, optimizer=None, *, scale=None):
     """``tape.gradient`` of ``loss`` scaled as ``optimizer.scale_loss`` scales it, then unscaled.
 
     Returns the gradients of the *unscaled* loss (``None`` kept), computed the way ``fit``
     computes them, so float16 gradients that the scale keeps from underflowing are kept.
+    ``scale`` (a number) is the loss scale to use instead of the optimizer's: the scale a
+    ``LossScaleOptimizer`` would hold after halving it (:func:`settle_loss_scale`).
     """
-    scale = None if optimizer is None else loss_scale(optimizer)
+    if scale is None:
+        scale = None if optimizer is None else loss_scale(optimizer)
+    else:
+        scale = tf.constant(float(scale), tf.float32)
     if scale is None:
         return tape.gradient(loss, variables)
     # d(scale * loss) = scale * d(loss): the scale enters as the output gradient, exactly where
     # optimizer.scale_loss puts it, so every float16 gradient below it is scaled up.
     grads = tape.gradient(loss, variables, output_gradients=tf.cast(scale, loss.dtype))
     return [None if g is None else map_values(g, lambda v: v / tf.cast(scale, v.dtype)) for g in grads]
+
+
+def settle_loss_scale(gradients_at, scale: float):
+    """The loss scale a ``LossScaleOptimizer`` settles on when the gradients at ``scale`` overflow.
+
+    On a step whose scaled float16 gradients hold inf/NaN, a ``LossScaleOptimizer`` skips the
+    update and halves its scale; on this batch it does so until the gradients are finite.
+    ``gradients_at(s)`` returns the unscaled gradients taken at loss scale ``s``
+    (:func:`compute_gradients` with ``scale=s``). Returns ``(settled scale, its gradients, number
+    of halvings)``, one skipped step per halving, or ``None`` when no halving down to a scale of
+    1 (the loss's own size) gives finite gradients: then the overflow is not the scale's doing
+    (a NaN, or float16 gradients too large for float16 without any scale). The smallest scale is
+    tried first, so that such a case costs one extra backward pass.
+    """
+    scale = float(scale)
+    if not math.isfinite(scale) or scale < 2:
+        return None
+    most = int(math.floor(math.log2(scale)))  # the halvings that keep the scale at 1 or above
+    last = gradients_at(scale / 2.0**most)
+    if not _finite(last):
+        return None
+    for k in range(1, most):
+        grads = gradients_at(scale / 2.0**k)
+        if _finite(grads):
+            return scale / 2.0**k, grads, k
+    return scale / 2.0**most, last, most
+
+
+def _finite(grads) -> bool:
+    return bool(all_finite([g for g in grads if g is not None]).numpy())
 
 
 

@@ -256,12 +256,26 @@ class _Tapped:
     time_norms: np.ndarray | None
     #: ``variable index -> Cause`` for the variables that feed only an output compiled without a loss.
     no_loss: dict = dataclasses.field(default_factory=dict)
+    #: Where the scaled float16 gradients overflowed at the optimizer's loss scale: the halved
+    #: scale the gradients above were taken at (:func:`gradlab.core.settle_loss_scale`), else ``None``.
+    settled_scale: float | None = None
+
+
+def _settled_scale(inp: _Inputs, p, grads) -> float | None:
+    """The loss scale a LossScaleOptimizer halves down to on this batch when the scaled float16
+    gradients of the variables (``grads``, at its scale) overflow, from the same pass (``None``:
+    they do not overflow, or no halving makes them finite)."""
+    if inp.scale is None or bool(core.all_finite(grads).numpy()) or not math.isfinite(float(p.loss.numpy())):
+        return None
+    settled = core.settle_loss_scale(lambda s: p.gradients(inp.variables, scale=s), float(inp.scale.numpy()))
+    return None if settled is None else settled[0]
 
 
 def _tapped_pass(inp: _Inputs) -> _Tapped:
     """The core's forward and loss with every leaf layer tapped; gradients of the loss (scaled by
     the optimizer's loss scale, then unscaled, as ``fit`` takes them) for the variables, each
-    call's pre-activation (or outputs) and the first recurrent layer's input."""
+    call's pre-activation (or outputs) and the first recurrent layer's input. Where that scale
+    overflows float16, the gradients are taken at the scale the optimizer halves it down to."""
     p = core.forward_loss(inp.model, inp.x, inp.y, loss=inp.loss, training=inp.training, sample_weight=inp.sw,
                           taps=True, persistent=True)
     calls = p.calls
@@ -272,6 +286,9 @@ def _tapped_pass(inp: _Inputs) -> _Tapped:
     flat = [t for ts in signal_targets for t in ts]
     n = len(inp.variables)
     all_grads = p.gradients(inp.variables + flat + rnn_inputs, inp.optimizer if inp.scale is not None else None)
+    settled = _settled_scale(inp, p, all_grads[:n])
+    if settled is not None:  # the gradients the optimizer applies once it has halved its scale
+        all_grads = p.gradients(inp.variables + flat + rnn_inputs, scale=settled)
     heads = lossless_outputs(inp.model) if inp.loss.kind == "compiled" else []
     no_loss = lossless_head_causes(p.tape, p.y_pred, inp.variables, all_grads[:n], heads) if heads else {}
     del p.tape
@@ -280,7 +297,7 @@ def _tapped_pass(inp: _Inputs) -> _Tapped:
     if recurrent is not None and rnn_grad and rnn_grad[0] is not None and rnn_grad[0].shape.rank >= 2:
         time_norms = core.step_norms(rnn_grad[0], recurrent.mask)
     return _Tapped(p.loss, calls, signal_targets, all_grads[:n], all_grads[n:n + len(flat)], recurrent, time_norms,
-                   no_loss)
+                   no_loss, settled)
 
 
 # ----------------------------------------------------------------------------- stage 3: statistics
@@ -423,18 +440,7 @@ def _verdict(inp: _Inputs, tp: _Tapped, layer_stats) -> _Finding:
     return _with_time_verdict(inp, tp, _with_batchnorm(inp, tp.calls, f))
 
 
-# ----------------------------------------------------------------------------- stage 6: overflow re-run
-def _loss_scale_overflow(inp: _Inputs, tp: _Tapped, var_stats, saved) -> bool:
-    """Did only the *scaled* float16 gradients overflow? Re-run without the scale and look."""
-    if inp.scale is None or all(vs.grad_finite for vs in var_stats) or not math.isfinite(float(tp.loss.numpy())):
-        return False
-    _value, plain = core.loss_and_gradients(inp.model, inp.x, inp.y, loss=inp.loss, variables=inp.variables,
-                                            training=inp.training, sample_weight=inp.sw)
-    core.restore(saved)
-    return bool(core.all_finite(plain).numpy())
-
-
-# ----------------------------------------------------------------------------- stage 7: causes
+# ----------------------------------------------------------------------------- stage 6: causes
 def _explain(inp: _Inputs, grads, var_stats, overflow: bool, saved, no_loss=None) -> tuple[dict, str | None]:
     """Why gradients are ``None`` and where a NaN is born (:mod:`gradlab.reports.causes`); ``no_loss``
     (an output compiled without a loss, :func:`gradlab.reports.causes.lossless_head_causes`) names the
@@ -508,6 +514,10 @@ def inspect_training_step(
     ``optimizer`` (default: the compiled optimizer, if any): with a ``LossScaleOptimizer`` the
     gradients are taken of the scaled loss and unscaled, as ``fit`` takes them, and the loss
     scale is shown; a ``mixed_float16`` model without one gets the scale ``compile`` would give it.
+    Where the scaled float16 gradients overflow at that scale (a fresh model with a large loss at
+    Keras's initial 32768), the optimizer skips the step and halves its scale: the report says so
+    (status ``"loss-scale-overflow"``) and shows the unscaled gradients at the scale it halves
+    down to on this batch (``settled_loss_scale``).
 
     The report holds
 
@@ -539,7 +549,7 @@ def inspect_training_step(
         var_stats = _variable_stats(inp, tp.grads)
         layer_stats = _layer_stats(inp, tp, var_stats)
         finding = _verdict(inp, tp, layer_stats)
-        overflow = _loss_scale_overflow(inp, tp, var_stats, saved)
+        overflow = tp.settled_scale is not None
         none_causes, source = _explain(inp, tp.grads, var_stats, overflow, saved, tp.no_loss)
     finally:
         core.restore(saved)
@@ -559,6 +569,7 @@ def inspect_training_step(
         time_step_layer=None if tp.recurrent is None else tp.recurrent.name,
         recurrent_kind=None if tp.recurrent is None else type(tp.recurrent.layer).__name__,
         loss_scale=None if inp.scale is None else float(inp.scale.numpy()), loss_scale_overflow=overflow,
+        settled_loss_scale=tp.settled_scale,
         batchnorm=tuple(finding.batchnorm), normalizers=tuple(finding.normalizers),
         default_loss=inp.loss.default_for_custom_step, none_causes=none_causes, nonfinite_source=source,
         tracing_count=count, tracing_count_before=before, traced_this_call=traced,
@@ -589,6 +600,7 @@ def _report(inp: _Inputs, context: StepContext, finding: _Finding, step_loss, fo
         time_step_norms=context.time_step_norms,
         time_step_layer=context.time_step_layer,
         loss_scale=context.loss_scale,
+        settled_loss_scale=context.settled_loss_scale,
         loss_description=inp.loss.description,
         training=inp.training,
         custom_train_step=inp.loss.kind != "given" and core.has_custom_train_step(inp.model),

@@ -101,7 +101,8 @@ class StepReport:
     findings in plain words, each with its fix. ``status`` is the word of the first problem that
     has one (:data:`gradlab.reports.rules.STATUS_OF_PROBLEM`: ``"non-finite"``, ``"dead-units"`` when
     a ReLU layer has dead units, ``"vanishing"``/``"exploding"`` for the signal, over time, or a huge
-    global norm), else the verdict's word for the back-propagated signal (``healthy``, or ``uneven``
+    global norm, ``"loss-scale-overflow"`` when the scaled float16 gradients overflow and nothing
+    else is wrong), else the verdict's word for the back-propagated signal (``healthy``, or ``uneven``
     when normalization layers carry the change), or ``"n/a"`` when the model gave no per-layer
     signal; ``message`` is its explanation, with the layers named as in the table; ``verdict`` is the :class:`gradlab.reports.verdict.Verdict` itself
     (finding, advice, ratio, gain and the kind of cause apart), ``None`` for ``"n/a"``.
@@ -136,6 +137,10 @@ class StepReport:
     time_step_layer: str | None = None
     #: The loss scale of a ``LossScaleOptimizer`` (mixed precision) the gradients were taken with.
     loss_scale: float | None = None
+    #: When the scaled float16 gradients overflow at ``loss_scale``: the halved scale the optimizer
+    #: settles on for this batch (one skipped step per halving), which the reported gradients were
+    #: taken at and unscaled from (:func:`gradlab.core.settle_loss_scale`); ``None`` otherwise.
+    settled_loss_scale: float | None = None
     #: What the loss is: ``"mean squared error + model.losses"``, the compiled loss, or ``loss_fn``.
     loss_description: str = ""
     training: bool = True
@@ -216,7 +221,11 @@ class StepReport:
                                                  last=_fmt(t[-1])))
         if self.custom_train_step:
             lines.append(_("  loss: {description}").format(description=self.loss_description))
-        if self.loss_scale is not None:
+        if self.loss_scale is not None and self.settled_loss_scale is not None:
+            lines.append(_("  mixed precision: compute {dtype}, loss scale {scale} overflows float16; the gradients "
+                           "above are unscaled from the loss scale {settled}").format(
+                dtype=self.compute_dtype, scale=f"{self.loss_scale:g}", settled=f"{self.settled_loss_scale:g}"))
+        elif self.loss_scale is not None:
             lines.append(_("  mixed precision: compute {dtype}, loss scale {scale}").format(
                 dtype=self.compute_dtype, scale=f"{self.loss_scale:g}"))
         if self.status != "n/a":

@@ -11,7 +11,8 @@ change that normalization layers carry (:func:`gradlab.reports.verdict.uneven`);
 :func:`report_status` makes the inspector's status follow its first problem that has a word
 (:data:`STATUS_OF_PROBLEM`): ``"dead-units"`` for a ReLU layer whose units never fire
 (:mod:`gradlab.reports.units`), which is never called healthy, ``"exploding"`` for a huge global
-norm, ``"non-finite"`` for NaN/inf.
+norm, ``"non-finite"`` for NaN/inf, ``"loss-scale-overflow"`` when the only trouble is scaled
+float16 gradients that overflow at the optimizer's loss scale (the step a LossScaleOptimizer skips).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from .report import LayerStats, Problem, VariableStats
 from .units import DeadUnits, dead_layers
 from .verdict import Verdict, uneven
 
-__all__ = ["RULES", "STATUS_OF_PROBLEM", "StepContext", "problems", "report_status", "step_status"]
+__all__ = ["GIVES_WAY", "RULES", "STATUS_OF_PROBLEM", "StepContext", "problems", "report_status", "step_status"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,8 +54,10 @@ class StepContext:
     time_step_layer: str | None = None
     recurrent_kind: str | None = None
     loss_scale: float | None = None
-    #: The scaled float16 gradients overflowed while the unscaled ones are finite.
+    #: The scaled float16 gradients overflowed at ``loss_scale`` while a halved scale gives finite ones.
     loss_scale_overflow: bool = False
+    #: The halved loss scale the gradients were taken at when ``loss_scale`` overflowed (else ``None``).
+    settled_loss_scale: float | None = None
     #: Plain-words findings about the BatchNormalization statistics of this pass.
     batchnorm: tuple[str, ...] = ()
     #: Normalization layers across which the signal changes size (the verdict's cause).
@@ -251,13 +254,24 @@ def _none(c: StepContext) -> Problem | None:
 def _loss_scale_overflow(c: StepContext) -> Problem | None:
     if not c.loss_scale_overflow:
         return None
+    scale, settled = c.loss_scale, c.settled_loss_scale
+    halvings = round(math.log2(scale / settled)) if scale and settled else 1
+    settles = ngettext(
+        "On this batch it skips {n} step and settles on the loss scale {settled}; the gradients in this report are "
+        "the unscaled gradients taken at that scale.",
+        "On this batch it skips {n} steps and settles on the loss scale {settled}; the gradients in this report "
+        "are the unscaled gradients taken at that scale.", halvings).format(n=halvings, settled=f"{settled:g}")
     return Problem(
         "loss-scale-overflow",
-        _("With the loss scale {scale} the float16 gradients overflow: a LossScaleOptimizer skips this step "
-          "and halves the scale (normal in the first steps of mixed-precision training; the unscaled gradients "
-          "are what this report shows).").format(scale=f"{c.loss_scale:g}"),
-        _("nothing to do if it happens only in the first steps; if every step overflows, look for layers whose "
-          "float16 outputs are huge, or keep them in float32 (dtype='float32')."),
+        join_sentences(
+            _("With the loss scale {scale} the scaled float16 gradients overflow (float16's largest value is 65504): "
+              "a LossScaleOptimizer skips this step and halves the scale, which is normal in the first steps of "
+              "mixed-precision training.").format(scale=f"{scale:g}"),
+            settles),
+        _("nothing to do: the optimizer finds a scale that fits by itself. If the scale keeps falling during "
+          "training (watch optimizer.dynamic_scale), the gradients are large: a large loss (unnormalized targets, "
+          "a sum instead of a mean) or layers whose float16 outputs are huge; normalize those, or keep such "
+          "layers in float32 (dtype='float32')."),
     )
 
 
@@ -500,8 +514,12 @@ STATUS_OF_PROBLEM = {
     "non-finite-weights": "non-finite", "non-finite-forward": "non-finite", "non-finite-loss": "non-finite",
     "non-finite-gradient": "non-finite", "dead-units": "dead-units", "vanishing": "vanishing",
     "exploding": "exploding", "vanishing-through-time": "vanishing", "exploding-through-time": "exploding",
-    "large-gradient": "exploding",
+    "large-gradient": "exploding", "loss-scale-overflow": "loss-scale-overflow",
 }
+
+#: The problems whose word gives way to any other problem's: a loss-scale overflow is normal and
+#: the optimizer handles it, so a real problem found at the settled scale names the status.
+GIVES_WAY = ("loss-scale-overflow",)
 
 
 def step_status(verdict: Verdict | None, status: str, message: str, *,
@@ -529,8 +547,11 @@ def report_status(found, status: str, message: str) -> tuple[str, str]:
     ``"exploding"`` even where normalization layers make the ratio merely ``"uneven"``. When that
     word is the verdict's own, the verdict's message stays; otherwise the message is the problem's
     finding. With no such problem the verdict's word (``healthy``, ``uneven``, ``n/a``) stays.
+    A problem of :data:`GIVES_WAY` names the status only when no other problem has a word: a
+    loss-scale overflow alone reads ``"loss-scale-overflow"``, not the ``"non-finite"`` its
+    skipped step's gradients would give, nor the verdict's word on the settled scale's gradients.
     """
-    for p in found:
+    for p in sorted(found, key=lambda p: p.kind in GIVES_WAY):
         word = STATUS_OF_PROBLEM.get(p.kind)
         if word is not None:
             return (status, message) if word == status else (word, p.finding)

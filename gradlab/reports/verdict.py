@@ -126,7 +126,7 @@ _ADVICE = {
 #: The status words as a learner reads them (the statuses themselves stay English identifiers).
 STATUS_WORDS = {"healthy": N_("healthy"), "vanishing": N_("vanishing"), "exploding": N_("exploding"),
                 "non-finite": N_("non-finite"), "uneven": N_("uneven"), "dead-units": N_("dead units"),
-                "n/a": N_("n/a")}
+                "loss-scale-overflow": N_("loss-scale overflow"), "n/a": N_("n/a")}
 
 
 def status_word(status: str) -> str:
