@@ -211,7 +211,7 @@ clipped = run(depth=10, activation="relu", initializer="he_normal", optimizer="s
 for name, r in (("lr 0.3", div), ("lr 0.03", slow), ("lr 0.3, clip 1", clipped)):
     total = np.sqrt(np.sum(r.grad_norms**2, axis=1))  # the global norm at each step
     print(f"{name:15s} steps {r.steps_taken:3d}  final loss {r.loss[-1]:.3g}  "
-          f"global norm above 1 at {np.sum(total > 1.0)} steps  status {r.status}")
+          f"global norm above 1 at {np.sum(total > 1.0)} steps  status {gl.reports.verdict.status_word(r.status)}")
 plot_run_losses([div, slow, clipped], ["lr 0.3", "lr 0.03", "lr 0.3, clip=1.0"])
 
 # %% [markdown]
@@ -263,7 +263,7 @@ print(" lr      median ratio   final loss   status")
 for lr in (0.001, 0.003, 0.01, 0.03, 0.1, 0.2):
     r = run(depth=10, activation="relu", initializer="he_normal", optimizer="sgd", learning_rate=lr, steps=100)
     rows = r.update_ratios[:-1] if r.diverged_at else r.update_ratios
-    print(f" {lr:<6g}  {np.median(rows):<13.2g}  {r.loss[-1]:<11.3g}  {r.status}")
+    print(f" {lr:<6g}  {np.median(rows):<13.2g}  {r.loss[-1]:<11.3g}  {gl.reports.verdict.status_word(r.status)}")
 
 # %% [markdown]
 # Where it holds: the best run here (0.03) has a median ratio near 1e-3; ten times smaller

@@ -87,11 +87,13 @@ def check_update_ratio(fn) -> CheckResult:
         result = check_array(name, got, update_ratio_reference(before, after), rtol=1e-6, atol=0.0)
         if not result.ok:
             if before[0].size == 25:
-                return CheckResult(name, False, _("right for ordinary weights, wrong for weights near 1e-22: "
-                                                  "take the norms in float64 (float32 squares below about "
-                                                  "1e-38 become 0)") + " (" + result.feedback + ")")
-            mistake = _ratio_mistake(got, before, after)
-            return CheckResult(name, False, mistake + " (" + result.feedback + ")") if mistake else result
+                mistake = _("right for ordinary weights, wrong for weights near 1e-22: take the norms in float64 "
+                            "(float32 squares below about 1e-38 become 0)")
+            else:
+                mistake = _ratio_mistake(got, before, after)
+            if not mistake:
+                return result
+            return CheckResult(name, False, _("{mistake} ({detail})").format(mistake=mistake, detail=result.feedback))
     return CheckResult(name, True, _("the step's size relative to the weights, in float64"))
 
 

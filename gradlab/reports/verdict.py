@@ -126,7 +126,10 @@ _ADVICE = {
 #: The status words as a learner reads them (the statuses themselves stay English identifiers).
 STATUS_WORDS = {"healthy": N_("healthy"), "vanishing": N_("vanishing"), "exploding": N_("exploding"),
                 "non-finite": N_("non-finite"), "uneven": N_("uneven"), "dead-units": N_("dead units"),
-                "loss-scale-overflow": N_("loss-scale overflow"), "n/a": N_("n/a")}
+                "loss-scale-overflow": N_("loss-scale overflow"), "n/a": N_("n/a"),
+                # a training run's (gradlab.reports.training)
+                "diverged": N_("diverged"), "not-learning": N_("not learning"), "saturated": N_("saturated"),
+                "steps-too-large": N_("steps too large"), "stalled": N_("stalled"), "running": N_("running")}
 
 
 def status_word(status: str) -> str:
