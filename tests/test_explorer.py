@@ -36,15 +36,20 @@ def small_engine():
     return MLPGradientEngine(width=8, batch_size=8, max_depth=100)
 
 
+#: One of each explorer, small where the constructor allows it (built on demand: a test of one
+#: explorer builds that one only, not all five).
+MAKERS = {
+    "gradient": lambda: gl.GradientExplorer(depth=6, width=8, batch_size=8, advanced=True),
+    "time": lambda: gl.TimeExplorer(steps=20, units=8, batch_size=8),
+    "jacobian": lambda: gl.JacobianViewer(size=4),
+    "tracing": lambda: gl.TracingLab(value=0.1, mode="tensor"),
+    "tangent": lambda: gl.TangentExplorer(),
+}
+
+
 def _every_explorer():
     """One of each explorer, small where the constructor allows it."""
-    return {
-        "gradient": gl.GradientExplorer(depth=6, width=8, batch_size=8, advanced=True),
-        "time": gl.TimeExplorer(steps=20, units=8, batch_size=8),
-        "jacobian": gl.JacobianViewer(size=4),
-        "tracing": gl.TracingLab(value=0.1, mode="tensor"),
-        "tangent": gl.TangentExplorer(),
-    }
+    return {name: make() for name, make in MAKERS.items()}
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +91,7 @@ def test_one_change_handler_per_control(explorers):
 @pytest.mark.parametrize("name", list(CHANGES))
 def test_no_retrace_after_warm_up_exact_zero(name):
     """After one pass over the changes (warm-up), the same changes trace nothing new: delta 0."""
-    e = _every_explorer()[name]
+    e = MAKERS[name]()  # a fresh one: these tests count its traces
     for change in CHANGES[name] * 2:  # warm-up: every mode used once
         e.set(**change)
     for change in CHANGES[name]:
@@ -102,7 +107,7 @@ def test_no_retrace_after_warm_up_exact_zero(name):
 @pytest.mark.parametrize("name", list(CHANGES))
 def test_the_view_is_numbers_not_pictures(name):
     """After every change the kernel sends numbers in JSON (non-finite ones spelled out), never a picture."""
-    e = _every_explorer()[name]
+    e = MAKERS[name]()  # a fresh one: these tests count its traces
     for change in CHANGES[name]:
         e.set(**change)
         text = json.dumps(e.view, allow_nan=False)  # NaN/inf would be invalid JSON for the page

@@ -4,7 +4,7 @@ The site is built once per session from the current sources (``tools/book/build.
 half a minute) unless build/book/ is newer than every input. Pages are opened from
 ``file://``, as a reader opening build/book/index.html would. Every page must load with no
 console error, no failed request and no request to another host, and must not scroll sideways
-at 1366 px; links and anchors resolve; the language switch lands on the same chapter; search
+at 1366 px nor on a 390 px phone (one sweep: each page loaded at 390 px, then widened); links and anchors resolve; the language switch lands on the same chapter; search
 finds chapter 01 in both editions; the kernel-free explorer's controls change the plot, its
 ``data-report`` equals ``MLPGradientEngine().report(...)`` to the stored precision, and its
 status line is the kernel's ``GradientExplorer.status_text``. The change-to-frame latency
@@ -70,24 +70,70 @@ def open_page(pg, path: Path, wait_ms: int = 300):
 
 
 # --------------------------------------------------------------------------- every page
-def test_every_page_loads_clean_and_fits(site, page):
-    """No console error, failed request or other host; no sideways scroll at 1366 px; alt text."""
-    problems = []
+#: A phone's width (issue 37): no page may scroll sideways or cut anything off in an article.
+PHONE = 390
+OVERFLOW_JS = """() => {
+  const vw = document.documentElement.clientWidth, bad = [];
+  const scrolls = (el) => { for (let a = el.parentElement; a && a !== document.body; a = a.parentElement) {
+      const o = getComputedStyle(a).overflowX; if (o === 'auto' || o === 'scroll') return true; } return false; };
+  for (const el of document.querySelectorAll('.bd-article *, main *, body > *')) {
+    if (el.closest('mjx-container, .math, .bd-sidebar-primary, .bd-sidebar-secondary, dialog')) continue;
+    const r = el.getBoundingClientRect();
+    if (!r.width) continue;
+    const o = getComputedStyle(el).overflowX;
+    if (r.right > vw + 1 && !scrolls(el)) bad.push(`${el.tagName}.${el.className} ends at ${Math.round(r.right)} px`);
+    else if ((o === 'hidden' || o === 'clip') && el.scrollWidth > el.clientWidth + 1 && el.closest('.bd-article'))
+      bad.push(`${el.tagName}.${el.className} clips ${el.scrollWidth} px into ${el.clientWidth} px`);
+    if (bad.length > 3) break;
+  }
+  return {scroll: document.documentElement.scrollWidth, client: vw, bad};
+}"""
+
+
+def _laptop_problems(pg, rel: str) -> list[str]:
+    """The page just opened, at 1366 px: console errors, failed requests, other hosts, width, alt text."""
+    problems = [f"{rel}: {line}" for line in pg.gradlab_log]
+    width = pg.evaluate("document.documentElement.scrollWidth")
+    if width > WIDTH:
+        problems.append(f"{rel}: scrolls sideways ({width} px > {WIDTH} px)")
+    no_alt = pg.evaluate("[...document.images].filter(i => !i.alt || !i.alt.trim() "
+                         "|| /[.](png|jpe?g|svg)$/.test(i.alt)).length")  # a file name is no alt text
+    if no_alt:
+        problems.append(f"{rel}: {no_alt} image(s) without alt text")
+    data = [u for u in pg.gradlab_requests if "/data/" in u]
+    if data and not pg.locator("[data-gradlab-explorer]").count():
+        problems.append(f"{rel}: loads explorer data without an explorer: {data[:2]}")
+    return problems
+
+
+def _phone_problems(pg, rel: str) -> list[str]:
+    """The 390 px page just loaded: wider than the screen, or something in an article cut off."""
+    r = pg.evaluate(OVERFLOW_JS)
+    problems = [f"{rel} at {PHONE} px: {b}" for b in r["bad"]]
+    if r["scroll"] > r["client"]:
+        problems.insert(0, f"{rel} at {PHONE} px: scrolls sideways ({r['scroll']} px > {r['client']} px)")
+    return problems
+
+
+def test_every_page_loads_clean_and_fits_a_phone_and_a_laptop(site, page):
+    """One sweep over every page, each loaded once, fresh, on a 390 px phone: no page is wider
+    than the screen and nothing in an article is cut off (code blocks, outputs and tables scroll
+    inside their own box; issue 37). The same page widened to 1366 px: no sideways scroll; and
+    from its load: no console error, failed request or other host, alt text on every image, no
+    explorer data without an explorer. Waits as when these were two sweeps: the phone is read
+    150 ms after load, the laptop 300 ms after load (MathJax typesets after load; the explorer's
+    plots follow their box through a ResizeObserver, as the dark-mode test's phone does)."""
+    laptop_problems, phone_problems = [], []
     for path in pages(site):
-        open_page(page, path)
         rel = path.relative_to(site).as_posix()
-        problems += [f"{rel}: {line}" for line in page.gradlab_log]
-        width = page.evaluate("document.documentElement.scrollWidth")
-        if width > WIDTH:
-            problems.append(f"{rel}: scrolls sideways ({width} px > {WIDTH} px)")
-        no_alt = page.evaluate("[...document.images].filter(i => !i.alt || !i.alt.trim() "
-                               "|| /[.](png|jpe?g|svg)$/.test(i.alt)).length")  # a file name is no alt text
-        if no_alt:
-            problems.append(f"{rel}: {no_alt} image(s) without alt text")
-        data = [u for u in page.gradlab_requests if "/data/" in u]
-        if data and not page.locator("[data-gradlab-explorer]").count():
-            problems.append(f"{rel}: loads explorer data without an explorer: {data[:2]}")
-    assert not problems, "\n".join(problems[:40])
+        page.set_viewport_size({"width": PHONE, "height": 844})
+        open_page(page, path, wait_ms=150)  # a fresh load at 390 px
+        phone_problems += _phone_problems(page, rel)
+        page.set_viewport_size({"width": WIDTH, "height": 900})
+        page.wait_for_timeout(150)
+        laptop_problems += _laptop_problems(page, rel)
+    problems = laptop_problems[:40] + phone_problems[:40]  # neither width's list hides the other's
+    assert not problems, "\n".join(problems)
 
 
 class _Links(html.parser.HTMLParser):
