@@ -73,8 +73,10 @@ def scope_of(nodeid: str) -> str:
 #: ``make test --durations``, two workers on the 2-core CI machine). Only their order matters:
 #: units missing here count as :data:`DEFAULT_UNIT_SECONDS` and keep their collection order.
 UNIT_SECONDS = {
-    BROWSER_PREFIX: 200,
+    BROWSER_PREFIX: 420,  # 375 s quiet at the last stop, and chapter 11's page tests
     "09-transformers.ipynb": 190,
+    "11-watch-training.ipynb": 45,
+    "tests/test_training_run.py": 35,
     "07-through-time.ipynb": 98,
     "08-distributed.ipynb": 75,
     "04-summary.ipynb": 72,

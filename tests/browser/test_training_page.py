@@ -56,7 +56,7 @@ def test_lab_training_explorer_runs_in_the_kernel_and_steps_in_the_page(page_of,
     rep = view.wait_report(page, tr, {"depth": 10, "activation": "relu", "initializer": "he_normal",
                                       "learning_rate": 0.3})
     page.wait_for_function("(el) => JSON.parse(el.getAttribute('data-report')).status !== 'running'",
-                           arg=tr.element_handle(), timeout=60_000)
+                           arg=tr.element_handle(), timeout=180_000)
     rep = view.report(tr)
     r = engine.run(10, "relu", "he_normal", "sgd", 0.3, None, 100)
     assert rep["diverged_at"] == r.diverged_at == 5 and rep["status"] == "diverged"
@@ -67,7 +67,7 @@ def test_lab_training_explorer_runs_in_the_kernel_and_steps_in_the_page(page_of,
     view.set_control(tr, "clip_mode", "global_norm")
     page.wait_for_function("""(el) => { const r = JSON.parse(el.getAttribute('data-report'));
         return r.settings.clip_mode === 'global_norm' && r.status !== 'running'; }""",
-                           arg=tr.element_handle(), timeout=60_000)
+                           arg=tr.element_handle(), timeout=180_000)
     rep = view.report(tr)
     r = engine.run(10, "relu", "he_normal", "sgd", 0.3, ("global_norm", 1.0), 100)
     assert rep["diverged_at"] is None and rep["steps_taken"] == 100
@@ -124,7 +124,7 @@ def test_site_training_explorer_equals_the_engine_and_lab(page_of, site, browser
         page_of.wait_for_function("""(el) => { const r = JSON.parse(el.getAttribute('data-report'));
             return r.settings.depth === 20 && r.settings.activation === 'sigmoid' && r.settings.clip_mode === 'off'
                    && r.settings.learning_rate === 0.1 && r.status !== 'running'; }""",
-                                  arg=lab.element_handle(), timeout=60_000)
+                                  arg=lab.element_handle(), timeout=180_000)
         for control, value in (("optimizer", "sgd"), ("depth", 20), ("clip_mode", "off"), ("learning_rate", 0.1)):
             view.set_control(root, control, value)
         view.wait_report(sp, root, {"optimizer": "sgd", "depth": 20, "clip_mode": "off", "learning_rate": 0.1})
