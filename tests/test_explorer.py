@@ -765,14 +765,48 @@ def test_once_displayed_the_axis_is_computed_ahead_nearest_first(monkeypatch, sm
         return first, [m["views"][0]["values"] for m in sent]
 
     first, after = _in_a_loop(run())
-    assert first[:6] == [51, 49, 52, 48, 53, 47]  # nearest first, a depth at a time
+    # nearest first, a depth at a time, the points behind (in the direction of the last move: up
+    # by default) counted four times as far
+    assert first[:10] == [51, 52, 53, 54, 49, 55, 56, 57, 58, 48]
     assert len(set(first)) == len(first)  # nothing sent twice
     tanh = [v["depth"] for v in after if v["activation"] == "tanh"]
-    assert tanh[:4] == [51, 49, 52, 48] and all(v["activation"] == "tanh" for v in after)
+    assert tanh[:5] == [51, 52, 53, 54, 49] and all(v["activation"] == "tanh" for v in after)
     # the views sent ahead are the ones a change to that depth draws
     view = next(m for m in sent if m["views"][0]["values"]["depth"] == 49)["views"][0]
     e.depth.value = 49
     assert json.dumps(view, sort_keys=True) == json.dumps(e.view, sort_keys=True)
+
+
+def test_the_work_ahead_follows_a_drag_at_once_and_waits_after_a_click(monkeypatch, small_engine):
+    """Along the axis the points in the drag's direction go first, from the next turn; after a
+    change off the axis (a click) nothing is computed ahead before ``ahead_delay_s`` without a
+    change, so a second click is not held back by a point computed meanwhile."""
+    import asyncio
+
+    e = gl.GradientExplorer(depth=50, width=8, batch_size=8, engine=small_engine)
+    sent = []
+    monkeypatch.setattr(e, "send", lambda msg, buffers=None: sent.append(msg["views"][0]["values"]))
+    monkeypatch.setattr(gl.widgets.base, "store_picture", lambda *a, **k: True)
+
+    async def run():
+        e._repr_mimebundle_()
+        await asyncio.sleep(0.5)
+        _from_page(e, depth=45)  # a drag going down
+        sent.clear()
+        await asyncio.sleep(0.3)
+        down = [v["depth"] for v in sent]
+        _from_page(e, activation="relu")  # a click
+        sent.clear()
+        await asyncio.sleep(0.5 * e.ahead_delay_s)
+        early = list(sent)
+        await asyncio.sleep(e.ahead_delay_s + 0.3)
+        return down, early, [v["depth"] for v in sent if v["activation"] == "relu"]
+
+    down, early, later = _in_a_loop(run())
+    assert down[:4] == [44, 43, 42, 41], down  # 46 is behind the drag: rank 4 after 44
+    assert early == []
+    assert later[:2] == [46, 47] or later[:2] == [44, 43], later  # the click itself moved no depth
+    assert len(later) > 4
 
 
 def test_the_picture_for_a_save_waits_for_the_last_change(monkeypatch, small_engine):

@@ -120,32 +120,47 @@ class _Ahead:
 
     def __init__(self):
         self.work: OrderedDict = OrderedDict()  # explorer -> iterator of axis values
-        self.scheduled = False
+        self.scheduled = None  # the loop a step is scheduled on
+        self.waiting: dict = {}  # explorer -> the timer of a delayed start
 
-    def start(self, explorer, values) -> None:
-        self.work.pop(explorer, None)
+    def start(self, explorer, values, delay_s: float = 0.0) -> None:
+        """Compute ``values`` ahead for ``explorer``, from now or after ``delay_s`` without a change."""
+        self.stop(explorer)
+        loop = running_loop()
+        if delay_s > 0 and loop is not None:
+            self.waiting[explorer] = loop.call_later(delay_s, self._begin, explorer, values)
+        else:
+            self._begin(explorer, values)
+
+    def _begin(self, explorer, values) -> None:
+        self.waiting.pop(explorer, None)
         self.work[explorer] = iter(values)  # last = touched last = first served
         self._schedule()
 
     def stop(self, explorer) -> None:
         self.work.pop(explorer, None)
+        timer = self.waiting.pop(explorer, None)
+        if timer is not None:
+            timer.cancel()
 
     def _schedule(self, idle_s: float = 0.0) -> None:
         loop = running_loop()
-        if loop is not None and not self.scheduled and self.work:
-            self.scheduled = True
+        # a step scheduled on another loop (one closed since: a test's) never comes
+        if loop is not None and self.scheduled is not loop and self.work:
+            self.scheduled = loop
             loop.call_later(idle_s, self.step)
 
     def step(self) -> None:
-        self.scheduled = False
+        self.scheduled = None
         t0 = time.perf_counter()
         while self.work:
             explorer = next(reversed(self.work))
             for value in self.work[explorer]:
                 if explorer._send_point(value):
-                    # leave the loop idle half as long as the point took: a message from the page (a
-                    # coroutine that yields several times) goes through between two points
-                    self._schedule(max(0.002, 0.5 * (time.perf_counter() - t0)))
+                    # leave the loop idle a tenth as long as the point took: a message from the page
+                    # arrives on a kernel subshell's thread and is queued for this loop (see
+                    # Explorer._elsewhere), so it goes through between two points anyway
+                    self._schedule(max(0.002, 0.1 * (time.perf_counter() - t0)))
                     return
             self.work.pop(explorer, None)  # its axis is done
 
@@ -185,6 +200,8 @@ class Explorer(anywidget.AnyWidget):
     #: Whether reports are cached by settings (``False`` where a report depends on more than the
     #: controls, e.g. call timings or training runs).
     cache_reports = True
+    #: Seconds without a change before the work ahead starts after a change off the axis.
+    ahead_delay_s = 0.25
     #: How many reports are cached.
     REPORTS = 512
     #: Seconds after the last change before the picture for a save is drawn and stored.
@@ -376,8 +393,13 @@ class Explorer(anywidget.AnyWidget):
             here = self._controls[self.axis_control].value
             previous = getattr(self, "_last_axis", here)
             self._last_axis = here
-            ahead = 1 if here >= previous else -1  # the direction of a drag goes first on ties
-            AHEAD.start(self, sorted(self._axis_values(), key=lambda v: (abs(v - here), -ahead * v)))
+            ahead = 1 if here >= previous else -1  # the direction the axis last moved in
+            # Along the axis (a drag) the next points are wanted at once. After another change (a
+            # click) the learner often clicks again: a point computed meanwhile would hold that
+            # click's report back (about 30 ms more measured in the page), so the work starts
+            # after a pause.
+            AHEAD.start(self, sorted(self._axis_values(), key=lambda v: _ahead_rank(v - here, ahead)),
+                        delay_s=0.0 if here != previous else self.ahead_delay_s)
         self._schedule_picture()
 
     def _elsewhere(self, handler, *args) -> bool:
@@ -533,6 +555,14 @@ class Explorer(anywidget.AnyWidget):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._text()})"
+
+
+def _ahead_rank(offset, direction: int) -> tuple:
+    """The order of the work ahead: the points a drag moving in ``direction`` reaches next come
+    first, four to one against the points behind it (a drag over new points meets the points in
+    its direction; the ones behind wait for the way back), nearest first, ties in ``direction``."""
+    behind = offset * direction < 0
+    return (abs(offset) * (4 if behind else 1), behind)
 
 
 def _options(values, label=_) -> list:
