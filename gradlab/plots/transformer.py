@@ -1,8 +1,7 @@
 """Plots of a Transformer's per-block gradients and of its first training steps (chapter 09).
 
-matplotlib only, no widgets. :class:`TransformerPlot` is the TransformerExplorer's figure,
-built once and blitted (:class:`gradlab.plots.live.LivePlot`); the functions are one-shot
-figures for chapter cells: per-block norms under several conditions, training curves,
+matplotlib only, no widgets (the TransformerExplorer draws in the page, from plot specs:
+:mod:`gradlab.plots.view`). The functions are one-shot figures for chapter cells: per-block norms under several conditions, training curves,
 the Tuning Playbook's learning-rate sweep, the distribution of gradient norms with a clip
 threshold, and a loss spike with the gradient norm around it.
 """

@@ -31,8 +31,8 @@ class JacobianViewer(Explorer):
     ``size`` (IntSlider, the length of ``x``, or of each example for the batched Dense layer).
     Setting a control's ``value`` recomputes :attr:`jacobian` (NumPy), :attr:`run` (all three
     methods and their timings) and :attr:`status_text` before the assignment returns. The
-    figure is built once and blitted; the compiled Jacobian functions have shape-free
-    signatures, so a new size does not retrace. Used in chapter 02.
+    page draws the matrix on a canvas from the numbers sent; the compiled Jacobian functions
+    have shape-free signatures, so a new size does not retrace. Used in chapter 02.
     """
 
     #: a report holds timings: each change is measured afresh

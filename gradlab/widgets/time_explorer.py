@@ -26,8 +26,8 @@ class TimeExplorer(ClipControls, Explorer):
 
     Public controls: ``cell``, ``steps``, ``recurrent_initializer``, ``input_scale``,
     ``clip_mode`` and ``clip_norm``. Setting any control's ``value`` recomputes :attr:`report`
-    (a :class:`gradlab.reports.time.TimeReport`) before the assignment returns. The figure is
-    built once and blitted; no control change retraces the engine's ``tf.function``.
+    (a :class:`gradlab.reports.time.TimeReport`) before the assignment returns. The page draws
+    the numbers sent; no control change retraces the engine's ``tf.function``.
     ``engine=`` shares a :class:`~gradlab.engines.rnn.TimeGradientEngine` (``ex.copy()`` does).
     """
 
