@@ -737,6 +737,43 @@ def test_a_page_message_on_another_thread_is_handled_on_the_explorers_own(small_
     assert threads == [home], threads  # computed once, on the explorer's thread
 
 
+def test_back_to_back_page_messages_never_send_the_page_an_older_state(small_engine):
+    """Two messages from the page on its own thread, handled later on the explorer's: the first
+    one's handler must not send the page its (older) values back, which moved the page to a
+    depth it had left (a stray 'depth 20' drawn at 50 in the browser test)."""
+    import asyncio
+    import threading
+
+    pushed = []
+
+    async def run():
+        e = gl.GradientExplorer(depth=20, width=8, batch_size=8, engine=small_engine)
+        e.observe(lambda ch: threading.get_ident() == home and pushed.append(dict(ch["new"])), names="values")
+
+        def page():
+            _from_page(e, depth=50, activation="tanh")
+            _from_page(e, activation="relu", initializer="he_normal")
+
+        t = threading.Thread(target=page)
+        t.start()
+        t.join()
+        for _ in range(5):
+            await asyncio.sleep(0.01)
+        return e
+
+    home = None
+
+    async def outer():
+        nonlocal home
+        home = threading.get_ident()
+        return await run()
+
+    e = _in_a_loop(outer())
+    assert (e.depth.value, e.activation.value, e.initializer.value) == (50, "relu", "he_normal")
+    assert e.report.depth == 50 and e.values["activation"] == "relu"
+    assert pushed == [], pushed  # nothing sent back: the page's own values were taken as they came
+
+
 def test_a_python_change_is_computed_before_it_returns(small_engine):
     e = gl.GradientExplorer(depth=5, width=8, batch_size=8, engine=small_engine)
 

@@ -439,7 +439,11 @@ class Explorer(anywidget.AnyWidget):
             self._muted = False
         if "preset" in new and getattr(self, "_on_page_preset", None) and changed:
             self._on_page_preset()
-        if self.values != self._values():
+        # Send the controls' values back only where they differ from what the page sent (a value
+        # put back, a preset) and no newer message from the page is on its way here: ipywidgets
+        # sets the trait on the page's thread at once, so `self.values` may already hold the next
+        # message's values, and sending this one's would move the page back to them.
+        if self.values == new and new != self._values():
             self.values = self._values()
         if not changed:
             return
