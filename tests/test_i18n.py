@@ -284,9 +284,13 @@ def test_typography_checker_names_what_the_chinese_reader_found():
     assert cat.typography_problems("初始化时 -> 训练后") == ["'->' in Chinese text (write →)"]
     assert cat.typography_problems("在 Pow 中（'pow'，118 NaN）") == ["a count without its measure word (118 个 NaN)"]
     assert cat.typography_problems("1e-3 到 0.1 （梯度消失）") == ["a space before a full-width parenthesis"]
+    assert cat.typography_problems("深度 6: ratio 0.000928") == ["ASCII ':' after a Chinese word and its number (深度 6：)"]
+    assert cat.typography_problems("Python int（1）也会再次跟踪") == [
+        "Python int / Python float in Chinese text (write Python 整数 / Python 浮点数)"]
     # what is right stays quiet: full-width marks, →, 个, code and English glued to nothing Chinese
     for fine in ("深度 8：增益 0.707，比值 0.088", "初始化时 → 训练后", "（'pow'，118 个 NaN）", "1e-3 到 0.1（梯度消失）",
-                 "SGD(0.1, momentum=0.9) 的步长", "clipped, norm = tf.clip_by_global_norm(grads, c)", "{n} 个值中有 {bad} 个是 NaN"):
+                 "SGD(0.1, momentum=0.9) 的步长", "clipped, norm = tf.clip_by_global_norm(grads, c)", "{n} 个值中有 {bad} 个是 NaN",
+                 "Python 整数（1）也会再次跟踪"):
         assert cat.typography_problems(fine) == [], fine
 
 

@@ -152,10 +152,12 @@ TYPOGRAPHY_RULES: dict[str, re.Pattern] = {
     "ASCII ',' after a Chinese character": re.compile(f"[{_CJK}],"),
     "ASCII '.' closing a Chinese sentence": re.compile(f"[{_CJK}]\\.(?=$|\\s|[{_CJK}])"),
     "ASCII ',', ':' or ';' before a Chinese character": re.compile(f"(?<![{_CJK}])[,:;] ?[\u3400-\u9fff]"),
+    "ASCII ':' after a Chinese word and its number (深度 6：)": re.compile(r"[\u3400-\u9fff] [\w.+-]+: (?![\u3400-\u9fff])"),
     "'->' in Chinese text (write →)": re.compile("->"),
     "a count without its measure word (118 个 NaN)": re.compile(r"(?<![\w.{])\d+ (?:NaN|Inf|inf)\b"),
     "a space before a full-width parenthesis": re.compile(r"[\w)\]] （"),
     "梯度检查 (the glossary's term for gradient check is 梯度检验)": re.compile("梯度检查"),
+    "Python int / Python float in Chinese text (write Python 整数 / Python 浮点数)": re.compile(r"(?i)python (?:int|float)\b"),
 }
 
 
@@ -167,7 +169,8 @@ def typography_problems(text: str) -> list[str]:
 #: The rules for a stored output line of a Chinese notebook: only lines with Chinese characters
 #: are read (code, tracebacks and English API messages keep their ASCII punctuation).
 OUTPUT_RULES = ("ASCII ':' or ';' after a Chinese character", "ASCII ',' after a Chinese character",
-                "ASCII ',', ':' or ';' before a Chinese character", "'->' in Chinese text (write →)",
+                "ASCII ',', ':' or ';' before a Chinese character",
+                "ASCII ':' after a Chinese word and its number (深度 6：)", "'->' in Chinese text (write →)",
                 "a count without its measure word (118 个 NaN)", "a space before a full-width parenthesis")
 _HAS_CHINESE = re.compile("[\u3400-\u9fff]")
 
