@@ -439,3 +439,24 @@ def _norms_by_name(model, x, y):
 def test_ex1_grouping_by_name_is_named_not_told_to_count_the_blocks():
     r = ch09.check_block_norms(_norms_by_name)
     assert not r and "v.path" in r.feedback and "count the blocks" not in r.feedback, r.feedback
+
+
+def test_block_norms_feedback_reads_as_chinese():
+    """Issue 37: the numbers are a Chinese list (、), and the feedback has one colon after the label."""
+    from gradlab import i18n
+    from tools.catalog import typography_problems
+
+    i18n.set_language("zh")
+    try:
+        right = ch09.check_block_norms(right_block_norms)
+        model, (x, y) = ch09.exercise_model("post")
+        post_numbers = list(gradlab.reports.transformer.block_gradient_report(model, x, y).layer_grad_norms)
+        constant = ch09.check_block_norms(lambda m, x, y: post_numbers)
+    finally:
+        i18n.set_language("en")
+    assert right.ok and right.feedback.startswith("post-LN 模型各块的值为 ") and "、" in right.feedback, right.feedback
+    assert ", " not in right.feedback and "：" not in right.feedback, right.feedback
+    assert not constant.ok and "、" in constant.feedback and ", " not in constant.feedback, constant.feedback
+    assert typography_problems(right.feedback) == typography_problems(constant.feedback) == []
+    english = ch09.check_block_norms(right_block_norms)
+    assert english.ok and ", " in english.feedback.split(":")[0], english.feedback

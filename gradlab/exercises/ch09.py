@@ -133,7 +133,7 @@ def check_block_norms(fn) -> CheckResult:
     want = _exercise_case("post")[3].layer_grad_norms
     return CheckResult(name, True, _("{values}: the post-LN model's blocks (and the pre-LN model's too), as "
                                      "gl.reports.transformer.block_gradient_report measures them").format(
-        values=", ".join(f"{v:.3g}" for v in want)))
+        values=join_list(f"{v:.3g}" for v in want)))
 
 
 def _reads_names_not_paths(fn) -> bool:
@@ -192,8 +192,8 @@ def _check_block_norms_on(name: str, fn, model, x, y, expected) -> CheckResult:
     if not result and expected.norm_position == "pre" and arr is not None and arr.size == 3:
         return CheckResult(name, False, _("right on the post-LN model, wrong on the pre-LN one ({got}, expected "
                                           "{want}): measure the model you are given; do not return fixed "
-                                          "numbers").format(got=", ".join(f"{v:.4g}" for v in arr),
-                                                            want=", ".join(f"{v:.4g}" for v in want)))
+                                          "numbers").format(got=join_list(f"{v:.4g}" for v in arr),
+                                                            want=join_list(f"{v:.4g}" for v in want)))
     return result
 
 
@@ -599,8 +599,8 @@ def check_flat_pre_ln(ratios) -> CheckResult:
     extra = [repr(k) for k in got_keys if k not in FLAT_SETTINGS]
     if missing or extra:
         return CheckResult(name, False, _("the dict needs exactly the keys 'a', 'b', 'c', 'd'; missing: {missing}; "
-                                          "unknown: {extra}").format(missing=", ".join(missing) or "-",
-                                                                     extra=", ".join(extra) or "-"))
+                                          "unknown: {extra}").format(missing=join_list(missing) or "-",
+                                                                     extra=join_list(extra) or "-"))
     got = {}
     for k in keys:
         value, problem = as_number_answer(name, got_keys[k], _("the ratio of setting {key}").format(key=repr(k)))
@@ -634,4 +634,4 @@ def check_flat_pre_ln(ratios) -> CheckResult:
     return CheckResult(name, False, _("not yet right for {keys}: for each setting, average every block's "
                                       "layer_grad_norms over seeds 0 to 7 (engine.report(24, \"pre\", seed=s, "
                                       "**setting)), then divide the last block's mean by the first's").format(
-        keys=", ".join(wrong)))
+        keys=join_list(wrong)))
