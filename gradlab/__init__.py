@@ -35,9 +35,11 @@ __version__ = "0.1.0"
 #: The oldest TensorFlow and Keras on which every tool in ``__all__`` is tested (``make test-oldest``
 #: installs the wheel with exactly these); pyproject.toml's dependencies state the same lower
 #: bounds (tests/test_versions.py). Keras 3.3 lacks ``compute_loss(training=)``, which the core's
-#: loss passes on, while on Keras 3.4.0 every tool's test passes. The newest versions, which the
-#: chapters' outputs come from, are in requirements.txt.
-SUPPORTED_VERSIONS = {"tensorflow": "2.16.2", "keras": "3.4.0"}
+#: loss passes on, while on Keras 3.4.0 every tool's test passes. TensorFlow 2.16.1 is the first
+#: 2.16 release on PyPI (the first with Keras 3); TensorFlow 2.15 requires keras<2.16, so pip builds
+#: no environment of it with Keras 3. The newest versions, which the chapters' outputs come from,
+#: are in requirements.txt.
+SUPPORTED_VERSIONS = {"tensorflow": "2.16.1", "keras": "3.4.0"}
 
 
 def _release(version: str) -> tuple[int, ...]:

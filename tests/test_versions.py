@@ -54,7 +54,8 @@ def test_release_numbers_compare_as_numbers():
     assert gl._release("3.5") < gl._release("3.5.1")
     assert gl._too_old({"tensorflow": "2.15.1", "keras": "3.5.0"}) == ["tensorflow"]
     assert gl._too_old({"tensorflow": "2.16.2", "keras": "3.3.3"}) == ["keras"]
-    assert gl._too_old({"tensorflow": "2.16.2", "keras": "3.4.0"}) == []
+    assert gl._too_old({"tensorflow": "2.16.1", "keras": "3.4.0"}) == []
+    assert gl._too_old({"tensorflow": "2.16.0rc0", "keras": "3.4.0"}) == ["tensorflow"]
     assert gl._too_old({"tensorflow": "2.21.0", "keras": "3.15.1"}) == []
 
 

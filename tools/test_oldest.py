@@ -55,7 +55,7 @@ TESTS = [
 
 
 def oldest_versions(pyproject: Path = ROOT / "pyproject.toml") -> dict[str, str]:
-    """``{"tensorflow": "2.16.2", "keras": "3.4.0"}``: the lower bounds ``pyproject.toml`` declares."""
+    """``{"tensorflow": "2.16.1", "keras": "3.4.0"}``: the lower bounds ``pyproject.toml`` declares."""
     deps = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["dependencies"]
     found = {}
     for dep in deps:
